@@ -1,0 +1,100 @@
+"""Format detection by content fingerprint (never by file extension alone)."""
+
+from __future__ import annotations
+
+import gzip
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ProfileError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+GZIP_MAGIC = b"\x1f\x8b"
+
+# What each format is called in outputs.
+FORMAT_NAMES = {
+    "nsys": "Nsight Systems SQLite export",
+    "rocpd": "rocprofv3 rocpd database",
+    "rpd": "legacy rocmProfileData (RPD) database",
+    "kineto": "PyTorch profiler (Kineto) trace",
+}
+
+
+@dataclass(frozen=True)
+class Detected:
+    format: str          # 'nsys' | 'rocpd' | 'rpd' | 'kineto'
+    compressed: bool = False  # gzip-compressed JSON
+
+
+def detect(path: Path) -> Detected:
+    """Identify a profile file, or raise ProfileError saying what it is and what to do."""
+    if not path.exists():
+        raise ProfileError(f"No such file: {path}. Pass the path of a profile; list_traces(folder) shows the profiles in a folder.")
+    if path.is_dir():
+        raise ProfileError(f"{path} is a folder, not a profile. Call list_traces('{path}') to see the profiles in it.")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+    except OSError as exc:
+        raise ProfileError(f"Cannot read {path}: {exc.strerror}. Check the path and its permissions.") from None
+    if not head:
+        raise ProfileError(f"{path} is empty (0 bytes). Re-capture or re-export the profile.")
+    if head.startswith(SQLITE_MAGIC):
+        return Detected(_sqlite_format(path))
+    if head.startswith(GZIP_MAGIC):
+        try:
+            with gzip.open(path, "rb") as fh:
+                inner = fh.read(4096)
+        except (OSError, EOFError) as exc:
+            raise ProfileError(f"{path} is a corrupt or truncated gzip file ({exc}). Copy the trace again.") from None
+        if inner.lstrip()[:1] in (b"{", b"["):
+            return Detected("kineto", compressed=True)
+        raise ProfileError(f"{path} is gzip-compressed but does not contain JSON; gpuscope reads gzipped PyTorch profiler traces (.json.gz).")
+    if head.lstrip()[:1] in (b"{", b"["):
+        return Detected("kineto")
+    if path.suffix in (".nsys-rep", ".qdrep"):
+        return Detected("nsys-rep")
+    raise ProfileError(
+        f"{path} is not a profile gpuscope can read. Supported: Nsight Systems SQLite exports "
+        "(`nsys export --type sqlite report.nsys-rep`), rocprofv3 rocpd databases (`--output-format rocpd`) "
+        "and PyTorch profiler traces (.json / .json.gz)."
+    )
+
+
+def _sqlite_format(path: Path) -> str:
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')")}
+            version = None
+            if "rocpd_metadata" in names:
+                try:
+                    row = conn.execute("SELECT value FROM rocpd_metadata WHERE tag='schema_version'").fetchone()
+                    version = str(row[0]) if row else None
+                except sqlite3.Error:
+                    version = None
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise ProfileError(f"{path} looks like SQLite but cannot be read ({exc}); it may be truncated or corrupt. Re-export it.") from None
+    if "StringIds" in names and any(n.startswith(("CUPTI_", "NVTX_EVENTS", "TARGET_INFO_", "OSRT_API")) for n in names):
+        return "nsys"
+    if "rocpd_kernel_dispatch" in names and version is not None and version.split(".")[0] in ("3", "4"):
+        return "rocpd"
+    if "rocpd_op" in names and "rocpd_api" in names:
+        return "rpd"
+    if "rocpd_kernel_dispatch" in names or "rocpd_string" in names:
+        raise ProfileError(
+            f"{path} has rocpd tables but no rocpd_metadata schema_version 3 (found {version!r}); it looks like a "
+            "partial or hand-made database. Re-run rocprofv3 with `--output-format rocpd`."
+        )
+    if "KERN" in names:
+        raise ProfileError(f"{path} is a rocprof v1/v2 results.db, which gpuscope does not read. Re-profile with `rocprofv3 --sys-trace --output-format rocpd`.")
+    if {"HIP", "OPS", "STR_TABLE"} <= names:
+        raise ProfileError(f"{path} is a Hygon hipprof database, which gpuscope does not read.")
+    if "StringIds" in names:
+        raise ProfileError(f"{path} is an Nsight Systems export without any CUDA, NVTX or OS-runtime tables: there is nothing to analyse. Re-capture with `nsys profile -t cuda,nvtx,osrt`.")
+    raise ProfileError(
+        f"{path} is a SQLite database but not a profile gpuscope knows (no Nsight StringIds/CUPTI tables, no rocpd tables)."
+    )

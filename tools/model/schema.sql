@@ -1,0 +1,132 @@
+-- gpuscope trace model: the relations every reader fills and every tool (and sql_query) reads.
+-- One schema for Nsight Systems SQLite exports, rocpd databases and PyTorch profiler traces.
+-- Conventions:
+--   * every time is BIGINT nanoseconds on the profile's own timeline (Nsight: session-relative, may
+--     be negative; rocpd: ROCprofiler clock; Kineto: trace timestamps converted with round(us*1000));
+--   * intervals are [start_ns, end_ns); dur_ns = end_ns - start_ns (>= 0);
+--   * pid/tid are operating-system ids; NULL means "the profile does not say";
+--   * names are resolved to text; nothing is left as a string id.
+
+-- One row per fact about the capture (format, versions, spans, ...). Keys are documented in
+-- docs/trace-model.md.
+CREATE TABLE trace_meta (
+    key VARCHAR NOT NULL,            -- fact name, e.g. 'format', 'schema_version', 'capture_start_ns'
+    value VARCHAR                    -- fact value as text
+);
+
+-- GPUs (and other adapters the profile lists). device_id is the id used by kernels/memops rows.
+CREATE TABLE devices (
+    device_id INTEGER NOT NULL,          -- id used by activity rows (Nsight deviceId, rocpd GPU ordinal, Kineto device index)
+    name VARCHAR,                        -- marketing name as the profile writes it
+    vendor VARCHAR,                      -- 'NVIDIA', 'AMD', 'Intel', ... or NULL
+    is_compute BOOLEAN,                  -- true when the device can run CUDA/HIP work (false: listed display adapters)
+    sm_count INTEGER,                    -- streaming multiprocessors (NVIDIA) or compute units (AMD)
+    memory_bytes BIGINT,                 -- device memory size in bytes
+    memory_bandwidth_bytes_per_s BIGINT, -- peak DRAM bandwidth in bytes/s when the profile states it
+    clock_hz BIGINT,                     -- peak SM/engine clock in Hz
+    compute_capability VARCHAR,          -- 'major.minor' (NVIDIA) or gfx target (AMD)
+    warp_size INTEGER,                   -- threads per warp / wavefront
+    bus_location VARCHAR                 -- PCI bus id when known
+);
+
+-- Processes (ranks) that appear in the profile.
+CREATE TABLE processes (
+    pid BIGINT NOT NULL,             -- OS process id
+    name VARCHAR,                    -- process / command name
+    rank INTEGER,                    -- distributed rank when the profile states it
+    hostname VARCHAR                 -- host name when known
+);
+
+-- Host threads with their names.
+CREATE TABLE threads (
+    pid BIGINT NOT NULL,             -- OS process id
+    tid BIGINT NOT NULL,             -- OS thread id
+    name VARCHAR                     -- thread name when known
+);
+
+-- GPU kernel executions.
+CREATE TABLE kernels (
+    device_id INTEGER NOT NULL,      -- GPU that ran the kernel (devices.device_id)
+    stream_id BIGINT,                -- stream (CUDA stream / HIP stream or queue) on that device
+    start_ns BIGINT NOT NULL,        -- GPU start time, ns
+    end_ns BIGINT NOT NULL,          -- GPU end time, ns
+    dur_ns BIGINT NOT NULL,          -- end_ns - start_ns, ns
+    name VARCHAR NOT NULL,           -- full (demangled) kernel name
+    short_name VARCHAR NOT NULL,     -- base name without template arguments / parameters
+    grid_x INTEGER, grid_y INTEGER, grid_z INTEGER,     -- grid size in blocks (workgroups on AMD)
+    block_x INTEGER, block_y INTEGER, block_z INTEGER,  -- block size in threads (workgroup size on AMD)
+    registers_per_thread INTEGER,    -- registers (VGPRs on AMD) per thread
+    static_shared_bytes BIGINT,      -- static shared memory (LDS) per block, bytes
+    dynamic_shared_bytes BIGINT,     -- dynamic shared memory per block, bytes
+    correlation_id BIGINT,           -- id linking the kernel to its launching API call (per process)
+    graph_id BIGINT,                 -- CUDA/HIP graph the kernel belongs to, when known
+    pid BIGINT,                      -- process that owns the work
+    tid BIGINT,                      -- thread that launched it (NULL when the launch is not in the profile)
+    launched BOOLEAN NOT NULL        -- true when the launching API call is in the profile
+);
+
+-- GPU memory copies and memory sets.
+CREATE TABLE memops (
+    device_id INTEGER NOT NULL,      -- GPU whose engine executed the operation
+    stream_id BIGINT,                -- stream on that device
+    start_ns BIGINT NOT NULL,        -- GPU start time, ns
+    end_ns BIGINT NOT NULL,          -- GPU end time, ns
+    dur_ns BIGINT NOT NULL,          -- end_ns - start_ns, ns
+    op VARCHAR NOT NULL,             -- 'copy' or 'set'
+    kind VARCHAR NOT NULL,           -- copies: 'HtoD','DtoH','DtoD','HtoH','PtoP','HtoA','AtoH','AtoA','AtoD','DtoA','Unknown'; sets: 'memset'
+    bytes BIGINT,                    -- bytes copied or set
+    src_kind VARCHAR,                -- source memory kind: 'Pageable','Pinned','Device','Array','Managed',... (copies)
+    dst_kind VARCHAR,                -- destination memory kind (copies; for sets the memory set)
+    src_device_id INTEGER,           -- source device for peer copies
+    dst_device_id INTEGER,           -- destination device for peer copies
+    correlation_id BIGINT,           -- id linking the op to its API call (per process)
+    pid BIGINT,                      -- process that owns the work
+    tid BIGINT,                      -- thread that issued it (NULL when the API call is not in the profile)
+    launched BOOLEAN NOT NULL        -- true when the issuing API call is in the profile
+);
+
+-- Host-side runtime/driver API calls (CUDA runtime and driver, HIP, HSA).
+CREATE TABLE api_calls (
+    pid BIGINT,                      -- OS process id
+    tid BIGINT,                      -- OS thread id
+    start_ns BIGINT NOT NULL,        -- call entry, ns
+    end_ns BIGINT NOT NULL,          -- call return, ns
+    dur_ns BIGINT NOT NULL,          -- end_ns - start_ns, ns
+    name VARCHAR NOT NULL,           -- API name with version suffix folded ('cudaLaunchKernel', not 'cudaLaunchKernel_v7000')
+    api VARCHAR NOT NULL,            -- 'cuda_runtime', 'cuda_driver', 'hip', 'hsa', 'rccl', ...
+    correlation_id BIGINT,           -- id shared with the GPU work this call launched (per process)
+    external_id BIGINT               -- PyTorch External id of the CPU op that issued the call (Kineto only)
+);
+
+-- Annotations: NVTX ranges/marks, rocTX, PyTorch record_function / ProfilerStep annotations.
+CREATE TABLE markers (
+    pid BIGINT,                      -- OS process id (NULL for GPU-side projections)
+    tid BIGINT,                      -- OS thread id
+    start_ns BIGINT NOT NULL,        -- range start (or mark time), ns
+    end_ns BIGINT NOT NULL,          -- range end (= start for marks and unterminated ranges), ns
+    dur_ns BIGINT NOT NULL,          -- end_ns - start_ns, ns
+    name VARCHAR NOT NULL,           -- annotation text
+    domain VARCHAR,                  -- NVTX domain / marker category ('' = default domain)
+    kind VARCHAR NOT NULL,           -- 'push_pop', 'start_end', 'mark', 'annotation' (PyTorch), 'gpu_annotation'
+    source VARCHAR NOT NULL,         -- 'nvtx', 'roctx', 'pytorch'
+    device_id INTEGER,               -- set for GPU-side annotations (PyTorch gpu_user_annotation)
+    stream_id BIGINT                 -- stream of a GPU-side annotation
+);
+
+-- PyTorch CPU operators and Python frames (empty for Nsight and rocpd).
+CREATE TABLE cpu_ops (
+    pid BIGINT,                      -- OS process id
+    tid BIGINT,                      -- OS thread id
+    start_ns BIGINT NOT NULL,        -- op start, ns
+    end_ns BIGINT NOT NULL,          -- op end, ns
+    dur_ns BIGINT NOT NULL,          -- end_ns - start_ns, ns
+    name VARCHAR NOT NULL,           -- operator name, e.g. 'aten::mm'
+    category VARCHAR NOT NULL,       -- 'cpu_op' or 'python_function'
+    external_id BIGINT,              -- PyTorch External id (links to the runtime calls it issued)
+    sequence_number BIGINT,          -- autograd sequence number
+    input_dims VARCHAR,              -- JSON list of input shapes
+    input_types VARCHAR,             -- JSON list of input dtypes
+    input_strides VARCHAR,           -- JSON list of input strides
+    concrete_inputs VARCHAR,         -- JSON list of scalar inputs
+    args VARCHAR                     -- all other args as a JSON object
+);
