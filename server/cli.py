@@ -1,2 +1,85 @@
-def main(argv=None):
-    raise SystemExit("not yet")
+"""`gpuscope` command line: `serve` for MCP hosts, and one subcommand per tool for people.
+
+Each tool subcommand prints the same readable text the MCP server sends (`--json` for the
+structured result), so what a person sees is what the agent sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+from pydantic import BaseModel
+
+from gpuscope import __version__
+from gpuscope.tools import analyses as A
+from gpuscope.tools.model.cache import open_trace
+from gpuscope.tools.model.errors import ProfileError
+
+from .render import render
+
+
+def _with_trace(fn: Callable[..., BaseModel]) -> Callable[..., BaseModel]:
+    return lambda trace, **kw: fn(open_trace(trace), **kw)
+
+
+# subcommand -> (analysis, title, extra arguments as (flags, argparse kwargs))
+_WINDOW = [(("--start-ns",), {"type": int}), (("--end-ns",), {"type": int})]
+COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
+    "list-traces": (lambda path, **kw: A.list_traces(path, **kw), "Profiles",
+                    [(("--limit",), {"type": int, "default": 100})]),
+    "trace-info": (_with_trace(A.trace_info), "Trace info", []),
+    "top-kernels": (_with_trace(A.top_kernels), "Top kernels", [
+        (("--device",), {"type": int}), (("--stream",), {"type": int}), (("--name-contains",), {}), *_WINDOW,
+        (("--group-by",), {"choices": ["short_name", "name"], "default": "short_name"}),
+        (("--sort-by",), {"choices": ["total", "count", "avg", "max"], "default": "total"}),
+        (("--limit",), {"type": int, "default": 15})]),
+    "gap-histogram": (_with_trace(A.gap_histogram), "GPU idle gaps", [
+        (("--device",), {"type": int}), *_WINDOW,
+        (("--no-memops",), {"dest": "include_memops", "action": "store_false"}),
+        (("--per-stream",), {"action": "store_true"}), (("--top-gaps",), {"type": int, "default": 5})]),
+    "sql": (_with_trace(A.sql_query), "Query result", [(("sql",), {}), (("--limit",), {"type": int, "default": 100})]),
+    "list-tables": (_with_trace(A.list_tables), "Tables", []),
+    "describe-table": (_with_trace(A.describe_table), "Table", [(("table",), {})]),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpuscope", description="Read-only GPU profile analysis (MCP server and CLI).")
+    parser.add_argument("--version", action="version", version=f"gpuscope {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve MCP over stdio (what Claude Code / Cursor spawn)")
+    serve.add_argument("--http", action="store_true", help="serve streamable HTTP on 127.0.0.1 instead of stdio")
+    serve.add_argument("--port", type=int, default=8765)
+    for name, (_, title, extra) in COMMANDS.items():
+        p = sub.add_parser(name, help=title)
+        p.add_argument("path" if name == "list-traces" else "trace", help="folder" if name == "list-traces" else "profile file")
+        for flags, kwargs in extra:
+            p.add_argument(*flags, **kwargs)
+        p.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from .app import run
+
+        run(http=args.http, port=args.port)
+        return
+    fn, title, _ = COMMANDS[args.command]
+    kwargs = {k: v for k, v in vars(args).items() if k not in ("command", "json")}
+    try:
+        result = fn(**kwargs)
+    except ProfileError as exc:
+        print(f"gpuscope: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        print(render(result, title), end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -10,7 +10,7 @@
 -- One row per fact about the capture (format, versions, spans, ...). Keys are documented in
 -- docs/trace-model.md.
 CREATE TABLE trace_meta (
-    key VARCHAR NOT NULL,            -- fact name, e.g. 'format', 'schema_version', 'capture_start_ns'
+    key VARCHAR NOT NULL,            -- fact name, e.g. 'format', 'format_version', 'capture_start_ns'
     value VARCHAR                    -- fact value as text
 );
 

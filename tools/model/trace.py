@@ -35,6 +35,7 @@ class Trace:
     meta: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @property
     def format_name(self) -> str:
@@ -62,7 +63,17 @@ class Trace:
         return rows[0][0] if rows else None
 
     def count(self, table: str) -> int:
-        return int(self.scalar(f"SELECT count(*) FROM {table}"))
+        return self.memo(("count", table), lambda: int(self.scalar(f"SELECT count(*) FROM {table}")))
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """Cache a figure that depends only on the (immutable) profile, e.g. per-device busy time."""
+        with self.lock:
+            if key in self._memo:
+                return self._memo[key]
+        value = compute()
+        with self.lock:
+            self._memo[key] = value
+        return value
 
     def meta_int(self, key: str) -> int | None:
         value = self.meta.get(key)
@@ -89,6 +100,10 @@ def load_trace(path: Path, progress: Progress = _no_progress) -> Trace:
         progress(0.0, f"reading {FORMAT_NAMES.get(found.format, found.format)}")
         reader.load(con, path, progress, found)
         _finalise(con)
+        # From here on the connection only answers queries: no file access, no ATTACH/COPY/LOAD,
+        # and no SET to undo that (sql_query relies on it).
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
     except ProfileError:
         con.close()
         raise

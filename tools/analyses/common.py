@@ -1,0 +1,134 @@
+"""Shared pieces of the analyses: selection filters, interval-union SQL, result conventions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..model.errors import ProfileError
+from ..model.trace import Trace
+
+NAME_CHARS = 160  # full kernel names can run to thousands of characters; sql_query has them whole
+
+
+def clip_name(name: str | None, limit: int = NAME_CHARS) -> str | None:
+    if name is None or len(name) <= limit:
+        return name
+    return name[: limit - 1] + "…"
+
+
+def pct(part: float | int | None, whole: float | int | None, digits: int = 2) -> float | None:
+    """Percentage, or None when the denominator is absent or zero (never a silent 0)."""
+    if part is None or not whole:
+        return None
+    return round(100.0 * float(part) / float(whole), digits)
+
+
+class Window(BaseModel):
+    """The time window an analysis covered."""
+
+    start_ns: int = Field(description="window start, ns on the profile timeline")
+    end_ns: int = Field(description="window end, ns on the profile timeline")
+    span_ns: int = Field(description="end_ns - start_ns, ns")
+    source: str = Field(description="what the window is: the capture span or the caller's window")
+
+
+@dataclass
+class Selection:
+    """Filters common to the tools: device, stream, time window ([start_ns, end_ns))."""
+
+    device: int | None = None
+    stream: int | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+
+    def where(self, alias: str = "", *, time_mode: str = "start") -> tuple[str, list[Any]]:
+        """SQL predicate + params. time_mode 'start': rows starting in the window; 'overlap': rows overlapping it."""
+        p = f"{alias}." if alias else ""
+        clauses, params = ["TRUE"], []
+        if self.device is not None:
+            clauses.append(f"{p}device_id = ?")
+            params.append(self.device)
+        if self.stream is not None:
+            clauses.append(f"{p}stream_id = ?")
+            params.append(self.stream)
+        if self.start_ns is not None:
+            clauses.append(f"{p}start_ns >= ?" if time_mode == "start" else f"{p}end_ns > ?")
+            params.append(self.start_ns)
+        if self.end_ns is not None:
+            clauses.append(f"{p}start_ns < ?")
+            params.append(self.end_ns)
+        return " AND ".join(clauses), params
+
+
+def capture_window(trace: Trace) -> Window:
+    start, end = trace.meta_int("capture_start_ns"), trace.meta_int("capture_end_ns")
+    if start is None or end is None:
+        raise ProfileError(f"{trace.path.name} holds no timed events: there is no capture span to analyse.")
+    return Window(start_ns=start, end_ns=end, span_ns=end - start, source=trace.meta.get("capture_span_source", "capture span"))
+
+
+def resolve_selection(trace: Trace, device: int | None, stream: int | None, start_ns: int | None, end_ns: int | None) -> tuple[Selection, Window]:
+    """Validate filters against the profile; return them with the window they describe."""
+    cap = capture_window(trace)
+    if device is not None:
+        known = [r[0] for r in trace.sql(
+            "SELECT device_id FROM (SELECT device_id FROM kernels UNION SELECT device_id FROM memops UNION SELECT device_id FROM devices) ORDER BY 1")]
+        if device not in known:
+            raise ProfileError(f"device {device} does not exist in this profile; devices with data: {known}. trace_info lists them.")
+    if start_ns is not None and end_ns is not None and end_ns <= start_ns:
+        raise ProfileError(f"empty time window: end_ns ({end_ns}) must be greater than start_ns ({start_ns}).")
+    lo = start_ns if start_ns is not None else cap.start_ns
+    hi = end_ns if end_ns is not None else cap.end_ns
+    if start_ns is not None or end_ns is not None:
+        if hi <= cap.start_ns or lo >= cap.end_ns:
+            raise ProfileError(
+                f"time window [{lo}, {hi}) ns lies outside the capture [{cap.start_ns}, {cap.end_ns}) ns. "
+                "Times are ns on the profile's own timeline, as trace_info reports them."
+            )
+        window = Window(start_ns=lo, end_ns=hi, span_ns=hi - lo, source="caller's time window")
+    else:
+        window = cap
+    return Selection(device, stream, start_ns, end_ns), window
+
+
+def gpu_activity_sql(include_memops: bool, where: str) -> str:
+    """Kernel (and memcpy/memset) intervals with a kind label; `where` filters each part."""
+    parts = [f"SELECT device_id, stream_id, start_ns, end_ns, 'kernel' AS kind, short_name AS name, pid, tid FROM kernels WHERE {where}"]
+    if include_memops:
+        parts.append(
+            "SELECT device_id, stream_id, start_ns, end_ns, op AS kind, "
+            f"CASE WHEN op = 'set' THEN 'memset' ELSE 'memcpy ' || kind END AS name, pid, tid FROM memops WHERE {where}"
+        )
+    return " UNION ALL ".join(parts)
+
+
+def union_gaps_sql(intervals: str, partition: str) -> str:
+    """Gaps between the merged intervals of `intervals` (columns start_ns, end_ns + partition columns).
+
+    A gap starts where an interval begins after every earlier interval (in the partition) ended;
+    zero-length intervals are skipped so they neither split nor fill gaps.
+    """
+    return f"""
+    SELECT {partition}, prev_end AS gap_start_ns, start_ns AS gap_end_ns, start_ns - prev_end AS gap_ns
+    FROM (
+        SELECT {partition}, start_ns,
+               max(end_ns) OVER (PARTITION BY {partition} ORDER BY start_ns, end_ns
+                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+        FROM ({intervals}) WHERE end_ns > start_ns
+    ) WHERE start_ns > prev_end"""
+
+
+def busy_sql(intervals: str, partition: str) -> str:
+    """Per partition: first start, last end, union (busy) length and summed work of `intervals`."""
+    return f"""
+    WITH iv AS (SELECT * FROM ({intervals}) WHERE end_ns > start_ns),
+         spans AS (SELECT {partition}, min(start_ns) AS first_ns, max(end_ns) AS last_ns,
+                          sum(end_ns - start_ns) AS work_ns, count(*) AS n FROM iv GROUP BY {partition}),
+         gaps AS (SELECT {partition}, sum(gap_ns) AS idle_ns, count(*) AS n_gaps
+                  FROM ({union_gaps_sql('SELECT * FROM iv', partition)}) GROUP BY {partition})
+    SELECT s.*, s.last_ns - s.first_ns - coalesce(g.idle_ns, 0) AS busy_ns, coalesce(g.idle_ns, 0) AS idle_ns,
+           coalesce(g.n_gaps, 0) AS n_gaps
+    FROM spans s LEFT JOIN gaps g USING ({partition})"""

@@ -1,0 +1,86 @@
+"""list_traces: the profiles under a folder, with format, size and a one-line description."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from ..model.detect import FORMAT_NAMES, detect
+from ..model.errors import ProfileError
+
+CANDIDATE_SUFFIXES = (".sqlite", ".db", ".rpd", ".json", ".gz", ".nsys-rep", ".qdrep")
+MAX_SCAN = 5000
+
+
+class TraceEntry(BaseModel):
+    path: str
+    format: str | None = Field(description="nsys | rocpd | rpd | kineto | nsys-rep; null when not a readable profile")
+    size_bytes: int
+    summary: str = Field(description="one line: what the file is, or why it cannot be read")
+
+
+class ListTracesResult(BaseModel):
+    folder: str
+    traces: list[TraceEntry]
+    skipped: int = Field(description="candidate files that are not profiles gpuscope reads")
+    truncated: bool
+    hint: str | None = None
+
+
+def list_traces(path: str, limit: int = 100, recursive: bool = True) -> ListTracesResult:
+    root = Path(path).expanduser().resolve()
+    if not root.exists():
+        raise ProfileError(f"No such folder: {root}. Pass a folder that holds profiles.")
+    files = [root] if root.is_file() else _candidates(root, recursive)
+    entries, skipped = [], 0
+    for f in files:
+        try:
+            found = detect(f)
+            summary = FORMAT_NAMES.get(found.format, "Nsight Systems report (.nsys-rep): needs `nsys export --type sqlite`")
+            if found.format == "nsys-rep":
+                summary = "Nsight Systems report; gpuscope exports it to SQLite with nsys when nsys is installed"
+            entries.append(TraceEntry(path=str(f), format=found.format, size_bytes=f.stat().st_size,
+                                      summary=summary + _peek(f, found.format)))
+        except ProfileError as exc:
+            skipped += 1
+            if root.is_file():
+                entries.append(TraceEntry(path=str(f), format=None, size_bytes=f.stat().st_size, summary=str(exc)))
+    entries.sort(key=lambda e: e.path)
+    limit = max(1, min(int(limit), 500))
+    truncated = len(entries) > limit
+    return ListTracesResult(folder=str(root), traces=entries[:limit], skipped=skipped, truncated=truncated,
+                            hint=f"{len(entries)} profiles found; raise limit or list a sub-folder" if truncated else None)
+
+
+def _candidates(root: Path, recursive: bool) -> list[Path]:
+    out: list[Path] = []
+    walker = os.walk(root) if recursive else [(str(root), [], os.listdir(root))]
+    for folder, dirs, names in walker:
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "__pycache__", ".venv")]
+        for n in names:
+            if n.endswith(CANDIDATE_SUFFIXES) and not n.endswith((".tar.gz",)):
+                out.append(Path(folder) / n)
+                if len(out) >= MAX_SCAN:
+                    return out
+    return out
+
+
+def _peek(path: Path, fmt: str) -> str:
+    """A cheap content hint without loading the profile (counts come from trace_info)."""
+    if fmt in ("nsys", "rocpd", "rpd"):
+        import sqlite3
+
+        tables = {"nsys": ("CUPTI_ACTIVITY_KIND_KERNEL", "kernels"), "rocpd": ("rocpd_kernel_dispatch", "kernel dispatches"),
+                  "rpd": ("rocpd_op", "GPU ops")}[fmt]
+        try:
+            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                n = con.execute(f"SELECT count(*) FROM {tables[0]}").fetchone()[0]
+            finally:
+                con.close()
+            return f", {n} {tables[1]}"
+        except Exception:
+            return f", no {tables[1]} table"
+    return ""

@@ -1,0 +1,129 @@
+"""trace_info: the agent's entry point — what the profile is, what it holds, what can be asked of it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from ..model.trace import Trace
+from .common import Window, busy_sql, capture_window, gpu_activity_sql, pct
+
+
+class DeviceInfo(BaseModel):
+    device_id: int
+    name: str | None
+    vendor: str | None
+    is_compute: bool | None = Field(description="false for display adapters the profiler listed but that cannot run CUDA/HIP work")
+    sm_count: int | None = Field(description="SMs (NVIDIA) or CUs (AMD)")
+    memory_gib: float | None = Field(description="device memory, GiB (2^30 bytes)")
+    memory_bandwidth_gb_per_s: float | None = Field(description="peak DRAM bandwidth stated by the profile, GB/s (10^9 B/s)")
+    compute_capability: str | None
+    kernels: int
+    memops: int = Field(description="memory copies + sets on this device")
+    gpu_first_ns: int | None = Field(description="start of the first kernel/copy/set, ns")
+    gpu_last_ns: int | None = Field(description="end of the last kernel/copy/set, ns")
+    busy_ns: int | None = Field(description="union of kernel/copy/set intervals, ns")
+    busy_pct_of_gpu_span: float | None = Field(description="busy_ns / (gpu_last_ns - gpu_first_ns), %")
+
+
+class ProcessInfo(BaseModel):
+    pid: int
+    name: str | None
+    rank: int | None
+    kernels: int
+
+
+class Capability(BaseModel):
+    tool: str
+    available: bool
+    reason: str | None = Field(None, description="why not, when unavailable")
+
+
+class TraceInfoResult(BaseModel):
+    trace: str
+    format: str = Field(description="format key: nsys | rocpd | rpd | kineto")
+    format_name: str
+    format_version: str | None
+    product_version: str | None
+    file_bytes: int
+    open_seconds: float = Field(description="time spent reading the profile into the trace model, s")
+    capture: Window = Field(description="capture span (all events, host and GPU)")
+    gpu_activity: Window | None = Field(description="first to last GPU operation over all devices; null without GPU work")
+    devices: list[DeviceInfo]
+    processes: list[ProcessInfo] = Field(description="processes with GPU work or GPU API calls")
+    other_processes: int = Field(description="processes the profile lists without any GPU activity (e.g. system processes)")
+    counts: dict[str, int] = Field(description="rows per trace-model table")
+    unlinked_gpu_ops: int = Field(description="kernels/copies/sets whose launching API call is not in the profile")
+    unlinked_gpu_time_ns: int = Field(description="summed duration of those ops, ns")
+    capabilities: list[Capability]
+    absent: list[str] = Field(description="data the profile does not contain, with the reason")
+    warnings: list[str]
+    meta: dict[str, str] = Field(description="other facts the reader recorded")
+
+
+_SHOWN_META = {"format", "format_version", "product_version", "capture_start_ns", "capture_end_ns", "capture_span_source", "absent"}
+
+
+def trace_info(trace: Trace) -> TraceInfoResult:
+    counts = {t: trace.count(t) for t in ("kernels", "memops", "api_calls", "markers", "cpu_ops", "devices", "processes", "threads")}
+    counts["memcpy"] = int(trace.scalar("SELECT count(*) FROM memops WHERE op = 'copy'"))
+    counts["memset"] = counts["memops"] - counts["memcpy"]
+    busy = {r["device_id"]: r for r in trace.sql_dicts(busy_sql(gpu_activity_sql(True, "TRUE"), "device_id"))}
+    per_dev = {r[0]: r[1:] for r in trace.sql(
+        "SELECT device_id, sum(k), sum(m) FROM (SELECT device_id, count(*) k, 0 m FROM kernels GROUP BY 1 "
+        "UNION ALL SELECT device_id, 0, count(*) FROM memops GROUP BY 1) GROUP BY 1")}
+    devices = []
+    listed = trace.sql_dicts("SELECT * FROM devices ORDER BY device_id")
+    seen = {d["device_id"] for d in listed}
+    listed += [{"device_id": d, "is_compute": True} for d in sorted(set(per_dev) - seen)]
+    for d in listed:
+        b = busy.get(d["device_id"], {})
+        span = (b["last_ns"] - b["first_ns"]) if b else None
+        k, m = per_dev.get(d["device_id"], (0, 0))
+        devices.append(DeviceInfo(
+            device_id=d["device_id"], name=d.get("name"), vendor=d.get("vendor"), is_compute=d.get("is_compute"),
+            sm_count=d.get("sm_count"),
+            memory_gib=round(d["memory_bytes"] / 2**30, 2) if d.get("memory_bytes") else None,
+            memory_bandwidth_gb_per_s=round(d["memory_bandwidth_bytes_per_s"] / 1e9, 1) if d.get("memory_bandwidth_bytes_per_s") else None,
+            compute_capability=d.get("compute_capability"), kernels=int(k), memops=int(m),
+            gpu_first_ns=b.get("first_ns"), gpu_last_ns=b.get("last_ns"), busy_ns=b.get("busy_ns"),
+            busy_pct_of_gpu_span=pct(b.get("busy_ns"), span),
+        ))
+    # Nsight lists every OS process of the machine; only those that touched the GPU are of interest.
+    processes = [ProcessInfo(pid=p, name=n, rank=r, kernels=int(k)) for p, n, r, k in trace.sql(
+        """SELECT p.pid, any_value(p.name), any_value(p.rank), coalesce(any_value(k.n), 0)
+           FROM processes p LEFT JOIN (SELECT pid, count(*) n FROM kernels GROUP BY pid) k USING (pid)
+           WHERE p.pid IN (SELECT pid FROM kernels UNION SELECT pid FROM memops UNION SELECT pid FROM api_calls)
+           GROUP BY p.pid ORDER BY p.pid""")]
+    other_processes = counts["processes"] - len(processes)
+    unlinked = trace.sql(
+        "SELECT count(*), coalesce(sum(dur_ns), 0)::BIGINT FROM (SELECT dur_ns FROM kernels WHERE NOT launched "
+        "UNION ALL SELECT dur_ns FROM memops WHERE NOT launched)")[0]
+    gpu = None
+    if busy:
+        lo, hi = min(b["first_ns"] for b in busy.values()), max(b["last_ns"] for b in busy.values())
+        gpu = Window(start_ns=lo, end_ns=hi, span_ns=hi - lo, source="first to last GPU operation, all devices")
+    absent = [v for (v,) in trace.sql("SELECT value FROM trace_meta WHERE key = 'absent' ORDER BY value")]
+    warnings = list(trace.warnings)
+    return TraceInfoResult(
+        trace=str(trace.path), format=trace.format, format_name=trace.format_name,
+        format_version=trace.meta.get("format_version") or None, product_version=trace.meta.get("product_version") or None,
+        file_bytes=trace.path.stat().st_size, open_seconds=round(trace.open_seconds, 3),
+        capture=capture_window(trace), gpu_activity=gpu, devices=devices, processes=processes, other_processes=other_processes, counts=counts,
+        unlinked_gpu_ops=int(unlinked[0]), unlinked_gpu_time_ns=int(unlinked[1]),
+        capabilities=capabilities(trace, counts), absent=absent, warnings=warnings,
+        meta={k: v for k, v in trace.meta.items() if k not in _SHOWN_META},
+    )
+
+
+def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
+    """Which tools give answers on this profile, and why not where they cannot."""
+    def cap(tool: str, ok: bool, why: str) -> Capability:
+        return Capability(tool=tool, available=ok, reason=None if ok else why)
+
+    gpu = counts["kernels"] + counts["memops"]
+    return [
+        cap("top_kernels", counts["kernels"] > 0, "the profile contains no kernels"),
+        cap("gap_histogram", gpu > 0, "the profile contains no GPU activity"),
+        cap("gap_histogram.host_calls", counts["api_calls"] > 0, "no host API calls recorded, so gaps cannot be tied to host activity"),
+        cap("sql_query", True, ""),
+    ]

@@ -1,0 +1,72 @@
+"""Opened profiles stay open: keyed by path, size and mtime, bounded by count and memory."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+from .errors import ProfileError
+from .trace import Progress, Trace, _no_progress, load_trace
+
+MAX_TRACES = int(os.environ.get("GPUSCOPE_CACHE_TRACES", "4"))
+MAX_BYTES = int(float(os.environ.get("GPUSCOPE_CACHE_MB", "4096")) * 1e6)
+
+_cache: "OrderedDict[tuple, Trace]" = OrderedDict()
+_loading: dict[tuple, threading.Lock] = {}
+_guard = threading.Lock()
+
+
+def _key(path: Path) -> tuple:
+    st = path.stat()
+    return (str(path), st.st_size, st.st_mtime_ns)
+
+
+def _memory_bytes(trace: Trace) -> int:
+    try:
+        return int(trace.scalar("SELECT sum(memory_usage_bytes) FROM duckdb_memory()") or 0)
+    except Exception:
+        return 0
+
+
+def open_trace(path: str | Path, progress: Progress = _no_progress) -> Trace:
+    """The trace model of `path`, loaded once and reused while the file is unchanged."""
+    if not str(path).strip():
+        raise ProfileError("No profile path given. Pass the path of a .sqlite, .db/.rpd or .json(.gz) profile.")
+    resolved = Path(path).expanduser().resolve()
+    if not resolved.exists():
+        raise ProfileError(f"No such file: {resolved}. Check the path; list_traces(folder) shows the profiles in a folder.")
+    key = _key(resolved)
+    with _guard:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+        lock = _loading.setdefault(key, threading.Lock())
+    with lock:  # two concurrent first calls load the file once
+        with _guard:
+            hit = _cache.get(key)
+            if hit is not None:
+                return hit
+        trace = load_trace(resolved, progress)
+        with _guard:
+            for stale in [k for k in _cache if k[0] == key[0]]:
+                _cache.pop(stale).close()
+            _cache[key] = trace
+            _loading.pop(key, None)
+            _evict()
+    return trace
+
+
+def _evict() -> None:
+    while len(_cache) > MAX_TRACES:
+        _cache.popitem(last=False)[1].close()
+    while len(_cache) > 1 and sum(_memory_bytes(t) for t in _cache.values()) > MAX_BYTES:
+        _cache.popitem(last=False)[1].close()
+
+
+def clear() -> None:
+    with _guard:
+        while _cache:
+            _cache.popitem()[1].close()
