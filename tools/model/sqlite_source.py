@@ -138,9 +138,13 @@ class SqliteSource:
             cols = [d[0] for d in cur.description]
             df = pd.DataFrame.from_records(cur.fetchall(), columns=cols)
             df = df.apply(_normalise_column)
+            # Declared SQLite types decide the DuckDB types, so empty or all-NULL columns keep them.
+            declared = {r[1]: r[2] for r in self.sqlite.execute(f'PRAGMA table_info("{table}")').fetchall()}
+            select = ", ".join(f'TRY_CAST("{c}" AS {t}) AS "{c}"' if (t := _duck_type(declared.get(c, ""))) else f'"{c}"'
+                               for c in cols)
             name = f"_df_{abs(hash(table))}"
             self.con.register(name, df)
-            self.con.execute(f"CREATE TEMP TABLE {target} AS SELECT * FROM {name}")
+            self.con.execute(f"CREATE TEMP TABLE {target} AS SELECT {select or '*'} FROM {name}")
             self.con.unregister(name)
             self._copied.add(table)
         return target
@@ -161,6 +165,22 @@ def _normalise_column(series: pd.Series) -> pd.Series:
     if kinds and kinds <= {bytes}:
         return series
     return series.map(lambda v: None if v is None else (v if isinstance(v, str) else str(v)))
+
+
+def _duck_type(declared: str) -> str | None:
+    """SQLite type affinity rules, mapped onto DuckDB types (None: untyped, keep what the cells hold)."""
+    d = declared.upper()
+    if not d:
+        return None
+    if "INT" in d:
+        return "BIGINT"
+    if any(k in d for k in ("REAL", "FLOA", "DOUB")):
+        return "DOUBLE"
+    if any(k in d for k in ("CHAR", "CLOB", "TEXT", "JSON")):
+        return "VARCHAR"
+    if "BLOB" in d:
+        return "BLOB"
+    return "VARCHAR"
 
 
 def _sql_str(value: str) -> str:

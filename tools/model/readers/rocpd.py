@@ -1,0 +1,458 @@
+"""rocprofv3 rocpd databases (rocprofiler-sdk, schema 3.0.x) → the trace model.
+
+Layout (profile-schemas.md §2): every physical table carries a per-process UUID suffix
+(`rocpd_kernel_dispatch_0191e7b2_…`); unsuffixed views forward to it. We scan the physical tables
+(DuckDB's SQLite scanner cannot parse rocpd's views, and views are slower) and fall back to the
+views when a file has none. Merged files hold several suffixes: their tables are stacked, and
+every join also matches `guid`, as rocpd's own views do, because ids restart per process.
+
+Semantics:
+  * devices.device_id = the agent's `type_index`, i.e. the GPU ordinal (0..n-1 among GPU agents,
+    what HIP_VISIBLE_DEVICES-style numbering and rocprofv3's own output call the device). Each
+    rank's file lists every agent of the node, so devices are all GPU agents and each activity row
+    takes the agent it names (never "the first GPU");
+  * host↔device link: the dispatch's/copy's rocpd_event.stack_id equals the stack_id of the
+    launching API region's event (rocpd_event.correlation_id is the external id, usually 0);
+    correlation_id = that stack id, launched = the region is in the file, tid = the region's thread;
+  * kernel grid: rocpd stores work-items, the model wants workgroups → ceil(grid / workgroup);
+    dispatch group_segment_size is static + dynamic LDS, the kernel symbol's is static;
+  * API calls and markers are chosen by an allow-list of event categories (never a deny-list:
+    RCCL/OMPT/rocDecode regions are not user markers).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from ..detect import Detected
+from ..errors import ProfileError
+from ..sqlite_source import SqliteSource
+from ..trace import MODEL_TABLES
+
+log = logging.getLogger(__name__)
+
+_UUID = r"_[0-9a-fA-F]{8}_[0-9a-fA-F]{4}_[0-9a-fA-F]{4}_[0-9a-fA-F]{4}_[0-9a-fA-F]{12}"
+_SUFFIXED = re.compile(r"(rocpd_[a-z_]+?)" + _UUID)
+_REQUIRED = ("rocpd_string", "rocpd_event", "rocpd_info_agent", "rocpd_info_kernel_symbol", "rocpd_kernel_dispatch")
+
+# Event category → API family. rocprofv3 buffer-kind names plus rocprof-sys names (§2.3).
+API_CATEGORIES = {
+    "HIP_RUNTIME_API": "hip", "HIP_RUNTIME_API_EXT": "hip", "HIP_COMPILER_API": "hip", "HIP_COMPILER_API_EXT": "hip",
+    "HSA_CORE_API": "hsa", "HSA_AMD_EXT_API": "hsa", "HSA_IMAGE_EXT_API": "hsa", "HSA_FINALIZE_EXT_API": "hsa",
+    "RCCL_API": "rccl", "rocm_hip_api": "hip", "rocm_hsa_api": "hsa",
+}
+# Ranges: push/pop or start/stop pairs that rocprofv3 already joined into one region.
+RANGE_CATEGORIES = ("MARKER_CORE_RANGE_API", "rocm_marker_api")
+# Single calls: only roctxMark* calls are annotations; the raw push/pop calls reappear as ranges.
+MARK_CATEGORIES = ("MARKER_CORE_API",)
+
+COPY_KINDS = {
+    "MEMORY_COPY_HOST_TO_DEVICE": "HtoD", "MEMORY_COPY_DEVICE_TO_HOST": "DtoH",
+    "MEMORY_COPY_DEVICE_TO_DEVICE": "DtoD", "MEMORY_COPY_HOST_TO_HOST": "HtoH",
+}
+
+
+def short_name_sql(col: str) -> str:
+    """Base kernel name like Nsight's shortName: no return type, namespaces, template args or params.
+
+    '(anonymous namespace)' is the one parenthesis allowed before the parameter list, so it is
+    neutralised first; then the name is cut at the first '<' or '(', and the last word and last
+    '::' component are kept. Truncated symbol names end in '.kd', which is not part of the name.
+    """
+    cut = f"trim(regexp_extract(replace({col}, '(anonymous namespace)', 'anonymous_namespace'), '^[^<(]*'))"
+    base = f"regexp_replace(regexp_extract(regexp_extract({cut}, '[^ ]*$'), '[^:]*$'), '\\.kd$', '')"
+    return f"COALESCE(NULLIF({base}, ''), {col})"
+
+
+class _Tables:
+    """Logical rocpd table name → DuckDB relation, over however many UUID suffixes the file has."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, src: SqliteSource, lenient: bool = False):
+        self.con, self.src, self.lenient = con, src, lenient
+        self.physical: dict[str, list[str]] = {}
+        for name, typ in sorted(src.objects.items()):
+            m = _SUFFIXED.fullmatch(name)
+            if m and typ == "table":
+                self.physical.setdefault(m.group(1), []).append(name)
+        self._rel: dict[tuple[str, bool], str | None] = {}
+        self.views: list[str] = []
+
+    def has(self, logical: str) -> bool:
+        return logical in self.physical or self.src.has(logical)
+
+    def sqlite_names(self, logical: str) -> list[str]:
+        return self.physical.get(logical) or ([logical] if self.src.has(logical) else [])
+
+    def columns(self, logical: str) -> list[str]:
+        names = self.sqlite_names(logical)
+        return self.src.columns(names[0]) if names else []
+
+    def rel(self, logical: str, text: bool = False) -> str | None:
+        """text=True: lenient sqlite3 copy (small tables with free text); False: native scan."""
+        text = text or self.lenient
+        key = (logical, text)
+        if key not in self._rel:
+            names = self.sqlite_names(logical)
+            if not names:
+                self._rel[key] = None
+            elif len(names) == 1 and not text and self.src.objects[names[0]] == "table":
+                self._rel[key] = self.src.relation(names[0])
+            else:
+                parts = " UNION ALL BY NAME ".join(self._select(n, text) for n in names)
+                name = f"_rocpd_{logical}_{int(text)}"
+                self.con.execute(f"CREATE TEMP VIEW {name} AS {parts}")
+                self.views.append(name)
+                self._rel[key] = name
+        return self._rel[key]
+
+    def _select(self, name: str, text: bool) -> str:
+        """A SELECT over one SQLite object; lenient copies get their declared types back, since a
+        copy infers types from the values (an empty or all-NULL column would come out as INTEGER)."""
+        if not text and self.src.objects[name] == "table":
+            return f"SELECT * FROM {self.src.relation(name)}"
+        rel = self.src.relation(name, text=True)
+        cols = []
+        for _, col, decl, *_ in self.src.query(f'PRAGMA table_info("{name}")'):
+            decl = (decl or "").upper()
+            typ = "BIGINT" if "INT" in decl else "DOUBLE" if any(t in decl for t in ("REAL", "FLOA", "DOUB")) else (
+                "VARCHAR" if any(t in decl for t in ("CHAR", "CLOB", "TEXT", "JSON")) else None)
+            q = '"' + col.replace('"', '""') + '"'
+            cols.append(f"TRY_CAST({q} AS {typ}) AS {q}" if typ else q)
+        return f"SELECT {', '.join(cols)} FROM {rel}"
+
+
+def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected: Detected) -> None:
+    sidecars = [s for s in ("-wal", "-journal") if path.with_name(path.name + s).exists()]
+    src = SqliteSource(con, path)
+    tb = _Tables(con, src)
+    try:
+        try:
+            _load(con, path, progress, tb, sidecars)
+        except duckdb.Error as exc:
+            if not src.attached:
+                raise
+            # The native scanner rejects cells that do not match the declared column type (and
+            # invalid UTF-8); start over on lenient sqlite3 copies, slower but tolerant.
+            log.info("native scan of %s failed (%s); reading through sqlite3", path, exc)
+            _cleanup(con, tb)
+            for t in MODEL_TABLES:
+                con.execute(f"DELETE FROM {t}")
+            tb = _Tables(con, src, lenient=True)
+            _load(con, path, progress, tb, sidecars)
+    finally:
+        _cleanup(con, tb)
+        src.close()
+
+
+def _cleanup(con, tb: _Tables) -> None:
+    for t in ("_catmap", "_str", "_ev", "_api", "_link", "_sym", "_copy", "_agent", "_proc", "_thr", "_msg", "_samp"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+    for v in tb.views:
+        con.execute(f"DROP VIEW IF EXISTS {v}")
+    tb.views.clear()
+
+
+def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
+    src = tb.src
+    version = _schema_version(src, tb, path)
+    missing = [t for t in _REQUIRED if not tb.has(t)]
+    if missing:
+        raise ProfileError(
+            f"{path} is an incomplete rocpd database: it lacks {', '.join(missing)}. It may be hand-made or "
+            "from an interrupted run; re-run rocprofv3 with `--output-format rocpd` and let it finish."
+        )
+    if "track_id" in tb.columns("rocpd_kernel_dispatch") or version.split(".")[0] == "4":
+        raise ProfileError(
+            f"{path} is a rocpd schema {version or '4.x'} database (track-based layout), which gpuscope does not "
+            "support yet. Profile with a ROCm release whose rocprofv3 writes rocpd schema 3.x, or export this "
+            "one to CSV/Perfetto with the `rocpd` tool."
+        )
+    meta = [("format", "rocpd"), ("format_version", version), ("product_version", "")]
+    warnings: list[str] = []
+    absent: list[str] = ["cpu_ops: only PyTorch traces have CPU operators",
+                         "memsets: rocpd has no memory-set records",
+                         "memory_bandwidth: rocpd agents state no peak DRAM bandwidth"]
+    if sidecars:
+        warnings.append(
+            f"A {' and '.join(sidecars)} file lies next to {path.name}: rocprofv3 was probably killed before it "
+            "finished writing (e.g. a job time limit), so dispatch and copy tables may be incomplete."
+        )
+    rel = tb.rel
+    string, event, agent = rel("rocpd_string", True), rel("rocpd_event"), rel("rocpd_info_agent", True)
+    con.execute(
+        "CREATE TEMP TABLE _catmap AS SELECT * FROM (VALUES "
+        + ", ".join(f"('{c}', '{a}', NULL)" for c, a in API_CATEGORIES.items()) + ", "
+        + ", ".join(f"('{c}', NULL, 'range')" for c in RANGE_CATEGORIES) + ", "
+        + ", ".join(f"('{c}', NULL, 'mark')" for c in MARK_CATEGORIES)
+        + ") t(category, api, marker)"
+    )
+    con.execute(f"CREATE TEMP TABLE _str AS SELECT guid, id, string FROM {string}")
+    con.execute(
+        f"""CREATE TEMP TABLE _ev AS
+            SELECT e.guid, e.id, e.stack_id, s.string AS category
+            FROM {event} e LEFT JOIN _str s ON s.id = e.category_id AND s.guid = e.guid"""
+    )
+    progress(0.2, "rocpd: devices, processes, threads")
+    _ids(con, tb)
+    _devices(con, agent)
+
+    progress(0.3, "rocpd: API calls")
+    region = rel("rocpd_region")
+    if region:
+        con.execute(
+            f"""CREATE TEMP TABLE _api AS
+                SELECT r.guid, r.pid AS rpid, COALESCE(p.pid, r.pid) AS pid, COALESCE(t.tid, r.tid) AS tid,
+                       r.start, r."end", COALESCE(n.string, 'rocpd_string#' || r.name_id) AS name, m.api, e.stack_id
+                FROM {region} r
+                JOIN _ev e ON e.id = r.event_id AND e.guid = r.guid
+                JOIN _catmap m ON m.category = e.category AND m.api IS NOT NULL
+                LEFT JOIN _str n ON n.id = r.name_id AND n.guid = r.guid
+                LEFT JOIN _proc p ON p.id = r.pid AND p.guid = r.guid
+                LEFT JOIN _thr t ON t.id = r.tid AND t.guid = r.guid"""
+        )
+        con.execute(
+            """INSERT INTO api_calls SELECT pid, tid, start, "end", "end" - start, name, api, stack_id, NULL
+               FROM _api ORDER BY start"""
+        )
+    else:
+        con.execute("CREATE TEMP TABLE _api (guid VARCHAR, rpid BIGINT, tid BIGINT, start BIGINT, stack_id BIGINT)")
+    # One launcher per (process, stack id); arg_min keeps the join 1:1 even for odd files.
+    con.execute(
+        """CREATE TEMP TABLE _link AS SELECT guid, rpid, stack_id, arg_min(tid, start) AS tid
+           FROM _api WHERE stack_id IS NOT NULL GROUP BY ALL"""
+    )
+
+    progress(0.45, "rocpd: kernel dispatches")
+    sym = rel("rocpd_info_kernel_symbol", True)
+    disp = rel("rocpd_kernel_dispatch")
+    dcols = tb.columns("rocpd_kernel_dispatch")
+    graph = "k.graph_exec_id" if "graph_exec_id" in dcols else "NULL"
+    if "graph_exec_id" not in dcols:
+        absent.append("graph_id: rocpd schemas before 3.0.2 record no graph ids")
+    con.execute(
+        f"""CREATE TEMP TABLE _sym AS
+            SELECT guid, id, name, {short_name_sql('name')} AS short_name, arch_vgpr_count, group_segment_size
+            FROM (SELECT *, COALESCE(NULLIF(display_name, ''), NULLIF(kernel_name, ''), 'kernel symbol ' || id) AS name
+                  FROM {sym})"""
+    )
+
+    def wg(axis: str) -> str:
+        return f"CASE WHEN k.workgroup_size_{axis} > 0 THEN (k.grid_size_{axis} + k.workgroup_size_{axis} - 1) // k.workgroup_size_{axis} END"
+
+    con.execute(
+        f"""INSERT INTO kernels
+            SELECT a.ordinal, k.stream_id, k.start, k."end", k."end" - k.start,
+                   COALESCE(s.name, 'kernel symbol ' || k.kernel_id), COALESCE(s.short_name, 'kernel symbol ' || k.kernel_id),
+                   {wg('x')}, {wg('y')}, {wg('z')}, k.workgroup_size_x, k.workgroup_size_y, k.workgroup_size_z,
+                   s.arch_vgpr_count, s.group_segment_size,
+                   CASE WHEN k.group_segment_size >= s.group_segment_size THEN k.group_segment_size - s.group_segment_size END,
+                   e.stack_id, {graph}, COALESCE(p.pid, k.pid), l.tid, l.rpid IS NOT NULL
+            FROM {disp} k
+            JOIN _agent a ON a.id = k.agent_id AND a.guid = k.guid AND a.type = 'GPU'
+            LEFT JOIN _sym s ON s.id = k.kernel_id AND s.guid = k.guid
+            LEFT JOIN _ev e ON e.id = k.event_id AND e.guid = k.guid
+            LEFT JOIN _link l ON l.guid = k.guid AND l.rpid = k.pid AND l.stack_id = e.stack_id
+            LEFT JOIN _proc p ON p.id = k.pid AND p.guid = k.guid
+            ORDER BY k.start"""
+    )
+    n_raw = con.execute(f"SELECT count(*) FROM {disp}").fetchone()[0]
+    n_k, n_unlinked = con.execute("SELECT count(*), count(*) FILTER (WHERE NOT launched) FROM kernels").fetchone()
+    if n_raw > n_k:
+        warnings.append(f"{n_raw - n_k} of {n_raw} kernel dispatches name no GPU agent in rocpd_info_agent and were left out.")
+    if n_unlinked:
+        hint = ("the database has no HIP API regions; run rocprofv3 with --hip-trace or --sys-trace to record launches"
+                if not con.execute("SELECT count(*) FROM api_calls WHERE api = 'hip'").fetchone()[0]
+                else "their launching HIP call is not in the profile")
+        warnings.append(f"{n_unlinked} of {n_k} kernel dispatches are not linked to a launching API call: {hint}.")
+    if not n_k:
+        absent.append("kernels: no kernel dispatches recorded (rocprofv3 --kernel-trace or --sys-trace records them)")
+
+    progress(0.65, "rocpd: memory copies")
+    copy = rel("rocpd_memory_copy")
+    if copy:
+        kinds = " ".join(f"WHEN '{n}' THEN '{k}'" for n, k in COPY_KINDS.items())
+        con.execute(
+            f"""CREATE TEMP TABLE _copy AS
+                SELECT c.stream_id, c.start, c."end", c.size, CASE n.string {kinds} ELSE 'Unknown' END AS kind,
+                       CASE WHEN sa.type = 'GPU' THEN sa.ordinal END AS src_gpu,
+                       CASE WHEN da.type = 'GPU' THEN da.ordinal END AS dst_gpu,
+                       e.stack_id, l.tid AS launch_tid, l.rpid IS NOT NULL AS launched, COALESCE(p.pid, c.pid) AS os_pid
+                FROM {copy} c
+                LEFT JOIN _str n ON n.id = c.name_id AND n.guid = c.guid
+                LEFT JOIN _agent sa ON sa.id = c.src_agent_id AND sa.guid = c.guid
+                LEFT JOIN _agent da ON da.id = c.dst_agent_id AND da.guid = c.guid
+                LEFT JOIN _ev e ON e.id = c.event_id AND e.guid = c.guid
+                LEFT JOIN _link l ON l.guid = c.guid AND l.rpid = c.pid AND l.stack_id = e.stack_id
+                LEFT JOIN _proc p ON p.id = c.pid AND p.guid = c.guid"""
+        )
+        # The GPU side is the device whose engine did the copy: destination for HtoD, source otherwise.
+        con.execute(
+            """INSERT INTO memops
+               SELECT device_id, stream_id, start, "end", "end" - start, 'copy', kind, size,
+                      CASE WHEN src_gpu IS NOT NULL THEN 'Device' END, CASE WHEN dst_gpu IS NOT NULL THEN 'Device' END,
+                      CASE WHEN kind = 'DtoD' THEN src_gpu END, CASE WHEN kind = 'DtoD' THEN dst_gpu END,
+                      stack_id, os_pid, launch_tid, launched
+               FROM (SELECT *, CASE WHEN kind = 'HtoD' THEN COALESCE(dst_gpu, src_gpu) ELSE COALESCE(src_gpu, dst_gpu) END AS device_id
+                     FROM _copy)
+               WHERE device_id IS NOT NULL ORDER BY start"""
+        )
+        n_raw = con.execute("SELECT count(*) FROM _copy").fetchone()[0]
+        n_m = con.execute("SELECT count(*) FROM memops").fetchone()[0]
+        if n_raw > n_m:
+            warnings.append(f"{n_raw - n_m} of {n_raw} memory copies involve no GPU agent (host-to-host) and were left out of memops.")
+    if not con.execute("SELECT count(*) FROM memops").fetchone()[0]:
+        absent.append("memops: no memory copies recorded (rocprofv3 --memory-copy-trace or --sys-trace records them)")
+
+    progress(0.8, "rocpd: markers")
+    n_api_samples = _markers(con, tb, region)
+    if n_api_samples:
+        warnings.append(f"{n_api_samples} zero-length API calls are stored as rocpd samples without a call name and are not listed.")
+    if not con.execute("SELECT count(*) FROM api_calls").fetchone()[0]:
+        absent.append("api_calls: no HIP/HSA API calls recorded (rocprofv3 --hip-trace or --sys-trace records them)")
+    if not con.execute("SELECT count(*) FROM markers").fetchone()[0]:
+        absent.append("markers: no rocTX markers recorded (rocprofv3 --marker-trace records them)")
+
+    meta += _capture_span(con)
+    rows = meta + [("warning", w) for w in warnings] + [("absent", a) for a in absent]
+    con.executemany("INSERT INTO trace_meta VALUES (?, ?)", rows)
+    progress(0.95, "rocpd: done")
+
+
+def _schema_version(src: SqliteSource, tb: _Tables, path: Path) -> str:
+    names = tb.sqlite_names("rocpd_metadata")
+    if not names:
+        raise ProfileError(
+            f"{path} has rocpd tables but no rocpd_metadata: it is not a complete rocprofv3 database (hand-made or "
+            "interrupted). Re-run rocprofv3 with `--output-format rocpd`."
+        )
+    versions = {str(v) for n in names for (v,) in src.query(f'SELECT value FROM "{n}" WHERE tag = \'schema_version\'')}
+    if len(versions) > 1:
+        raise ProfileError(f"{path} merges rocpd databases of different schema versions ({', '.join(sorted(versions))}); "
+                           "analyse each process's database separately.")
+    return versions.pop() if versions else ""
+
+
+def _ids(con, tb: _Tables) -> None:
+    """Process/thread/agent id maps and the processes/threads model rows.
+
+    rocprofv3 makes rocpd_info_process.id the OS pid and rocpd_info_thread.id the OS tid, but the
+    columns are distinct; map through them so files from other writers still give OS ids.
+    """
+    proc, thr, node = tb.rel("rocpd_info_process", True), tb.rel("rocpd_info_thread", True), tb.rel("rocpd_info_node", True)
+    if proc:
+        con.execute(f'CREATE TEMP TABLE _proc AS SELECT guid, id, pid, nid, command, init, fini, start, "end" FROM {proc}')
+    else:
+        con.execute(
+            'CREATE TEMP TABLE _proc (guid VARCHAR, id BIGINT, pid BIGINT, nid BIGINT, command VARCHAR, '
+            'init BIGINT, fini BIGINT, start BIGINT, "end" BIGINT)'
+        )
+    if thr:
+        con.execute(
+            f"""CREATE TEMP TABLE _thr AS SELECT t.guid, t.id, t.tid, COALESCE(p.pid, t.pid) AS pid, t.name
+                FROM {thr} t LEFT JOIN _proc p ON p.id = t.pid AND p.guid = t.guid"""
+        )
+    else:
+        con.execute("CREATE TEMP TABLE _thr (guid VARCHAR, id BIGINT, tid BIGINT, pid BIGINT, name VARCHAR)")
+    host = f"(SELECT n.hostname FROM {node} n WHERE n.id = p.nid AND n.guid = p.guid LIMIT 1)" if node else "NULL"
+    con.execute(f"INSERT INTO processes SELECT DISTINCT ON (pid) pid, command, NULL, {host} FROM _proc p ORDER BY pid")
+    con.execute("INSERT INTO threads SELECT DISTINCT ON (pid, tid) pid, tid, name FROM _thr ORDER BY pid, tid")
+
+
+def _devices(con, agent: str) -> None:
+    def ext(key: str, typ: str = "BIGINT") -> str:
+        return f"TRY_CAST(CASE WHEN json_valid(extdata) THEN json_extract_string(extdata, '$.{key}') END AS {typ})"
+
+    con.execute(
+        f"""CREATE TEMP TABLE _agent AS
+            SELECT guid, id, type, COALESCE(type_index, logical_index, absolute_index) AS ordinal,
+                   COALESCE(NULLIF(product_name, ''), {ext('product_name', 'VARCHAR')}, NULLIF(user_name, ''), name) AS product,
+                   COALESCE(NULLIF(name, ''), {ext('name', 'VARCHAR')}) AS gfx,
+                   {ext('cu_count')} AS cu_count, {ext('local_mem_size')} AS mem, {ext('max_engine_clk_fcompute')} AS mhz,
+                   {ext('wave_front_size')} AS wave
+            FROM {agent}"""
+    )
+    con.execute(
+        """INSERT INTO devices
+           SELECT DISTINCT ON (ordinal) ordinal, product, 'AMD', true, cu_count, mem, NULL, mhz * 1000000, gfx, wave, NULL
+           FROM _agent WHERE type = 'GPU' ORDER BY ordinal"""
+    )
+
+
+def _markers(con, tb: _Tables, region: str | None) -> int:
+    """Insert rocTX ranges and marks; return how many API samples were skipped."""
+    cats = [*RANGE_CATEGORIES, *MARK_CATEGORIES]
+    # Marker text lives in rocpd_event.extdata, free text that may hold any bytes: read only the
+    # marker events, through sqlite3's lenient decoding, rather than scanning every event's JSON.
+    ids = con.execute(f"SELECT DISTINCT id FROM _str WHERE string IN ({', '.join('?' * len(cats))})", cats).fetchall()
+    frames = []
+    if ids:
+        id_list = ", ".join(str(i) for (i,) in ids)
+        for name in tb.sqlite_names("rocpd_event"):
+            cur = tb.src.sqlite.execute(f'SELECT guid, id, extdata FROM "{name}" WHERE category_id IN ({id_list})')
+            frames.append(pd.DataFrame.from_records(cur.fetchall(), columns=["guid", "id", "extdata"]))
+    msgs = pd.concat(frames) if frames else pd.DataFrame({"guid": [], "id": [], "extdata": []})
+    msgs = msgs.astype({"guid": "string", "id": "Int64", "extdata": "string"})
+    con.register("_msg_df", msgs)
+    con.execute(
+        """CREATE TEMP TABLE _msg AS SELECT guid, id,
+           CASE WHEN json_valid(extdata) THEN json_extract_string(extdata, '$.message') END AS message FROM _msg_df"""
+    )
+    con.unregister("_msg_df")
+    if region:
+        con.execute(
+            f"""INSERT INTO markers
+                SELECT pid, tid, start, CASE WHEN kind = 'mark' THEN start ELSE "end" END,
+                       CASE WHEN kind = 'mark' THEN 0 ELSE "end" - start END, name, '', kind, 'roctx', NULL, NULL
+                FROM (SELECT COALESCE(p.pid, r.pid) AS pid, COALESCE(t.tid, r.tid) AS tid, r.start, r."end",
+                             COALESCE(g.message, n.string) AS name,
+                             CASE WHEN m.marker = 'mark' THEN 'mark'
+                                  WHEN n.string ILIKE '%start%' THEN 'start_end' ELSE 'push_pop' END AS kind,
+                             m.marker, n.string AS op
+                      FROM {region} r
+                      JOIN _ev e ON e.id = r.event_id AND e.guid = r.guid
+                      JOIN _catmap m ON m.category = e.category AND m.marker IS NOT NULL
+                      LEFT JOIN _msg g ON g.id = e.id AND g.guid = e.guid
+                      LEFT JOIN _str n ON n.id = r.name_id AND n.guid = r.guid
+                      LEFT JOIN _proc p ON p.id = r.pid AND p.guid = r.guid
+                      LEFT JOIN _thr t ON t.id = r.tid AND t.guid = r.guid)
+                WHERE name IS NOT NULL AND (marker = 'range' OR op ILIKE 'roctxMark%')"""
+        )
+    skipped = 0
+    sample, track = tb.rel("rocpd_sample"), tb.rel("rocpd_track", True)
+    if sample and track:
+        con.execute(
+            f"""CREATE TEMP TABLE _samp AS
+                SELECT COALESCE(p.pid, tr.pid) AS pid, COALESCE(t.tid, tr.tid) AS tid, s.timestamp AS ts,
+                       m.api, m.marker, COALESCE(g.message, n.string) AS name
+                FROM {sample} s
+                JOIN _ev e ON e.id = s.event_id AND e.guid = s.guid
+                JOIN _catmap m ON m.category = e.category
+                LEFT JOIN {track} tr ON tr.id = s.track_id AND tr.guid = s.guid
+                LEFT JOIN _msg g ON g.id = e.id AND g.guid = e.guid
+                LEFT JOIN _str n ON n.id = tr.name_id AND n.guid = tr.guid
+                LEFT JOIN _proc p ON p.id = tr.pid AND p.guid = tr.guid
+                LEFT JOIN _thr t ON t.id = tr.tid AND t.guid = tr.guid"""
+        )
+        con.execute(
+            """INSERT INTO markers SELECT pid, tid, ts, ts, 0, name, '', 'mark', 'roctx', NULL, NULL
+               FROM _samp WHERE marker IS NOT NULL AND name IS NOT NULL"""
+        )
+        skipped = con.execute("SELECT count(*) FROM _samp WHERE api IS NOT NULL").fetchone()[0]
+        con.execute("DROP TABLE _samp")
+    con.execute("DROP TABLE _msg")
+    return skipped
+
+
+def _capture_span(con) -> list[tuple[str, str]]:
+    """rocprofv3 records when it initialised and finalised in each process: that is the capture."""
+    for lo, hi, what in (("init", "fini", "rocpd_info_process init to fini (profiler start to finalisation)"),
+                         ("start", "end", "rocpd_info_process start to end (process lifetime)")):
+        row = con.execute(f'SELECT min(NULLIF("{lo}", 0)), max(NULLIF("{hi}", 0)) FROM _proc').fetchone()
+        if row[0] is not None and row[1] is not None and row[1] > row[0]:
+            return [("capture_start_ns", str(row[0])), ("capture_end_ns", str(row[1])), ("capture_span_source", what)]
+    return []
