@@ -82,6 +82,11 @@ def sql_query(trace: Trace, sql: str, limit: int = 100, timeout_s: float = 10.0)
     except duckdb.InterruptException:
         raise ProfileError(f"query stopped after the {timeout_s:g} s time limit. Aggregate more (GROUP BY) or filter "
                            "(WHERE device_id = ..., start_ns BETWEEN ...) so it finishes sooner.") from None
+    except duckdb.ParserException as exc:
+        # The query itself parsed in check_query, so this comes from a native SQLite view whose SQL
+        # DuckDB cannot parse (rocpd writes its views with backtick quoting).
+        raise ProfileError(f"a native SQLite view of this profile cannot be read by DuckDB ({str(exc).strip()}). "
+                           "Query the model tables or the native tables list_tables shows instead.") from None
     except duckdb.Error as exc:
         raise ProfileError(f"SQL error: {str(exc).strip()}. Call list_tables / describe_table for table and column names.") from None
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import sqlite3
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,14 +46,15 @@ def detect(path: Path) -> Detected:
     if head.startswith(GZIP_MAGIC):
         try:
             with gzip.open(path, "rb") as fh:
-                inner = fh.read(4096)
-        except (OSError, EOFError) as exc:
+                inner = fh.read(JSON_PEEK)
+        except (OSError, EOFError, zlib.error) as exc:
             raise ProfileError(f"{path} is a corrupt or truncated gzip file ({exc}). Copy the trace again.") from None
         if inner.lstrip()[:1] in (b"{", b"["):
-            return Detected("kineto", compressed=True)
+            return _kineto(path, inner, compressed=True)
         raise ProfileError(f"{path} is gzip-compressed but does not contain JSON; gpuscope reads gzipped PyTorch profiler traces (.json.gz).")
     if head.lstrip()[:1] in (b"{", b"["):
-        return Detected("kineto")
+        with open(path, "rb") as fh:
+            return _kineto(path, fh.read(JSON_PEEK), compressed=False)
     if path.suffix in (".nsys-rep", ".qdrep"):
         return Detected("nsys-rep")
     raise ProfileError(
@@ -60,6 +62,18 @@ def detect(path: Path) -> Detected:
         "(`nsys export --type sqlite report.nsys-rep`), rocprofv3 rocpd databases (`--output-format rocpd`) "
         "and PyTorch profiler traces (.json / .json.gz)."
     )
+
+
+JSON_PEEK = 1 << 20
+KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
+
+
+def _kineto(path: Path, start: bytes, compressed: bool) -> Detected:
+    """A JSON file is taken for a Kineto trace when its first MiB names a Kineto key (or is too big to tell)."""
+    if any(k in start for k in KINETO_KEYS) or len(start) >= JSON_PEEK:
+        return Detected("kineto", compressed=compressed)
+    raise ProfileError(f"{path} is JSON but not a PyTorch profiler trace (no traceEvents). Export one with "
+                       "torch.profiler's `prof.export_chrome_trace('trace.json')` or on_trace_ready=tensorboard_trace_handler.")
 
 
 def _sqlite_format(path: Path) -> str:
@@ -96,5 +110,7 @@ def _sqlite_format(path: Path) -> str:
     if "StringIds" in names:
         raise ProfileError(f"{path} is an Nsight Systems export without any CUDA, NVTX or OS-runtime tables: there is nothing to analyse. Re-capture with `nsys profile -t cuda,nvtx,osrt`.")
     raise ProfileError(
-        f"{path} is a SQLite database but not a profile gpuscope knows (no Nsight StringIds/CUPTI tables, no rocpd tables)."
+        f"{path} is a SQLite database but not a profile gpuscope knows (no Nsight StringIds/CUPTI tables, no rocpd "
+        "tables). Pass an Nsight Systems export (`nsys export --type sqlite report.nsys-rep`) or a rocprofv3 database "
+        "(`rocprofv3 --sys-trace --output-format rocpd`)."
     )
