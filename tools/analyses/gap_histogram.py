@@ -132,6 +132,9 @@ def gap_histogram(
 
 
 def _largest_gaps(trace: Trace, acts: str, part: str, params: list, top: int) -> dict[tuple, list[Gap]]:
+    # The ops bounding a gap: the one ending where it starts and the one starting where it ends
+    # (zero-length ops excluded, ties broken deterministically).
+    same_stream = "AND a.stream_id = top.stream_id" if "stream" in part else ""
     rows = trace.sql_dicts(
         f"""
         WITH a AS ({acts}),
@@ -139,11 +142,10 @@ def _largest_gaps(trace: Trace, acts: str, part: str, params: list, top: int) ->
               FROM ({union_gaps_sql('SELECT * FROM a', part)})),
         top AS (SELECT * FROM g WHERE rnk <= {top})
         SELECT top.*,
-            (SELECT arg_max((kind, name, stream_id), end_ns) FROM a WHERE a.device_id = top.device_id
-                {'AND a.stream_id = top.stream_id' if 'stream' in part else ''} AND a.end_ns = top.gap_start_ns) AS before,
-            (SELECT arg_min((kind, name, stream_id, pid, tid), start_ns) FROM a WHERE a.device_id = top.device_id
-                {'AND a.stream_id = top.stream_id' if 'stream' in part else ''} AND a.start_ns = top.gap_end_ns
-                AND a.end_ns > a.start_ns) AS after
+            (SELECT arg_max((kind, name, stream_id), (start_ns, stream_id, name)) FROM a
+             WHERE a.device_id = top.device_id {same_stream} AND a.end_ns = top.gap_start_ns AND a.end_ns > a.start_ns) AS before,
+            (SELECT arg_min((kind, name, stream_id, pid, tid), (end_ns, stream_id, name)) FROM a
+             WHERE a.device_id = top.device_id {same_stream} AND a.start_ns = top.gap_end_ns AND a.end_ns > a.start_ns) AS after
         FROM top ORDER BY {part}, rnk
         """,
         params,
