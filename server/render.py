@@ -31,7 +31,7 @@ def _render_dict(data: dict, lines: list[str], prefix: str) -> None:
         elif value is None or value == [] or value == {}:
             continue
         else:
-            lines.append(f"{name}: {_cell(value, limit=400)}")
+            lines.append(f"{name}: {_cell(value, limit=400, key=key)}")
     for name, rows in tables:
         lines.append("")
         if any(isinstance(v, list) and v and isinstance(v[0], dict) for r in rows for v in r.values()):
@@ -65,11 +65,11 @@ def _table(rows: list[dict]) -> list[str]:
     cols = [c for c in cols if any(r.get(c) not in (None, "", []) for r in flat)]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in flat:
-        out.append("| " + " | ".join(_cell(r.get(c)) for c in cols) + " |")
+        out.append("| " + " | ".join(_cell(r.get(c), key=c) for c in cols) + " |")
     return out
 
 
-def _cell(value: Any, limit: int = MAX_CELL) -> str:
+def _cell(value: Any, limit: int = MAX_CELL, key: str = "") -> str:
     if value is None:
         return ""
     if isinstance(value, float):
@@ -77,7 +77,8 @@ def _cell(value: Any, limit: int = MAX_CELL) -> str:
     elif isinstance(value, bool):
         text = "yes" if value else "no"
     elif isinstance(value, int):
-        text = f"{value:,}" if abs(value) >= 10_000 else str(value)
+        # Quantities get thousands separators; identifiers (pid, device_id, ...) stay as written.
+        text = str(value) if key.split(".")[-1] in ("pid", "tid", "rank") or key.endswith("_id") else f"{value:,}"
     elif isinstance(value, list):
         text = "[" + ", ".join(_cell(v) for v in value) + "]"
     elif isinstance(value, dict):
