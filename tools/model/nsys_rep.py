@@ -1,0 +1,55 @@
+"""Turn an Nsight Systems report (.nsys-rep / .qdrep) into the SQLite export the reader understands.
+
+The export goes to a per-user cache, never next to the user's file (profiles are read-only inputs);
+its name carries the report's size and mtime, so an unchanged report is exported once.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+from .errors import ProfileError
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuscope" / "exports"
+
+
+def export_path(path: Path) -> Path:
+    st = path.stat()
+    return cache_dir() / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.sqlite"
+
+
+def export_nsys_rep(path: Path, progress=lambda fraction, message: None) -> Path:
+    path = Path(path)
+    target = export_path(path)
+    if target.exists() and target.stat().st_size > 0:
+        return target
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        suggested = path.with_suffix(".sqlite")
+        raise ProfileError(
+            f"{path} is an Nsight Systems report; gpuscope reads its SQLite export, and `nsys` is not on PATH here. "
+            f"Run `nsys export --type sqlite --output {shlex.quote(str(suggested))} {shlex.quote(str(path))}` "
+            f"where Nsight Systems is installed, then open {suggested}.")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.stem}.{os.getpid()}.sqlite")  # nsys appends .sqlite unless present
+    progress(0.0, f"exporting {path.name} with nsys")
+    try:
+        proc = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(tmp), str(path)],
+                              capture_output=True, text=True, timeout=3600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        tmp.unlink(missing_ok=True)
+        raise ProfileError(f"`nsys export` could not convert {path} ({exc}). Export it manually with "
+                           f"`nsys export --type sqlite --output {shlex.quote(str(target))} {shlex.quote(str(path))}`.") from None
+    if proc.returncode != 0 or not tmp.exists():
+        tmp.unlink(missing_ok=True)
+        detail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ProfileError(f"`nsys export` failed on {path} (exit {proc.returncode}: {detail[0]}). The report may be truncated "
+                           "or from a newer Nsight Systems than the installed `nsys`; export it with a matching version.")
+    os.replace(tmp, target)
+    return target

@@ -1,0 +1,334 @@
+"""Nsight Systems SQLite export (nsys 2020-2026) → trace model.
+
+Bulk tables (KERNEL, MEMCPY, MEMSET, RUNTIME) are scanned in place through DuckDB's SQLite
+attachment; text-bearing tables (StringIds, NVTX_EVENTS, TARGET_INFO_*, metadata) go through the
+lenient sqlite3 copy because real exports hold non-UTF-8 bytes. Version drift handled here is listed
+in profile-schemas.md §1.2: metadata in META_DATA_EXPORT / EXPORT_META_DATA / nowhere, device
+properties in TARGET_INFO_GPU or TARGET_INFO_CUDA_GPU, optional ENUM tables, optional columns.
+
+Serialized GlobalIds: pid = (g >> 24) & 0xFFFFFF, tid = g & 0xFFFFFF. Bits >= 48 hold VM/hardware
+ids that differ between platforms, so process-level joins compare `g >> 24` (pid plus those bits).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from ..errors import ProfileError
+from ..sqlite_source import SqliteSource
+
+KERNEL, MEMCPY, MEMSET, RUNTIME = (f"CUPTI_ACTIVITY_KIND_{t}" for t in ("KERNEL", "MEMCPY", "MEMSET", "RUNTIME"))
+SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+BACKTRACE_CLASS = 67  # TRACE_PROCESS_EVENT_CUDABACKTRACE: duplicates of real API rows, carrying a callchain
+
+# Built-in maps (profile-schemas.md §1.4) for exports without ENUM tables (all 2022-era ones).
+COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
+              9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
+# Nsight's ENUM_CUDA_MEM_KIND numbering, which differs from CUPTI's CUpti_ActivityMemoryKind.
+MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static", 7: "Unknown"}
+NVTX_KINDS = {34: "mark", 59: "push_pop", 70: "push_pop", 60: "start_end", 71: "start_end"}
+
+PID = "(({g} >> 24) & 16777215)"
+TID = "({g} & 16777215)"
+
+
+def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected) -> None:
+    src = SqliteSource(con, path)
+    # Row order carries no meaning in the model; dropping it lets DuckDB insert from parallel scans (~2x).
+    order = con.execute("SELECT current_setting('preserve_insertion_order')").fetchone()[0]
+    con.execute("SET preserve_insertion_order = false")
+    try:
+        _Reader(con, src, progress).run()
+    finally:
+        con.execute(f"SET preserve_insertion_order = {str(bool(order)).lower()}")
+        src.close()
+
+
+class _Reader:
+    def __init__(self, con: duckdb.DuckDBPyConnection, src: SqliteSource, progress):
+        self.con, self.src, self.progress = con, src, progress
+        self.meta: list[tuple[str, str]] = []
+
+    # -- helpers ------------------------------------------------------------------------------------
+    def col(self, table: str, column: str, alias: str) -> str:
+        return f'{alias}."{column}"' if self.src.has_column(table, column) else "NULL"
+
+    def warn(self, text: str) -> None:
+        self.meta.append(("warning", text))
+
+    def absent(self, what: str, why: str) -> None:
+        self.meta.append(("absent", f"{what}: {why}"))
+
+    def scalar(self, sql: str):
+        return self.con.execute(sql).fetchone()[0]
+
+    def run(self) -> None:
+        if not self.src.has("StringIds"):
+            raise ProfileError(f"{self.src.path} has no StringIds table, so no names can be resolved; re-export it with `nsys export --type sqlite`.")
+        self.strings = self.src.relation("StringIds", text=True)
+        self._metadata()
+        self._maps()
+        self.progress(0.1, "reading CUDA API calls")
+        self._runtime()
+        self.progress(0.3, "reading kernels")
+        self._kernels()
+        self.progress(0.7, "reading memory operations")
+        self._memops()
+        self.progress(0.8, "reading NVTX ranges")
+        self._markers()
+        self._devices()
+        self._processes()
+        self._span()
+        self.absent("cpu_ops", "only PyTorch traces have CPU operators")
+        self.con.executemany("INSERT INTO trace_meta VALUES (?, ?)", self.meta)
+        for t in ("_apiname", "_rt", "_copykind", "_memkind"):
+            self.con.execute(f"DROP TABLE IF EXISTS {t}")
+
+    # -- metadata -----------------------------------------------------------------------------------
+    def _metadata(self) -> None:
+        table = next((t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if self.src.has(t)), None)
+        rows = dict(self.src.query(f'SELECT name, value FROM "{table}"')) if table else {}
+        self.meta += [("format", "nsys"), ("format_version", rows.get("EXPORT_SCHEMA_VERSION") or ""),
+                      ("product_version", rows.get("EXPORT_PRODUCT_VERSION") or "")]
+        if table is None:
+            self.warn("no META_DATA_EXPORT or EXPORT_META_DATA table (export from about 2021 or earlier): Nsight and schema versions unknown")
+        if rows.get("EXPORT_PLATFORM"):
+            self.meta.append(("platform", rows["EXPORT_PLATFORM"]))
+        if self.src.has_column("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+            utc = self.src.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+            if utc and utc[0][0] is not None:
+                self.meta.append(("session_start_utc_ns", str(int(utc[0][0]))))
+
+    def _maps(self) -> None:
+        """Copy-kind and memory-kind lookup tables, from the file's ENUM tables when it has them."""
+        copy = COPY_KINDS
+        if self.src.has("ENUM_CUDA_MEMCPY_OPER"):
+            short = {n.upper(): n for n in set(COPY_KINDS.values())}
+            copy = {i: short.get((name or "").removeprefix("CUDA_MEMCPY_KIND_").removeprefix("UVM_"), "Unknown")
+                    for i, name in self.src.query("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER")}
+            uvm = {i for i, name in self.src.query("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER") if "UVM" in (name or "")}
+        else:
+            uvm = {11, 12, 13}
+            if self.src.has(MEMCPY):
+                self.warn("no ENUM_CUDA_MEMCPY_OPER table: built-in copy-kind map used")
+        mem = dict(self.src.query("SELECT id, label FROM ENUM_CUDA_MEM_KIND")) if self.src.has("ENUM_CUDA_MEM_KIND") else MEM_KINDS
+        self.con.execute("CREATE TEMP TABLE _copykind (id BIGINT, kind VARCHAR, managed BOOLEAN)")
+        self.con.executemany("INSERT INTO _copykind VALUES (?, ?, ?)", [(i, k, i in uvm) for i, k in copy.items()])
+        self.con.execute("CREATE TEMP TABLE _memkind (id BIGINT, label VARCHAR)")
+        self.con.executemany("INSERT INTO _memkind VALUES (?, ?)", list(mem.items()))
+
+    # -- host API calls -----------------------------------------------------------------------------
+    def _runtime(self) -> None:
+        self.con.execute("CREATE TEMP TABLE _rt (start BIGINT, \"end\" BIGINT, eventClass INTEGER, globalTid BIGINT, correlationId BIGINT, nameId BIGINT)")
+        if not self.src.has(RUNTIME):
+            self.absent("api_calls", f"no {RUNTIME} table (CUDA API tracing was off)")
+            return
+        # One scan of the (often multi-million-row) table serves the API calls and the GPU-side links.
+        self.con.execute(f"""INSERT INTO _rt SELECT start, "end", eventClass, globalTid, correlationId, nameId
+                             FROM {self.src.relation(RUNTIME)} WHERE eventClass <> {BACKTRACE_CLASS}""")
+        # nsys reports strip `_vNNNNN` (substr(name,-6,2)='_v'); driver names also end in `_v2`. Folding the
+        # few distinct strings, not every call, keeps the regex off the per-event path.
+        self.con.execute(f"CREATE TEMP TABLE _apiname AS SELECT id, regexp_replace(value, '_v[0-9]+$', '') AS name FROM {self.strings}")
+        self.con.execute(
+            f"""INSERT INTO api_calls
+                SELECT {PID.format(g='r.globalTid')}, {TID.format(g='r.globalTid')}, r.start, r."end", r."end" - r.start,
+                       coalesce(s.name, 'unknown API (StringIds ' || r.nameId || ')'),
+                       CASE r.eventClass WHEN 0 THEN 'cuda_runtime' WHEN 1 THEN 'cuda_driver' ELSE 'cuda_class_' || r.eventClass END,
+                       r.correlationId, NULL
+                FROM _rt r LEFT JOIN _apiname s ON s.id = r.nameId""")
+
+    # -- GPU work -----------------------------------------------------------------------------------
+    def _gpu_rows(self, table: str, what: str, model: str, select: str, joins: str = "") -> None:
+        """INSERT GPU activity rows linked to their launching call (same correlationId and process)."""
+        graph = "" if model == "memops" else f"{self.col(table, 'graphId', 'k')},"
+        mine = "true" if model == "kernels" else ("op = 'set'" if table == MEMSET else "op = 'copy'")
+        rel = self.src.relation(table)
+
+        def insert(launch: str) -> int:
+            return self.con.execute(
+                f"""INSERT INTO {model}
+                    SELECT {select}, k.correlationId, {graph} {PID.format(g='k.globalPid')}, {TID.format(g='l.globalTid')},
+                           l.globalTid IS NOT NULL
+                    FROM {rel} k LEFT JOIN {launch} l ON l.globalTid >> 24 = k.globalPid >> 24 AND l.correlationId = k.correlationId
+                    {joins}""").fetchone()[0]
+
+        # CUPTI makes (process, correlationId) unique among API calls; should an export break that, the
+        # join would duplicate GPU rows, so redo it against one call per pair. Exports are written
+        # append-only, so max(rowid) is the row count at O(log n); any mismatch just takes the safe path.
+        if insert("_rt") != self.src.query(f'SELECT coalesce(max(rowid), 0) FROM "{table}"')[0][0]:
+            self.con.execute(f"DELETE FROM {model} WHERE {mine}")
+            insert("(SELECT min(globalTid) AS globalTid, correlationId FROM _rt GROUP BY globalTid >> 24, correlationId)")
+            self.warn(f"{RUNTIME} repeats correlation ids within a process: {what} linked to the first thread that used each id")
+        bad = self.scalar(f"SELECT count(*) FROM {model} WHERE dur_ns < 0 AND {mine}")
+        if bad:
+            self.con.execute(f"UPDATE {model} SET end_ns = start_ns, dur_ns = 0 WHERE dur_ns < 0 AND {mine}")
+            self.warn(f"{bad} {what} in {table} end before they start: their end is set to their start")
+        unlinked = self.scalar(f"SELECT count(*) FROM {model} WHERE NOT launched AND {mine}")
+        if unlinked and self.src.has(RUNTIME):
+            self.warn(f"{unlinked} {what} have no launching API call in the profile")
+
+    def _kernels(self) -> None:
+        if not self.src.has(KERNEL):
+            self.absent("kernels", f"no {KERNEL} table (no kernels ran, or CUDA tracing was off)")
+            return
+        k = lambda c: self.col(KERNEL, c, "k")  # noqa: E731
+        self._gpu_rows(KERNEL, "kernels", "kernels", f"""
+            k.deviceId, k.streamId, k.start, k."end", k."end" - k.start,
+            coalesce(dn.value, sn.value, 'unknown kernel (StringIds ' || k.demangledName || ')'),
+            coalesce(sn.value, dn.value, 'unknown kernel (StringIds ' || k.shortName || ')'),
+            {k('gridX')}, {k('gridY')}, {k('gridZ')}, {k('blockX')}, {k('blockY')}, {k('blockZ')},
+            {k('registersPerThread')}, {k('staticSharedMemory')}, {k('dynamicSharedMemory')}""",
+            f"LEFT JOIN {self.strings} dn ON dn.id = k.demangledName LEFT JOIN {self.strings} sn ON sn.id = k.shortName")
+
+    def _memops(self) -> None:
+        if not (self.src.has(MEMCPY) or self.src.has(MEMSET)):
+            self.absent("memops", f"no {MEMCPY}/MEMSET tables (no copies or sets ran, or CUDA tracing was off)")
+            return
+        if self.src.has(MEMCPY):
+            c = lambda col: self.col(MEMCPY, col, "k")  # noqa: E731
+            self._gpu_rows(MEMCPY, "memory copies", "memops", f"""
+                k.deviceId, k.streamId, k.start, k."end", k."end" - k.start, 'copy', coalesce(ck.kind, 'Unknown'), k.bytes,
+                CASE WHEN ck.managed THEN 'Managed' ELSE sk.label END, CASE WHEN ck.managed THEN 'Managed' ELSE dk.label END,
+                {c('srcDeviceId')}, {c('dstDeviceId')}""",
+                f"""LEFT JOIN _copykind ck ON ck.id = k.copyKind LEFT JOIN _memkind sk ON sk.id = {c('srcKind')}
+                    LEFT JOIN _memkind dk ON dk.id = {c('dstKind')}""")
+        if self.src.has(MEMSET):
+            self._gpu_rows(MEMSET, "memory sets", "memops", f"""
+                k.deviceId, k.streamId, k.start, k."end", k."end" - k.start, 'set', 'memset', k.bytes, NULL, mk.label, NULL, NULL""",
+                f"LEFT JOIN _memkind mk ON mk.id = {self.col(MEMSET, 'memKind', 'k')}")
+
+    # -- NVTX -----------------------------------------------------------------------------------------
+    def _markers(self) -> None:
+        if not self.src.has("NVTX_EVENTS"):
+            self.absent("markers", "no NVTX_EVENTS table (the application emitted no NVTX annotations, or NVTX tracing was off)")
+            return
+        n = self.src.relation("NVTX_EVENTS", text=True)
+        has = lambda c: self.src.has_column("NVTX_EVENTS", c)  # noqa: E731
+        text = "CAST(n.text AS VARCHAR)" if has("text") else "NULL"
+        text_id = "n.textId" if has("textId") else "NULL"
+        dom = "n.domainId" if has("domainId") else "NULL"
+        kinds = " ".join(f"WHEN {t} THEN '{k}'" for t, k in NVTX_KINDS.items())
+        # Domains are per process (eventType 75 rows, matched on domainId and the process bits); domain 0 is the default.
+        self.con.execute(f"""
+            INSERT INTO markers
+            WITH named AS (SELECT n.start, n."end", n.eventType, n.globalTid, coalesce({dom}, 0) AS dom, coalesce({text}, s.value) AS label
+                           FROM {n} n LEFT JOIN {self.strings} s ON s.id = {text_id}),
+                 domains AS (SELECT globalTid >> 24 AS proc, dom, min(label) AS domain FROM named WHERE eventType = 75 GROUP BY ALL)
+            SELECT {PID.format(g='n.globalTid')}, {TID.format(g='n.globalTid')}, n.start, coalesce(n."end", n.start),
+                   coalesce(n."end", n.start) - n.start, coalesce(n.label, ''), CASE WHEN n.dom = 0 THEN '' ELSE d.domain END,
+                   CASE n.eventType {kinds} END, 'nvtx', NULL, NULL
+            FROM named n LEFT JOIN domains d ON d.proc = n.globalTid >> 24 AND d.dom = n.dom
+            WHERE n.eventType IN ({', '.join(map(str, NVTX_KINDS))})""")
+        open_ranges = self.scalar(f"SELECT count(*) FROM {n} WHERE \"end\" IS NULL AND eventType IN (59, 60, 70, 71)")
+        if open_ranges:
+            self.warn(f"{open_ranges} NVTX ranges never ended in the capture: their end is set to their start")
+
+    # -- devices --------------------------------------------------------------------------------------
+    def _devices(self) -> None:
+        used = "SELECT device_id FROM kernels UNION SELECT device_id FROM memops"
+        if self.src.has("TARGET_INFO_GPU"):
+            g = self.src.relation("TARGET_INFO_GPU", text=True)
+            gid = "g.id" if self.src.has_column("TARGET_INFO_GPU", "id") else "g.deviceId"
+            c = lambda col: self.col("TARGET_INFO_GPU", col, "g")  # noqa: E731
+            old = self.src.has("TARGET_INFO_CUDA_GPU")
+            o = self.src.relation("TARGET_INFO_CUDA_GPU", text=True) if old else None
+            oc = lambda col, scale="": (f"o.{col}{scale}" if old and self.src.has_column("TARGET_INFO_CUDA_GPU", col) else "NULL")  # noqa: E731
+            cd = self.src.has("TARGET_INFO_CUDA_DEVICE")
+            cuda_set = (f"SELECT gpuId FROM {self.src.relation('TARGET_INFO_CUDA_DEVICE', text=True)}" if cd
+                        else "SELECT deviceId FROM " + o if old else None)
+            cd_sms = (f"(SELECT max(numMultiprocessors) FROM {self.src.relation('TARGET_INFO_CUDA_DEVICE', text=True)} x WHERE x.gpuId = {gid})"
+                      if cd and self.src.has_column("TARGET_INFO_CUDA_DEVICE", "numMultiprocessors") else "NULL")
+            # Without a CUDA-device list, a listed adapter is CUDA when it reports SMs or a compute capability.
+            cuda = (f"{gid} IN ({cuda_set})" if cuda_set else f"coalesce({c('smCount')}, 0) > 0 OR coalesce({c('computeMajor')}, 0) > 0")
+            major, minor = f"coalesce({c('computeMajor')}, {oc('computeCapabilityMajor')})", f"coalesce({c('computeMinor')}, {oc('computeCapabilityMinor')})"
+            # Zero in a property column means "not reported" (non-CUDA adapters list zeros), hence NULLIF.
+            self.con.execute(f"""
+                INSERT INTO devices
+                WITH o AS (SELECT * FROM {o or '(SELECT NULL AS deviceId)'} QUALIFY row_number() OVER (PARTITION BY deviceId) = 1)
+                SELECT DISTINCT ON (device_id) * FROM (
+                  SELECT {gid} AS device_id, coalesce(g.name, CAST({oc('name')} AS VARCHAR)) AS name,
+                         CASE WHEN compute THEN 'NVIDIA' WHEN g.name ILIKE '%intel%' THEN 'Intel'
+                              WHEN g.name ILIKE 'microsoft%' THEN 'Microsoft'
+                              WHEN g.name ILIKE '%amd%' OR g.name ILIKE '%radeon%' THEN 'AMD' END,
+                         compute,
+                         nullif(coalesce(nullif({c('smCount')}, 0), {cd_sms}, {oc('numMultiprocessors')}), 0),
+                         nullif(coalesce({c('totalMemory')}, {oc('globalMemorySize')}), 0),
+                         nullif(coalesce({c('memoryBandwidth')}, {oc('globalMemoryBandwidth', ' * 1000')}), 0),
+                         nullif(coalesce({c('clockRate')}, {oc('coreClockRate', ' * 1000')}), 0),
+                         CASE WHEN {major} > 0 THEN {major} || '.' || {minor} END,
+                         nullif(coalesce({c('threadsPerWarp')}, {oc('numThreadsPerWarp')}), 0),
+                         nullif(CAST(g.busLocation AS VARCHAR), '')
+                  FROM (SELECT * REPLACE (CAST(name AS VARCHAR) AS name), {cuda} OR {gid} IN ({used}) AS compute FROM {g} g) g
+                  LEFT JOIN o ON o.deviceId = {gid})
+                ORDER BY device_id""")
+            others = [r[0] for r in self.con.execute("SELECT coalesce(name, '?') FROM devices WHERE NOT is_compute ORDER BY device_id").fetchall()]
+            if others:
+                self.warn(f"TARGET_INFO_GPU lists {len(others)} non-CUDA adapter{'s' if len(others) > 1 else ''} "
+                          f"({'; '.join(others)}): listed with is_compute=false")
+        missing = self.con.execute(f"SELECT device_id FROM ({used}) WHERE device_id NOT IN (SELECT device_id FROM devices) ORDER BY 1").fetchall()
+        if missing:
+            self.con.executemany("INSERT INTO devices (device_id, vendor, is_compute) VALUES (?, 'NVIDIA', true)", missing)
+            self.warn(f"device ids {', '.join(str(m[0]) for m in missing)} ran GPU work but are not described in TARGET_INFO_GPU: "
+                      "their name and properties are unknown")
+
+    # -- processes and threads -------------------------------------------------------------------------
+    def _processes(self) -> None:
+        parts = ["SELECT pid, NULL AS name, NULL AS vm FROM kernels", "SELECT pid, NULL, NULL FROM memops",
+                 "SELECT pid, NULL, NULL FROM api_calls", "SELECT pid, NULL, NULL FROM markers"]
+        if self.src.has("PROCESSES"):
+            p = self.src.relation("PROCESSES", text=True)
+            parts.append(f"SELECT coalesce(pid, {PID.format(g='globalPid')}), CAST(name AS VARCHAR), globalPid >> 48 FROM {p}")
+        else:
+            self.warn("no PROCESSES table (export from about 2021 or earlier): process names unknown")
+        threads = ["SELECT DISTINCT pid, tid, NULL AS name FROM api_calls", "SELECT DISTINCT pid, tid, NULL FROM markers"]
+        if self.src.has("ThreadNames"):
+            t = self.src.relation("ThreadNames", text=True)
+            threads.append(f"""SELECT {PID.format(g='t.globalTid')}, {TID.format(g='t.globalTid')}, s.value
+                               FROM {t} t LEFT JOIN {self.strings} s ON s.id = t.nameId""")
+        self.con.execute(f"INSERT INTO threads SELECT pid, tid, max(name) FROM ({' UNION ALL '.join(threads)}) "
+                         "WHERE pid IS NOT NULL AND tid IS NOT NULL GROUP BY ALL ORDER BY pid, tid")
+        parts.append("SELECT pid, NULL, NULL FROM threads")
+        ranks = "NULL"
+        if self.src.has("MPI_RANKS"):
+            ranks = (f"(SELECT min(rank) FROM {self.src.relation('MPI_RANKS', text=True)} m "
+                     f"WHERE {PID.format(g='m.globalTid')} = u.pid)")
+        hosts = []
+        if self.src.has("TARGET_INFO_SYSTEM_ENV"):
+            hosts = self.src.query("SELECT DISTINCT globalVid >> 48, value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'")
+        if len({h for _, h in hosts}) == 1:
+            host = "'" + hosts[0][1].replace("'", "''") + "'"
+        elif hosts:  # several hosts in one report: match on the VM bits of the process id
+            host = "CASE u.vm " + " ".join(f"WHEN {int(v)} THEN '{h.replace(chr(39), chr(39) * 2)}'" for v, h in hosts if v is not None) + " END"
+        else:
+            host = "NULL"
+        self.con.execute(f"""
+            INSERT INTO processes
+            SELECT u.pid, u.name, {ranks}, {host} FROM (
+                SELECT pid, max(name) AS name, max(vm) AS vm FROM ({' UNION ALL '.join(parts)}) WHERE pid IS NOT NULL GROUP BY pid) u
+            ORDER BY u.pid""")
+
+    # -- capture span ----------------------------------------------------------------------------------
+    def _span(self) -> None:
+        if self.src.has("ANALYSIS_DETAILS"):
+            row = self.src.query("SELECT duration, startTime FROM ANALYSIS_DETAILS LIMIT 1")
+            clock = None
+            if self.src.has_column("TARGET_INFO_SESSION_START_TIME", "systemClockNs"):
+                clock = self.src.query("SELECT systemClockNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+            if row and row[0][0] is not None:
+                duration, start_time = int(row[0][0]), row[0][1]
+                # Event times are relative to session start; ANALYSIS_DETAILS.startTime is on the target system
+                # clock, which TARGET_INFO_SESSION_START_TIME.systemClockNs (3.x exports) ties to session start.
+                start = int(start_time) - int(clock[0][0]) if clock and clock[0][0] is not None and start_time is not None else 0
+                self.meta += [("capture_start_ns", str(start)), ("capture_end_ns", str(start + duration)),
+                              ("capture_span_source", "ANALYSIS_DETAILS: analysed session duration from session start")]
+                return
+        parts = [f"SELECT min(start_ns) s, max(end_ns) e FROM {t}" for t in ("kernels", "memops", "api_calls", "markers")]
+        for t in (SYNC, "OSRT_API"):
+            if self.src.has(t):
+                parts.append(f'SELECT min(start), max("end") FROM {self.src.relation(t)}')
+        lo, hi = self.con.execute(f"SELECT min(s), max(e) FROM ({' UNION ALL '.join(parts)})").fetchone()
+        if lo is not None:
+            self.meta += [("capture_start_ns", str(int(lo))), ("capture_end_ns", str(int(hi))),
+                          ("capture_span_source", "first to last event in the CUDA, NVTX, sync and OS-runtime tables (no ANALYSIS_DETAILS table)")]
