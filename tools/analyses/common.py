@@ -103,32 +103,3 @@ def gpu_activity_sql(include_memops: bool, where: str) -> str:
             f"CASE WHEN op = 'set' THEN 'memset' ELSE 'memcpy ' || kind END AS name, pid, tid FROM memops WHERE {where}"
         )
     return " UNION ALL ".join(parts)
-
-
-def union_gaps_sql(intervals: str, partition: str) -> str:
-    """Gaps between the merged intervals of `intervals` (columns start_ns, end_ns + partition columns).
-
-    A gap starts where an interval begins after every earlier interval (in the partition) ended;
-    zero-length intervals are skipped so they neither split nor fill gaps.
-    """
-    return f"""
-    SELECT {partition}, prev_end AS gap_start_ns, start_ns AS gap_end_ns, start_ns - prev_end AS gap_ns
-    FROM (
-        SELECT {partition}, start_ns,
-               max(end_ns) OVER (PARTITION BY {partition} ORDER BY start_ns, end_ns
-                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-        FROM ({intervals}) WHERE end_ns > start_ns
-    ) WHERE start_ns > prev_end"""
-
-
-def busy_sql(intervals: str, partition: str) -> str:
-    """Per partition: first start, last end, union (busy) length and summed work of `intervals`."""
-    return f"""
-    WITH iv AS (SELECT * FROM ({intervals}) WHERE end_ns > start_ns),
-         spans AS (SELECT {partition}, min(start_ns) AS first_ns, max(end_ns) AS last_ns,
-                          sum(end_ns - start_ns) AS work_ns, count(*) AS n FROM iv GROUP BY {partition}),
-         gaps AS (SELECT {partition}, sum(gap_ns) AS idle_ns, count(*) AS n_gaps
-                  FROM ({union_gaps_sql('SELECT * FROM iv', partition)}) GROUP BY {partition})
-    SELECT s.*, s.last_ns - s.first_ns - coalesce(g.idle_ns, 0) AS busy_ns, coalesce(g.idle_ns, 0) AS idle_ns,
-           coalesce(g.n_gaps, 0) AS n_gaps
-    FROM spans s LEFT JOIN gaps g USING ({partition})"""

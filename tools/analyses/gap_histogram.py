@@ -7,11 +7,13 @@ last GPU operation) are not gaps; they appear in idle relative to the capture/wi
 
 from __future__ import annotations
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, busy_sql, clip_name, gpu_activity_sql, pct, resolve_selection, union_gaps_sql
+from .common import Window, clip_name, gpu_activity_sql, pct, resolve_selection
+from .intervals import Union, unions
 
 # Upper bounds (exclusive) in ns; PerfAdvisor's buckets, kept so figures compare.
 BUCKETS = [("<10us", 10_000), ("10-100us", 100_000), ("100us-1ms", 1_000_000), ("1-10ms", 10_000_000),
@@ -88,40 +90,36 @@ def gap_histogram(
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     top_gaps = max(0, min(int(top_gaps), 50))
     where, params = sel.where(time_mode="overlap")
-    # Clip to the window so a kernel straddling a boundary counts only its part inside.
+    # Clip to the window so an op straddling a boundary counts only its part inside.
     acts = (f"SELECT device_id, stream_id, greatest(start_ns, {window.start_ns}) AS start_ns, "
             f"least(end_ns, {window.end_ns}) AS end_ns, kind, name, pid, tid FROM ({gpu_activity_sql(include_memops, where)})")
-    part = "device_id, stream_id" if per_stream else "device_id"
-    all_params = params * (2 if include_memops else 1)
-    stats = trace.sql_dicts(busy_sql(acts, part) + f" ORDER BY {part}", all_params)
-    if not stats:
+    acts_params = params * (2 if include_memops else 1)
+    part = ("device_id", "stream_id") if per_stream else ("device_id",)
+    found = unions(trace, acts, acts_params, part)
+    if not found:
         what = "kernels, copies or sets" if include_memops else "kernels"
         raise ProfileError(f"no GPU activity ({what}) in the selection, so there are no gaps to measure. trace_info shows what the profile holds.")
-    truncated = len(stats) > limit
-    stats = stats[:limit]
-    bucket_sql = "CASE " + " ".join(
-        f"WHEN gap_ns < {hi} THEN {i}" for i, (_, hi) in enumerate(BUCKETS) if hi is not None) + f" ELSE {len(BUCKETS) - 1} END"
-    hist = trace.sql(
-        f"SELECT {part}, {bucket_sql} AS b, count(*), sum(gap_ns)::BIGINT FROM ({union_gaps_sql(acts, part)}) GROUP BY ALL",
-        all_params,
-    )
-    largest = _largest_gaps(trace, acts, part, all_params, top_gaps) if top_gaps else {}
+    keys = sorted(found, key=lambda k: tuple(-1 if v is None else v for v in k))
+    truncated = len(keys) > limit
+    bounds = np.array([hi for _, hi in BUCKETS if hi is not None], dtype=np.int64)
     profiles = []
-    for s in stats:
-        key = (s["device_id"], s["stream_id"]) if per_stream else (s["device_id"],)
-        counts = {row[len(key)]: row[len(key) + 1:] for row in hist if tuple(row[: len(key)]) == key}
-        span = int(s["last_ns"] - s["first_ns"])
-        busy = int(s["busy_ns"])
-        idle_window = window.span_ns - busy
+    for key in keys[:limit]:
+        u = found[key]
+        lengths = u.gap_end_ns - u.gap_start_ns
+        which = np.searchsorted(bounds, lengths, side="right")
+        counts = np.bincount(which, minlength=len(BUCKETS))
+        totals = np.bincount(which, weights=lengths, minlength=len(BUCKETS)) if lengths.size else np.zeros(len(BUCKETS))
+        idle_window = window.span_ns - u.busy_ns
         profiles.append(GapProfile(
-            device_id=s["device_id"], stream_id=s["stream_id"] if per_stream else None, ops=int(s["n"]),
-            gpu_first_ns=int(s["first_ns"]), gpu_last_ns=int(s["last_ns"]), gpu_span_ns=span, busy_ns=busy,
-            idle_in_gpu_span_ns=int(s["idle_ns"]), idle_pct_of_gpu_span=pct(s["idle_ns"], span),
+            device_id=key[0], stream_id=key[1] if per_stream else None, ops=u.ops,
+            gpu_first_ns=u.first_ns, gpu_last_ns=u.last_ns, gpu_span_ns=u.span_ns, busy_ns=u.busy_ns,
+            idle_in_gpu_span_ns=u.idle_ns, idle_pct_of_gpu_span=pct(u.idle_ns, u.span_ns),
             idle_in_window_ns=idle_window, idle_pct_of_window=pct(idle_window, window.span_ns),
-            gap_count=int(s["n_gaps"]),
-            buckets=[Bucket(bucket=label, count=int(counts.get(i, (0, 0))[0]), total_ns=int(counts.get(i, (0, 0))[1] or 0))
+            gap_count=int(lengths.size),
+            # Gap lengths are integers far below 2^53, so the float weights sum exactly.
+            buckets=[Bucket(bucket=label, count=int(counts[i]), total_ns=int(round(totals[i])))
                      for i, (label, _) in enumerate(BUCKETS)],
-            largest_gaps=largest.get(key, []),
+            largest_gaps=_largest_gaps(trace, acts, acts_params, key, u, top_gaps) if top_gaps else [],
         ))
     activity = "kernels, memory copies and memsets" if include_memops else "kernels only"
     return GapHistogramResult(
@@ -131,30 +129,31 @@ def gap_histogram(
     )
 
 
-def _largest_gaps(trace: Trace, acts: str, part: str, params: list, top: int) -> dict[tuple, list[Gap]]:
-    # The ops bounding a gap: the one ending where it starts and the one starting where it ends
+def _largest_gaps(trace: Trace, acts: str, params: list, key: tuple, u: Union, top: int) -> list[Gap]:
+    lengths = u.gap_end_ns - u.gap_start_ns
+    # Longest first; equal lengths in time order.
+    order = np.lexsort((u.gap_start_ns, -lengths))[:top]
+    starts, ends = u.gap_start_ns[order].tolist(), u.gap_end_ns[order].tolist()
+    same_part = "a.device_id = ?" + (" AND a.stream_id IS NOT DISTINCT FROM ?" if len(key) > 1 else "")
+    # The ops bounding each gap: the one ending where it starts and the one starting where it ends
     # (zero-length ops excluded, ties broken deterministically).
-    same_stream = "AND a.stream_id = top.stream_id" if "stream" in part else ""
-    rows = trace.sql_dicts(
+    rows = trace.sql(
         f"""
-        WITH a AS ({acts}),
-        g AS (SELECT *, row_number() OVER (PARTITION BY {part} ORDER BY gap_ns DESC, gap_start_ns) AS rnk
-              FROM ({union_gaps_sql('SELECT * FROM a', part)})),
-        top AS (SELECT * FROM g WHERE rnk <= {top})
-        SELECT top.*,
+        WITH a AS ({acts}), g AS (SELECT unnest(?::BIGINT[]) AS gs, unnest(?::BIGINT[]) AS ge)
+        SELECT g.gs,
             (SELECT arg_max((kind, name, stream_id), (start_ns, stream_id, name)) FROM a
-             WHERE a.device_id = top.device_id {same_stream} AND a.end_ns = top.gap_start_ns AND a.end_ns > a.start_ns) AS before,
+             WHERE {same_part} AND a.end_ns = g.gs AND a.end_ns > a.start_ns) AS before,
             (SELECT arg_min((kind, name, stream_id, pid, tid), (end_ns, stream_id, name)) FROM a
-             WHERE a.device_id = top.device_id {same_stream} AND a.start_ns = top.gap_end_ns AND a.end_ns > a.start_ns) AS after
-        FROM top ORDER BY {part}, rnk
+             WHERE {same_part} AND a.start_ns = g.ge AND a.end_ns > a.start_ns) AS after
+        FROM g
         """,
-        params,
+        params + [starts, ends] + list(key) * 2,
     )
+    around = {r[0]: (r[1], r[2]) for r in rows}
     has_api = trace.count("api_calls") > 0
-    out: dict[tuple, list[Gap]] = {}
-    for r in rows:
-        key = (r["device_id"], r["stream_id"]) if "stream" in part else (r["device_id"],)
-        before, after = r["before"], r["after"]
+    gaps = []
+    for gs, ge in zip(starts, ends):
+        before, after = around.get(gs, (None, None))
         pid, tid = (after[3], after[4]) if after else (None, None)
         calls, note = [], None
         if not has_api:
@@ -164,14 +163,14 @@ def _largest_gaps(trace: Trace, acts: str, part: str, params: list, top: int) ->
         else:
             calls = [HostCall(name=n, overlap_ns=int(o)) for n, o in trace.sql(
                 """SELECT name, sum(least(end_ns, ?) - greatest(start_ns, ?))::BIGINT AS o FROM api_calls
-                   WHERE pid = ? AND tid = ? AND start_ns < ? AND end_ns > ? GROUP BY name ORDER BY o DESC LIMIT 3""",
-                [r["gap_end_ns"], r["gap_start_ns"], pid, tid, r["gap_end_ns"], r["gap_start_ns"]])]
+                   WHERE pid = ? AND tid = ? AND start_ns < ? AND end_ns > ? GROUP BY name ORDER BY o DESC, name LIMIT 3""",
+                [ge, gs, pid, tid, ge, gs])]
             if not calls:
                 note = "no API call on that thread during the gap (host busy in untraced code, or idle)"
-        out.setdefault(key, []).append(Gap(
-            start_ns=int(r["gap_start_ns"]), end_ns=int(r["gap_end_ns"]), gap_ns=int(r["gap_ns"]),
-            before=GpuOp(kind=before[0], name=clip_name(before[1]), stream_id=before[2], time_ns=int(r["gap_start_ns"])) if before else None,
-            after=GpuOp(kind=after[0], name=clip_name(after[1]), stream_id=after[2], time_ns=int(r["gap_end_ns"])) if after else None,
+        gaps.append(Gap(
+            start_ns=gs, end_ns=ge, gap_ns=ge - gs,
+            before=GpuOp(kind=before[0], name=clip_name(before[1]), stream_id=before[2], time_ns=gs) if before else None,
+            after=GpuOp(kind=after[0], name=clip_name(after[1]), stream_id=after[2], time_ns=ge) if after else None,
             host_thread=tid, host_calls=calls, host_note=note,
         ))
-    return out
+    return gaps

@@ -13,7 +13,8 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, busy_sql, clip_name, pct, resolve_selection
+from .common import Window, clip_name, pct, resolve_selection
+from .intervals import unions
 
 SORT_COLUMNS = {"total": "total_ns", "count": "count", "avg": "avg_ns", "max": "max_ns"}
 
@@ -84,48 +85,55 @@ def top_kernels(
         params += [f"%{name_contains}%"] * 2
     col = "name" if group_by == "name" else "short_name"
     order = SORT_COLUMNS[sort_by]
-    rows = trace.sql_dicts(
-        f"""
+    # Launch configurations are counted per (group, configuration) first: the most frequent one (ties
+    # to the larger value, so every format agrees) and the number of distinct ones then come from a
+    # small table instead of mode() over every kernel.
+    query = f"""
         WITH sel AS (SELECT * FROM kernels k WHERE {where}),
         g AS (
             SELECT device_id, {col} AS gname, any_value(short_name) AS short_name, count(*) AS count,
                    sum(dur_ns)::BIGINT AS total_ns, avg(dur_ns) AS avg_ns, median(dur_ns) AS median_ns,
-                   min(dur_ns) AS min_ns, max(dur_ns) AS max_ns, stddev_samp(dur_ns) AS std_ns,
-                   mode([grid_x, grid_y, grid_z]) AS grid, mode([block_x, block_y, block_z]) AS block,
-                   mode(registers_per_thread) AS regs,
-                   mode(coalesce(static_shared_bytes, 0) + coalesce(dynamic_shared_bytes, 0)) AS smem,
-                   count(DISTINCT (grid_x, grid_y, grid_z, block_x, block_y, block_z)) AS configs
-            FROM sel k GROUP BY device_id, {col}
+                   min(dur_ns) AS min_ns, max(dur_ns) AS max_ns, stddev_samp(dur_ns) AS std_ns
+            FROM sel GROUP BY device_id, {col}
         ),
-        r AS (SELECT *, row_number() OVER (PARTITION BY device_id ORDER BY {order} DESC, count DESC, gname) AS rnk,
-                     sum(total_ns) OVER (PARTITION BY device_id) AS dev_total FROM g)
+        cfg AS (
+            SELECT device_id, {col} AS gname, [grid_x, grid_y, grid_z] AS grid, [block_x, block_y, block_z] AS block,
+                   registers_per_thread AS regs, coalesce(static_shared_bytes, 0) + coalesce(dynamic_shared_bytes, 0) AS smem,
+                   count(*) AS n
+            FROM sel GROUP BY ALL
+        ),
+        c AS (
+            SELECT device_id, gname, arg_max(grid, (n, grid, block)) AS grid, arg_max(block, (n, grid, block)) AS block,
+                   count(DISTINCT (grid, block)) AS configs
+            FROM cfg GROUP BY device_id, gname
+        ),
+        regs AS (SELECT device_id, gname, arg_max(regs, (n, regs)) AS regs
+                 FROM (SELECT device_id, gname, regs, sum(n) AS n FROM cfg GROUP BY ALL) GROUP BY device_id, gname),
+        smem AS (SELECT device_id, gname, arg_max(smem, (n, smem)) AS smem
+                 FROM (SELECT device_id, gname, smem, sum(n) AS n FROM cfg GROUP BY ALL) GROUP BY device_id, gname),
+        r AS (SELECT g.*, c.grid, c.block, c.configs, regs.regs, smem.smem,
+                     row_number() OVER (PARTITION BY g.device_id ORDER BY {order} DESC, count DESC, g.gname) AS rnk,
+                     sum(total_ns) OVER (PARTITION BY g.device_id) AS dev_total
+              FROM g JOIN c USING (device_id, gname) JOIN regs USING (device_id, gname) JOIN smem USING (device_id, gname))
         SELECT * FROM r ORDER BY device_id, rnk
-        """,
-        params,
-    )
+        """
+    # The profile never changes once open: a repeated question is answered from memory.
+    rows = trace.memo(("top_kernels", query, tuple(params)), lambda: trace.sql_dicts(query, params))
     if not rows:
         raise ProfileError("no kernel matches the filters (device/stream/name_contains/time window). Widen them; trace_info lists devices and spans.")
-    busy_where, busy_params = sel.where("k")
-    if name_contains:
-        busy_where += " AND (k.name ILIKE ? OR k.short_name ILIKE ?)"
-        busy_params += [f"%{name_contains}%"] * 2
-
-    def busy_rows() -> dict:
-        rows = trace.sql_dicts(busy_sql(f"SELECT device_id, start_ns, end_ns FROM kernels k WHERE {busy_where}", "device_id"), busy_params)
-        return {r["device_id"]: r for r in rows}
-
-    busy = trace.memo(("kernel_busy", busy_where, tuple(busy_params)), busy_rows)
+    busy = {k[0]: u for k, u in unions(trace, f"SELECT device_id, start_ns, end_ns FROM kernels k WHERE {where}",
+                                        params, ("device_id",)).items()}
     names = dict(trace.sql("SELECT device_id, name FROM devices"))
     groups, totals, truncated = [], [], False
     for dev in sorted({r["device_id"] for r in rows}):
         dev_rows = [r for r in rows if r["device_id"] == dev]
         shown, rest = dev_rows[:limit], dev_rows[limit:]
         truncated |= bool(rest)
-        b = busy.get(dev, {})
+        b = busy.get(dev)
         dev_total = int(dev_rows[0]["dev_total"])
         totals.append(DeviceKernelTotals(
             device_id=dev, device_name=names.get(dev), kernel_count=sum(r["count"] for r in dev_rows),
-            kernel_names=len(dev_rows), summed_kernel_time_ns=dev_total, kernel_busy_ns=int(b.get("busy_ns") or 0),
+            kernel_names=len(dev_rows), summed_kernel_time_ns=dev_total, kernel_busy_ns=b.busy_ns if b else 0,
             remainder_groups=len(rest), remainder_count=sum(r["count"] for r in rest),
             remainder_total_ns=sum(int(r["total_ns"]) for r in rest),
         ))
@@ -135,7 +143,7 @@ def top_kernels(
                 short_name=r["short_name"] if group_by == "name" else None,
                 count=r["count"], total_ns=int(r["total_ns"]),
                 pct_of_device_kernel_time=pct(r["total_ns"], dev_total),
-                pct_of_device_busy_time=pct(r["total_ns"], b.get("busy_ns")),
+                pct_of_device_busy_time=pct(r["total_ns"], b.busy_ns if b else None),
                 avg_ns=round(float(r["avg_ns"]), 1), median_ns=round(float(r["median_ns"]), 1),
                 min_ns=int(r["min_ns"]), max_ns=int(r["max_ns"]),
                 std_ns=None if r["std_ns"] is None else round(float(r["std_ns"]), 1),

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from ..model.trace import Trace
-from .common import Window, busy_sql, capture_window, gpu_activity_sql, pct
+from .common import Window, capture_window, gpu_activity_sql, pct
+from .intervals import unions
 
 
 class DeviceInfo(BaseModel):
@@ -67,7 +68,7 @@ def trace_info(trace: Trace) -> TraceInfoResult:
     counts = {t: trace.count(t) for t in ("kernels", "memops", "api_calls", "markers", "cpu_ops", "devices", "processes", "threads")}
     counts["memcpy"] = int(trace.scalar("SELECT count(*) FROM memops WHERE op = 'copy'"))
     counts["memset"] = counts["memops"] - counts["memcpy"]
-    busy = {r["device_id"]: r for r in trace.sql_dicts(busy_sql(gpu_activity_sql(True, "TRUE"), "device_id"))}
+    busy = {k[0]: u for k, u in unions(trace, gpu_activity_sql(True, "TRUE"), [], ("device_id",)).items()}
     per_dev = {r[0]: r[1:] for r in trace.sql(
         "SELECT device_id, sum(k), sum(m) FROM (SELECT device_id, count(*) k, 0 m FROM kernels GROUP BY 1 "
         "UNION ALL SELECT device_id, 0, count(*) FROM memops GROUP BY 1) GROUP BY 1")}
@@ -76,8 +77,7 @@ def trace_info(trace: Trace) -> TraceInfoResult:
     seen = {d["device_id"] for d in listed}
     listed += [{"device_id": d, "is_compute": True} for d in sorted(set(per_dev) - seen)]
     for d in listed:
-        b = busy.get(d["device_id"], {})
-        span = (b["last_ns"] - b["first_ns"]) if b else None
+        b = busy.get(d["device_id"])
         k, m = per_dev.get(d["device_id"], (0, 0))
         devices.append(DeviceInfo(
             device_id=d["device_id"], name=d.get("name"), vendor=d.get("vendor"), is_compute=d.get("is_compute"),
@@ -85,8 +85,8 @@ def trace_info(trace: Trace) -> TraceInfoResult:
             memory_gib=round(d["memory_bytes"] / 2**30, 2) if d.get("memory_bytes") else None,
             memory_bandwidth_gb_per_s=round(d["memory_bandwidth_bytes_per_s"] / 1e9, 1) if d.get("memory_bandwidth_bytes_per_s") else None,
             compute_capability=d.get("compute_capability"), kernels=int(k), memops=int(m),
-            gpu_first_ns=b.get("first_ns"), gpu_last_ns=b.get("last_ns"), busy_ns=b.get("busy_ns"),
-            busy_pct_of_gpu_span=pct(b.get("busy_ns"), span),
+            gpu_first_ns=b.first_ns if b else None, gpu_last_ns=b.last_ns if b else None,
+            busy_ns=b.busy_ns if b else None, busy_pct_of_gpu_span=pct(b.busy_ns, b.span_ns) if b else None,
         ))
     # Nsight lists every OS process of the machine; only those that touched the GPU are of interest.
     processes = [ProcessInfo(pid=p, name=n, rank=r, kernels=int(k)) for p, n, r, k in trace.sql(
@@ -100,7 +100,7 @@ def trace_info(trace: Trace) -> TraceInfoResult:
         "UNION ALL SELECT dur_ns FROM memops WHERE NOT launched)")[0]
     gpu = None
     if busy:
-        lo, hi = min(b["first_ns"] for b in busy.values()), max(b["last_ns"] for b in busy.values())
+        lo, hi = min(b.first_ns for b in busy.values()), max(b.last_ns for b in busy.values())
         gpu = Window(start_ns=lo, end_ns=hi, span_ns=hi - lo, source="first to last GPU operation, all devices")
     absent = [v for (v,) in trace.sql("SELECT value FROM trace_meta WHERE key = 'absent' ORDER BY value")]
     warnings = list(trace.warnings)
