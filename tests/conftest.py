@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuscope.fixtures import samples
+
 FORMATS = ("nsys", "rocpd", "kineto")
 SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
 
@@ -61,3 +63,19 @@ def open_profile(write_profile):
     yield open_
     for trace in traces.values():
         trace.close()
+
+
+# The hand-checkable sample profile (gpuscope.fixtures.samples) and the broken files, per session.
+@pytest.fixture(scope="session")
+def profiles(tmp_path_factory) -> dict[str, Path]:
+    return samples.write_profiles(tmp_path_factory.mktemp("profiles"))
+
+
+@pytest.fixture(scope="session")
+def bad_inputs(tmp_path_factory, profiles) -> dict[str, tuple[Path, list]]:
+    return samples.write_bad_inputs(tmp_path_factory.mktemp("bad"), profiles)
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"

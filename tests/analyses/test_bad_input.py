@@ -4,7 +4,6 @@ another exception) with a message that says what is wrong and what to do."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,7 @@ from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
 
 
-def _helpers():
-    """tests/server/conftest.py (scenario, profile writers, bad inputs) under a unique module name."""
-    import importlib.util
-
-    name = "gpuscope_test_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "server" / "conftest.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-H = _helpers()
+from gpuscope.fixtures import samples as H
 
 BAD_FILE_CASES = ["missing", "directory", "text", "text_with_sqlite_suffix", "truncated_sqlite", "truncated_sqlite_head",
                   "unrelated_sqlite", "corrupt_json_gz", "truncated_json_gz", "truncated_json", "json_not_a_trace",

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
-import sys
-import time
 from pathlib import Path
+import shutil
+import time
 
 import pytest
 
@@ -18,20 +17,7 @@ from gpuscope.tools.model.cache import open_trace
 from gpuscope.tools.model.errors import ProfileError
 
 
-def _helpers():
-    """tests/server/conftest.py (scenario and profile writers) under a unique module name."""
-    import importlib.util
-
-    name = "gpuscope_test_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "server" / "conftest.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-H = _helpers()
+from gpuscope.fixtures import samples as H
 
 
 def _fingerprint(path: Path) -> tuple:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,20 +13,7 @@ from gpuscope.tools import analyses as A
 from gpuscope.tools.model.cache import open_trace
 
 
-def _helpers():
-    """tests/server/conftest.py under a unique module name (a bare `import conftest` may pick another one)."""
-    import importlib.util
-
-    name = "gpuscope_test_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "conftest.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-H = _helpers()
+from gpuscope.fixtures import samples as H
 GPUSCOPE = H.VENV_BIN / "gpuscope"
 
 

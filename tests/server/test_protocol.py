@@ -22,20 +22,7 @@ from mcp import Client, StdioServerParameters
 from gpuscope.server.app import server
 
 
-def _helpers():
-    """tests/server/conftest.py under a unique module name (a bare `import conftest` may pick another one)."""
-    import importlib.util
-
-    name = "gpuscope_test_helpers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "conftest.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-H = _helpers()
+from gpuscope.fixtures import samples as H
 DEVICE0_GEMM_TOTAL_NS, DEVICE0_KERNEL_TOTAL_NS, DEVICE0_KERNELS = H.DEVICE0_GEMM_TOTAL_NS, H.DEVICE0_KERNEL_TOTAL_NS, H.DEVICE0_KERNELS
 SHARED_DATA, TOTAL_KERNELS, VENV_BIN = H.SHARED_DATA, H.TOTAL_KERNELS, H.VENV_BIN
 assert_message, make_scenario, real_profiles = H.assert_message, H.make_scenario, H.real_profiles
