@@ -1,0 +1,59 @@
+"""Which GPU kernels are communication, and which collective they perform.
+
+A configurable list of case-insensitive regular expressions over kernel names. The defaults cover
+NCCL/RCCL (old `ncclKernel_*`, new `ncclDevKernel_*`, ROCm 6 `ncclDevKernel_Generic`, legacy
+`rcclGenericKernel`), custom all-reduce kernels (`multimem_all_reduce`, `cross_device_reduce`,
+`one_shot_all_reduce`, ...) and NVSHMEM/DeepEP — HTA's `^nccl` rule and TraceLens's fixed names
+miss the custom ones and count them as computation. Users extend the list per call or with the
+GPUSCOPE_COMM_PATTERNS environment variable (patterns separated by `;`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+DEFAULT_PATTERNS: tuple[str, ...] = (
+    r"nccl",                      # ncclKernel_*, ncclDevKernel_* (NCCL and RCCL)
+    r"rccl",                      # rcclGenericKernel*, rccl*
+    r"multimem_all_reduce",
+    r"cross_device_reduce",
+    r"one_shot_all_reduce|two_shot_all_reduce|custom_all_reduce|allreduce|all_reduce",
+    r"all_gather|allgather|reduce_scatter|reducescatter|alltoall|all_to_all",
+    r"nvshmem",
+    r"deep_ep|deepep",
+)
+
+# Collective type from the kernel name, first match wins (NCCL names: ncclDevKernel_AllReduce_Sum_f32_RING_LL).
+COLLECTIVES: tuple[tuple[str, str], ...] = (
+    ("AllReduce", r"all_?reduce|cross_device_reduce"),
+    ("ReduceScatter", r"reduce_?scatter"),
+    ("AllGather", r"all_?gather"),
+    ("AllToAll", r"all_?to_?all"),
+    ("Broadcast", r"broadcast"),
+    ("Reduce", r"reduce"),
+    ("SendRecv", r"send_?recv|sendrecv"),
+    ("Send", r"send"),
+    ("Recv", r"recv"),
+)
+
+
+def comm_patterns(extra: list[str] | None = None) -> list[str]:
+    """The active pattern list: defaults, then GPUSCOPE_COMM_PATTERNS, then `extra`."""
+    env = [p for p in os.environ.get("GPUSCOPE_COMM_PATTERNS", "").split(";") if p.strip()]
+    patterns = list(DEFAULT_PATTERNS) + env + list(extra or [])
+    for p in patterns:
+        re.compile(p)  # a bad user pattern fails here, with the regex error
+    return patterns
+
+
+def is_comm_sql(column: str = "name", extra: list[str] | None = None) -> str:
+    """SQL predicate: the kernel name in `column` is communication."""
+    alternation = "|".join(f"(?:{p})" for p in comm_patterns(extra)).replace("'", "''")
+    return f"regexp_matches({column}, '{alternation}', 'i')"
+
+
+def collective_sql(column: str = "name") -> str:
+    """SQL expression: the collective type of a communication kernel name ('Other' when unknown)."""
+    cases = " ".join(f"WHEN regexp_matches({column}, '{rx}', 'i') THEN '{label}'" for label, rx in COLLECTIVES)
+    return f"CASE {cases} ELSE 'Other' END"
