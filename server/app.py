@@ -19,6 +19,7 @@ from gpuscope import __version__
 from gpuscope.tools import analyses as A
 from gpuscope.tools.analyses.gap_histogram import GapHistogramResult
 from gpuscope.tools.analyses.list_traces import ListTracesResult
+from gpuscope.tools.analyses.phases import PhasesResult
 from gpuscope.tools.analyses.sql_query import DescribeResult, SqlResult, TablesResult
 from gpuscope.tools.analyses.top_kernels import TopKernelsResult
 from gpuscope.tools.analyses.trace_info import TraceInfoResult
@@ -125,6 +126,24 @@ async def gap_histogram(
     return await _answer(ctx, "GPU idle gaps", lambda: A.gap_histogram(
         _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, include_memops=include_memops,
         per_stream=per_stream, top_gaps=top_gaps))
+
+
+@server.tool(annotations=READ_ONLY, title="Phases of a capture")
+async def phases(
+    trace: TracePath,
+    device: Annotated[int | None, Field(description="GPU to analyse; default the busiest device")] = None,
+    start_ns: StartNs = None,
+    end_ns: EndNs = None,
+    max_phases: Annotated[int, Field(ge=1, le=20, description="Most phases to return; 1 = one phase over the whole GPU span")] = 6,
+    limit: Annotated[int, Field(ge=1, le=50, description="Kernels listed per phase")] = 5,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, PhasesResult]:
+    """Split the capture into phases (init, steady state, teardown, idle stretches, ...) by how the mix of GPU work
+    changes over time: optimal segmentation of time bins scaled to the capture, boundaries snapped to GPU ops and
+    iteration markers. Per phase: span, busy/idle (clipped union), busy % of the phase, counts, top kernels, label
+    with its reason."""
+    return await _answer(ctx, "Phases", lambda: A.phases(
+        _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, max_phases=max_phases, limit=limit))
 
 
 @server.tool(annotations=READ_ONLY, title="Read-only SQL")

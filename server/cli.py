@@ -39,6 +39,9 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
         (("--device",), {"type": int}), *_WINDOW,
         (("--no-memops",), {"dest": "include_memops", "action": "store_false"}),
         (("--per-stream",), {"action": "store_true"}), (("--top-gaps",), {"type": int, "default": 5})]),
+    "phases": (_with_trace(A.phases), "Phases", [
+        (("--device",), {"type": int}), *_WINDOW, (("--max-phases",), {"type": int, "default": 6}),
+        (("--limit",), {"type": int, "default": 5})]),
     "sql": (_with_trace(A.sql_query), "Query result", [(("sql",), {}), (("--limit",), {"type": int, "default": 100})]),
     "list-tables": (_with_trace(A.list_tables), "Tables", []),
     "describe-table": (_with_trace(A.describe_table), "Table", [(("table",), {})]),

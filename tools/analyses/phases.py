@@ -1,0 +1,498 @@
+"""phases: split a capture into phases (init, steady state, teardown, idle stretches, ...) by the mix
+of GPU work over time.
+
+Method (one device; kernels, memory copies and memsets all count as GPU activity):
+  1. The GPU-activity span [first op start, last op end] (clipped to the window) is cut into bins of
+     width max(100 ns, ceil(span / 400)) — about 400 bins whatever the capture length, so a 50 µs
+     profile segments as well as a 50 s one (PerfAdvisor floors bins at 50 ms and so splits short
+     captures into meaningless pieces).
+  2. Each bin gets a feature vector: the share of the bin covered by each of the top 8 kernel base
+     names, by all other kernels, by each copy direction / memset, and the idle share (1 - union).
+     Shares are exact interval overlaps (an op spanning several bins counts in each only for its part).
+  3. An optimal segmentation into k contiguous segments minimises the within-segment sum of squared
+     deviations from the segment mean (dynamic programming, every k from 1 to max_phases). The phase
+     count is the k minimising cost(k) + penalty·k, the smallest such k on ties: penalty =
+     2·ν·ln(bins), ν = 5·(median squared difference of adjacent 5-bin block means)/2, the wander of
+     the mean of the shortest allowed phase (5 bins) in stationary work — a split must remove more
+     variance than that noise would. This picks the first knee that pays for itself (PerfAdvisor
+     takes the largest k whose gain passes 5 %). Phases are at least 5 bins long; adjacent idle
+     phases (busy < 10 %) are merged after snapping.
+  4. Each boundary is snapped to a real event within two bins of the cut: the first GPU op of an
+     iteration (ProfilerStep#N or a repeating top-level NVTX/rocTX range, via the launching API call)
+     when present; else the longest idle gap nearby — the next phase starts at the op ending that
+     gap (or, when the next phase is idle, at the end of the op starting it); else the nearest op
+     start or end; else it stays on the bin edge (start_source says which).
+  5. Per phase, every figure is clipped to the phase: an op straddling a boundary contributes only its
+     part inside to busy time (interval union) and to per-kernel time; counts are ops starting inside.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ..model.errors import ProfileError
+from ..model.trace import Trace
+from .common import Window, clip_name, gpu_activity_sql, pct, resolve_selection
+from .intervals import unions
+
+TARGET_BINS = 400
+MIN_BIN_NS = 100
+TOP_NAMES = 8
+IDLE_BUSY_PCT = 10.0       # a phase busier than this is not 'idle'
+SIMILAR_JS = 0.10          # Jensen–Shannon (base 2) below which two phases have the same mix
+PENALTY_FACTOR = 2.0
+MIN_SEG_BINS = 5          # shortest phase the segmentation may form, in bins
+SNAP_BINS = 2             # snapping reach, in bins
+MAX_PHASES_CAP = 20
+
+
+class PhaseKernel(BaseModel):
+    name: str = Field(description="kernel base name (short_name)")
+    count: int = Field(description="executions starting inside the phase")
+    time_in_phase_ns: int = Field(description="summed duration clipped to the phase (work: concurrent kernels add up), ns")
+    pct_of_phase_kernel_time: float | None = Field(description="time_in_phase_ns / kernel_time_ns of the phase, %")
+
+
+class Activity(BaseModel):
+    name: str = Field(description="kernel base name, 'memcpy <kind>', 'memset', or 'idle'")
+    time_ns: int = Field(description="time of this activity clipped to the phase (summed over ops; for 'idle': idle_ns), ns")
+    pct_of_phase_duration: float | None = Field(description="time_ns / phase duration_ns, %")
+
+
+class Phase(BaseModel):
+    index: int = Field(description="0-based position in time")
+    label: str = Field(description="'idle', 'init', 'steady', 'teardown', 'memcpy-heavy' or 'active' (see label_reason)")
+    label_reason: str = Field(description="why the label was given, in figures")
+    start_ns: int = Field(description="phase start, ns on the profile timeline")
+    end_ns: int = Field(description="phase end (exclusive), ns")
+    duration_ns: int = Field(description="end_ns - start_ns, ns")
+    pct_of_gpu_span: float | None = Field(description="duration_ns / gpu_span_ns, %")
+    start_source: str = Field(description="what the start was placed on: first GPU op, iteration marker, op after an idle gap, ...")
+    busy_ns: int = Field(description="union of GPU activity (kernels, copies, sets) clipped to the phase, ns (wall time)")
+    idle_ns: int = Field(description="duration_ns - busy_ns, ns")
+    busy_pct_of_phase: float | None = Field(description="busy_ns / duration_ns, %")
+    kernel_count: int = Field(description="kernels starting inside the phase")
+    copy_count: int = Field(description="memory copies starting inside the phase")
+    set_count: int = Field(description="memsets starting inside the phase")
+    kernel_time_ns: int = Field(description="summed kernel duration clipped to the phase (work; > busy_ns with concurrency), ns")
+    copy_time_ns: int = Field(description="summed copy duration clipped to the phase, ns")
+    set_time_ns: int = Field(description="summed memset duration clipped to the phase, ns")
+    iterations: int | None = Field(None, description="iterations (see iteration_markers) whose first GPU op starts inside the phase")
+    dominant: Activity = Field(description="the activity with the most time in the phase ('idle' when idle_ns exceeds every activity)")
+    top_kernels: list[PhaseKernel] = Field(description="kernels by time clipped to the phase, at most `limit`")
+    more_kernel_names: int = Field(description="kernel names in the phase beyond `limit`")
+
+
+class IterationMarkers(BaseModel):
+    name: str = Field(description="marker family, e.g. 'ProfilerStep#' (trailing numbers stripped)")
+    count: int = Field(description="top-level ranges of that family overlapping the GPU span")
+    with_gpu_work: int = Field(description="of them, those whose first GPU op on the device was found via the launching API call")
+
+
+class PhasesResult(BaseModel):
+    trace: str
+    window: Window
+    device_id: int = Field(description="the GPU analysed")
+    device_name: str | None
+    device_note: str | None = Field(None, description="how the device was chosen when none was given")
+    activity: str = Field(description="what counts as GPU activity")
+    gpu_first_ns: int = Field(description="start of the first GPU op in the window (clipped), ns: start of phase 0")
+    gpu_last_ns: int = Field(description="end of the last GPU op in the window (clipped), ns: end of the last phase")
+    gpu_span_ns: int = Field(description="gpu_last_ns - gpu_first_ns, ns: what the phases cover")
+    idle_before_first_op_ns: int = Field(description="window start to gpu_first_ns, ns (not in any phase)")
+    idle_after_last_op_ns: int = Field(description="gpu_last_ns to window end, ns (not in any phase)")
+    busy_ns: int = Field(description="union of GPU activity over the span, ns (= sum of the phases' busy_ns)")
+    bin_width_ns: int = Field(description="bin width used for the segmentation, ns")
+    bins: int = Field(description="number of bins over the GPU span")
+    features: list[str] = Field(description="per-bin feature names (shares of bin time)")
+    cost_by_phase_count: list[float] = Field(description="optimal within-segment cost for k = 1, 2, ... phases")
+    penalty_per_phase: float = Field(description="cost a further phase must save to be kept")
+    max_phases: int
+    iteration_markers: IterationMarkers | None = Field(None, description="iteration markers used to place boundaries, when found")
+    method: str = Field(description="how the phases were found")
+    phases: list[Phase]
+    truncated: bool = Field(description="true when some phase has more kernel names than `limit`")
+    hint: str | None = None
+
+
+def phases(
+    trace: Trace,
+    *,
+    device: int | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    max_phases: int = 6,
+    limit: int = 5,
+) -> PhasesResult:
+    sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
+    if int(max_phases) < 1:
+        raise ProfileError(f"max_phases must be at least 1 (got {max_phases}); 1 gives one phase covering the whole GPU span.")
+    max_phases = min(int(max_phases), MAX_PHASES_CAP)
+    limit = max(1, min(int(limit), 50))
+    where, params = sel.where(time_mode="overlap")
+    acts = (f"SELECT device_id, stream_id, greatest(start_ns, {window.start_ns}) AS start_ns, "
+            f"least(end_ns, {window.end_ns}) AS end_ns, kind, name, pid, tid FROM ({gpu_activity_sql(True, where)})")
+    acts_params = params * 2
+    found = unions(trace, acts, acts_params, ("device_id",))
+    if not found:
+        raise ProfileError("no GPU activity (kernels, copies or sets) in the selection, so there are no phases to find. "
+                           "trace_info shows what the profile holds and its capture span.")
+    note = None
+    if device is None:
+        dev = max(found, key=lambda k: (found[k].busy_ns, -k[0]))[0]
+        if len(found) > 1:
+            others = sorted(k[0] for k in found if k[0] != dev)
+            note = f"device {dev} chosen: the busiest of {len(found)} devices with GPU activity; pass device= for {others}"
+    else:
+        dev = device
+    u = found[(dev,)]
+    t0, t1 = u.first_ns, u.last_ns
+    span = t1 - t0
+    dev_acts = f"SELECT * FROM ({acts}) WHERE device_id = ? AND end_ns >= start_ns"
+    dev_params = acts_params + [dev]
+
+    # Merged busy intervals of the device (from the union's gaps).
+    m_start = np.concatenate(([t0], u.gap_end_ns)).astype(np.int64)
+    m_end = np.concatenate((u.gap_start_ns, [t1])).astype(np.int64)
+
+    width = max(MIN_BIN_NS, -(-span // TARGET_BINS))
+    nbins = max(1, -(-span // width))
+    edges = np.minimum(t0 + width * np.arange(nbins + 1, dtype=np.int64), t1)
+
+    cur = trace.con.cursor()
+    try:
+        data = cur.execute(f"SELECT start_ns, end_ns, kind, name FROM ({dev_acts}) WHERE end_ns > start_ns", dev_params).fetchnumpy()
+    finally:
+        cur.close()
+    s_all = np.asarray(data["start_ns"], dtype=np.int64)
+    e_all = np.asarray(data["end_ns"], dtype=np.int64)
+    kinds = np.asarray(data["kind"], dtype=object)
+    names = np.asarray(data["name"], dtype=object)
+    feat_names, feat_index = _feature_groups(s_all, e_all, kinds, names)
+    lens = np.diff(edges).astype(np.float64)
+    feats = np.zeros((nbins, len(feat_names) + 1))
+    for j in range(len(feat_names)):
+        sel_j = feat_index == j
+        feats[:, j] = np.diff(_coverage(s_all[sel_j] - t0, e_all[sel_j] - t0, edges - t0)) / lens
+    busy_bins = np.diff(_coverage_merged(m_start, m_end, edges)).astype(np.float64)
+    feats[:, -1] = 1.0 - busy_bins / lens
+    feat_names = feat_names + ["idle"]
+
+    costs, cuts_by_k = _segment(feats, max_phases)
+    penalty = _penalty(feats, costs[0])
+    score = [c + penalty * (i + 1) for i, c in enumerate(costs)]
+    k = int(np.argmin(np.round(score, 9))) + 1  # ties → smallest k
+    cuts = cuts_by_k[k - 1]
+
+    iters = _iterations(trace, dev, sel, t0, t1)
+    iter_starts = np.array(sorted(iters[1]), dtype=np.int64) if iters else np.zeros(0, dtype=np.int64)
+    bounds, sources = [t0], ["first GPU op"]
+    seg_idle = [float(feats[a:b, -1].mean()) for a, b in zip([0] + cuts, cuts + [nbins])]
+    for i, c in enumerate(cuts):
+        t = int(edges[c])
+        right_idle = seg_idle[i + 1] > 1 - IDLE_BUSY_PCT / 100
+        x, why = _snap(t, width, iter_starts, u.gap_start_ns, u.gap_end_ns, s_all, e_all, right_idle,
+                       iters[0] if iters else None)
+        if x <= bounds[-1] or x >= t1:
+            continue  # snapping merged it into a neighbour
+        bounds.append(x)
+        sources.append(why)
+    bounds.append(t1)
+    # Adjacent idle phases are one idle stretch, whatever lone ops sit in it.
+    bb = np.asarray(bounds, dtype=np.int64)
+    lazy = np.diff(_coverage_merged(m_start, m_end, bb)) * 100 < IDLE_BUSY_PCT * np.diff(bb)
+    keep = [0] + [i for i in range(1, len(bounds) - 1) if not (lazy[i - 1] and lazy[i])] + [len(bounds) - 1]
+    bounds, sources = [bounds[i] for i in keep], [sources[i] for i in keep[:-1]]
+
+    figures = _phase_figures(trace, dev_acts, dev_params, bounds)
+    busy = np.diff(_coverage_merged(m_start, m_end, np.asarray(bounds, dtype=np.int64)))
+    mixes = []
+    for i in range(len(bounds) - 1):
+        a, b = np.searchsorted(edges, bounds[i], "right") - 1, np.searchsorted(edges, bounds[i + 1], "left")
+        mixes.append(feats[max(a, 0):max(b, a + 1)].mean(axis=0))
+
+    out, truncated = [], False
+    for i in range(len(bounds) - 1):
+        s, e = bounds[i], bounds[i + 1]
+        f = figures.get(i, {})
+        kern = f.get("kernels", [])
+        truncated |= len(kern) > limit
+        dur = e - s
+        b = int(busy[i])
+        ktime = sum(x[2] for x in kern)
+        acts_i = f.get("activities", [])
+        idle = dur - b
+        dom = max([(t, n) for n, t in acts_i] + [(idle, "idle")], key=lambda x: (x[0], x[1] != "idle", x[1]))
+        n_iter = int(((iter_starts >= s) & ((iter_starts < e) | ((i == len(bounds) - 2) & (iter_starts <= e)))).sum()) if iters else None
+        out.append(Phase(
+            index=i, label="", label_reason="", start_ns=s, end_ns=e, duration_ns=dur, pct_of_gpu_span=pct(dur, span),
+            start_source=sources[i], busy_ns=b, idle_ns=idle, busy_pct_of_phase=pct(b, dur),
+            kernel_count=f.get("n_kernel", 0), copy_count=f.get("n_copy", 0), set_count=f.get("n_set", 0),
+            kernel_time_ns=ktime, copy_time_ns=f.get("t_copy", 0), set_time_ns=f.get("t_set", 0), iterations=n_iter,
+            dominant=Activity(name=clip_name(dom[1]), time_ns=int(dom[0]), pct_of_phase_duration=pct(dom[0], dur)),
+            top_kernels=[PhaseKernel(name=clip_name(n), count=c, time_in_phase_ns=t, pct_of_phase_kernel_time=pct(t, ktime))
+                         for n, c, t in kern[:limit]],
+            more_kernel_names=max(0, len(kern) - limit),
+        ))
+    _label(out, mixes, k_forced=(max_phases == 1))
+    iter_info = IterationMarkers(name=iters[0], count=iters[2], with_gpu_work=len(iters[1])) if iters else None
+    names_dev = dict(trace.sql("SELECT device_id, name FROM devices"))
+    return PhasesResult(
+        trace=str(trace.path), window=window, device_id=dev, device_name=names_dev.get(dev), device_note=note,
+        activity="kernels, memory copies and memsets",
+        gpu_first_ns=t0, gpu_last_ns=t1, gpu_span_ns=span,
+        idle_before_first_op_ns=t0 - window.start_ns, idle_after_last_op_ns=window.end_ns - t1,
+        busy_ns=u.busy_ns, bin_width_ns=int(width), bins=int(nbins), features=[clip_name(n) for n in feat_names],
+        cost_by_phase_count=[round(c, 6) for c in costs], penalty_per_phase=round(penalty, 6), max_phases=max_phases,
+        iteration_markers=iter_info,
+        method=(f"{nbins} bins of {width} ns over the GPU span; per-bin time shares of {len(feat_names)} activities; "
+                f"optimal segmentation (least squares, dynamic programming) for k = 1..{len(costs)}; chose k = {k} "
+                f"minimising cost + {round(penalty, 4)}·k; boundaries snapped to real events within two bins"
+                + (f"; {len(out)} phases after snapping" if len(out) != k else "")),
+        phases=out, truncated=truncated,
+        hint=(f"some phases have more kernel names than limit={limit}; raise limit (max 50), or run top_kernels with "
+              "start_ns/end_ns of a phase" if truncated else None),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def _feature_groups(s: np.ndarray, e: np.ndarray, kinds: np.ndarray, names: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Feature names and, per op, its feature index: top kernel names, 'other kernels', each memop name."""
+    dur = (e - s).astype(np.float64)
+    is_k = kinds == "kernel"
+    knames, kinv = np.unique(names[is_k].astype(str), return_inverse=True) if is_k.any() else (np.array([], dtype=str), np.zeros(0, int))
+    ktot = np.bincount(kinv, weights=dur[is_k], minlength=len(knames)) if len(knames) else np.zeros(0)
+    order = sorted(range(len(knames)), key=lambda i: (-ktot[i], knames[i]))
+    top = [str(knames[i]) for i in order[:TOP_NAMES]]
+    feat = list(top)
+    idx = np.full(s.size, -1, dtype=np.int64)
+    if len(knames):
+        remap = np.full(len(knames), -1, dtype=np.int64)
+        for j, i in enumerate(order[:TOP_NAMES]):
+            remap[i] = j
+        kidx = remap[kinv]
+        if (kidx < 0).any():
+            feat.append("other kernels")
+            kidx[kidx < 0] = len(feat) - 1
+        idx[is_k] = kidx
+    mnames = sorted(set(names[~is_k].astype(str).tolist()))
+    for n in mnames:
+        feat.append(n)
+        idx[(~is_k) & (names == n)] = len(feat) - 1
+    return feat, idx
+
+
+def _coverage(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Σ_i |[s_i, e_i) ∩ (-∞, x)| for each x (float; overlaps counted per op)."""
+    if s.size == 0:
+        return np.zeros(x.size)
+    s, e = np.sort(s).astype(np.float64), np.sort(e).astype(np.float64)
+    cs, ce = np.concatenate(([0.0], np.cumsum(s))), np.concatenate(([0.0], np.cumsum(e)))
+    xs = x.astype(np.float64)
+    ns, ne = np.searchsorted(s, xs, "left"), np.searchsorted(e, xs, "left")
+    return (ns * xs - cs[ns]) - (ne * xs - ce[ne])
+
+
+def _coverage_merged(ms: np.ndarray, me: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Exact integer busy time before each x, for disjoint sorted intervals [ms, me)."""
+    cum = np.concatenate(([0], np.cumsum(me - ms)))
+    j = np.searchsorted(ms, x, "left")  # intervals starting before x
+    prev = np.maximum(j - 1, 0)
+    part = np.where(j > 0, np.minimum(x, me[prev]) - ms[prev], 0)
+    return np.where(j > 0, cum[prev] + part, 0).astype(np.int64)
+
+
+def _segment(f: np.ndarray, kmax: int) -> tuple[list[float], list[list[int]]]:
+    """Optimal least-squares segmentation of the rows of f into 1..kmax contiguous segments."""
+    n = f.shape[0]
+    kmax = max(1, min(kmax, n))
+    s1 = np.vstack((np.zeros(f.shape[1]), np.cumsum(f, axis=0)))
+    s2 = np.concatenate(([0.0], np.cumsum((f ** 2).sum(axis=1))))
+    nrm = (s1 ** 2).sum(axis=1)
+    cnt = np.arange(n + 1, dtype=np.float64)
+    length = cnt[None, :] - cnt[:, None]                       # [a, b] → b - a
+    cross = nrm[None, :] + nrm[:, None] - 2.0 * (s1 @ s1.T)    # |S1[b] - S1[a]|²
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cost = (s2[None, :] - s2[:, None]) - cross / length
+    minlen = max(1, min(MIN_SEG_BINS, n // 4))
+    cost[length < minlen] = np.inf
+    cost = np.maximum(cost, 0.0)
+    best = [cost[0].copy()]
+    back = [np.zeros(n + 1, dtype=np.int64)]
+    for _ in range(1, kmax):
+        tot = best[-1][:, None] + cost
+        arg = np.argmin(tot, axis=0)
+        best.append(tot[arg, np.arange(n + 1)])
+        back.append(arg)
+    costs, cuts = [], []
+    for k in range(kmax):
+        c = float(best[k][n])
+        if not math.isfinite(c):
+            break
+        costs.append(c)
+        b, cs = n, []
+        for kk in range(k, 0, -1):
+            b = int(back[kk][b])
+            cs.append(b)
+        cuts.append(sorted(cs))
+    return costs, cuts
+
+
+def _penalty(f: np.ndarray, total: float) -> float:
+    """Cost a further segment must save. The noise that a spurious split feeds on is the wander of
+    segment means, which for autocorrelated bins (an op or an iteration spans many bins) is far above
+    the per-bin variance: it is measured on block means (blocks of B bins, B·var(block mean) ≈ σ²·τ),
+    by the median squared difference of adjacent blocks, so that real phase changes barely count."""
+    n = f.shape[0]
+    blk = max(1, min(MIN_SEG_BINS, n // 4))
+    nb = n // blk
+    if nb < 3:
+        return max(total, 1e-9)  # too few bins to tell noise from phases: one phase
+    m = f[: nb * blk].reshape(nb, blk, -1).mean(axis=1)
+    noise = blk * float(np.median((np.diff(m, axis=0) ** 2).sum(axis=1))) / 2
+    return max(PENALTY_FACTOR * noise * math.log(n), 1e-9 * n, 0.01 * total)
+
+
+def _snap(t: int, width: int, iters: np.ndarray, gs: np.ndarray, ge: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+          right_idle: bool, family: str | None) -> tuple[int, str]:
+    """Place a cut at bin edge t on a real event within SNAP_BINS bins: an iteration's first GPU op,
+    else the longest idle gap (its end, or its start when the next phase is idle), else an op start/end."""
+    lo, hi = t - SNAP_BINS * width, t + SNAP_BINS * width
+    near = iters[(iters >= lo) & (iters <= hi)]
+    if near.size:
+        x = int(near[np.argmin(np.abs(near - t))])
+        return x, f"first GPU op of an iteration ({family}N marker)"
+    hit = (gs < hi) & (ge > lo)
+    if hit.any():
+        g_s, g_e = gs[hit], ge[hit]
+        ln = g_e - g_s
+        mid_dist = np.abs((g_s + g_e) // 2 - t)
+        i = np.lexsort((g_s, mid_dist, -ln))[0]
+        if right_idle:
+            return int(g_s[i]), f"end of the last op before a {int(ln[i])} ns idle gap"
+        return int(g_e[i]), f"first op after a {int(ln[i])} ns idle gap"
+    edges = np.concatenate((starts, ends))
+    near = edges[(edges >= lo) & (edges <= hi)]
+    if near.size:
+        d = np.abs(near - t)
+        x = int(near[np.lexsort((near, d))[0]])
+        return x, f"nearest op start/end (no idle gap within {SNAP_BINS} bins)"
+    return t, f"bin edge (no op starts or ends within {SNAP_BINS} bins)"
+
+
+def _iterations(trace: Trace, dev: int, sel, t0: int, t1: int) -> tuple[str, list[int], int] | None:
+    """(family, GPU start of each iteration, number of ranges) for the best iteration-marker family."""
+    if trace.count("markers") == 0:
+        return None
+    rows = trace.sql(
+        """WITH m AS (SELECT pid, tid, start_ns, end_ns, name, regexp_replace(name, '[0-9]+$', '') AS fam
+                      FROM markers WHERE kind NOT IN ('gpu_annotation', 'mark') AND end_ns > start_ns
+                        AND end_ns > ? AND start_ns < ?),
+                fams AS (SELECT fam FROM m GROUP BY fam HAVING count(*) >= 2),
+                c AS (SELECT m.* FROM m JOIN fams USING (fam)
+                      WHERE NOT EXISTS (SELECT 1 FROM markers o WHERE o.pid IS NOT DISTINCT FROM m.pid
+                                          AND o.tid IS NOT DISTINCT FROM m.tid AND o.kind NOT IN ('gpu_annotation', 'mark')
+                                          AND o.start_ns <= m.start_ns AND o.end_ns >= m.end_ns AND o.dur_ns > m.end_ns - m.start_ns))
+           SELECT fam, count(*) AS n, sum(end_ns - start_ns) AS d,
+                  bool_or(fam LIKE 'ProfilerStep%') AS ps FROM c GROUP BY fam HAVING count(*) >= 2
+           ORDER BY ps DESC, n DESC, d DESC, fam LIMIT 1""",
+        [t0, t1],
+    )
+    if not rows:
+        return None
+    fam, n = rows[0][0], int(rows[0][1])
+    if not re.search(r"\S", fam or ""):
+        return None
+    starts = trace.sql(
+        """WITH m AS (SELECT pid, start_ns, end_ns FROM markers
+                      WHERE kind NOT IN ('gpu_annotation', 'mark') AND end_ns > start_ns AND end_ns > ? AND start_ns < ?
+                        AND regexp_replace(name, '[0-9]+$', '') = ?),
+                ops AS (SELECT pid, correlation_id, start_ns FROM kernels WHERE device_id = ? AND end_ns > start_ns
+                        UNION ALL SELECT pid, correlation_id, start_ns FROM memops WHERE device_id = ? AND end_ns > start_ns),
+                l AS (SELECT a.pid, a.start_ns AS api_ns, o.start_ns AS gpu_ns FROM ops o
+                      JOIN api_calls a ON a.pid = o.pid AND a.correlation_id = o.correlation_id)
+           SELECT m.start_ns, min(l.gpu_ns) FROM m JOIN l ON l.pid IS NOT DISTINCT FROM m.pid
+                  AND l.api_ns >= m.start_ns AND l.api_ns < m.end_ns
+           GROUP BY m.start_ns""",
+        [t0, t1, fam, dev, dev],
+    )
+    gpu = sorted({int(g) for _, g in starts if g is not None and t0 <= g <= t1})
+    return fam, gpu, n
+
+
+def _phase_figures(trace: Trace, dev_acts: str, params: list, bounds: list[int]) -> dict[int, dict]:
+    """Per phase: kernels by name (count starting inside, clipped time), counts and clipped times per kind."""
+    last = len(bounds) - 2
+    rows = trace.sql(
+        f"""WITH p AS (SELECT unnest(?::BIGINT[]) AS s, unnest(?::BIGINT[]) AS e, unnest(?::INTEGER[]) AS i),
+                 a AS ({dev_acts}),
+                 j AS (SELECT p.i, a.kind, a.name,
+                              greatest(least(a.end_ns, p.e) - greatest(a.start_ns, p.s), 0) AS t,
+                              (a.start_ns >= p.s AND (a.start_ns < p.e OR (p.i = {last} AND a.start_ns <= p.e))) AS starts
+                       FROM a JOIN p ON a.start_ns <= p.e AND a.end_ns >= p.s)
+            SELECT i, kind, name, count(*) FILTER (WHERE starts) AS n, sum(t)::BIGINT AS t
+            FROM j GROUP BY i, kind, name""",
+        [bounds[:-1], bounds[1:], list(range(len(bounds) - 1))] + params,
+    )
+    out: dict[int, dict] = {}
+    for i, kind, name, n, t in rows:
+        d = out.setdefault(i, {"kernels": [], "activities": {}, "n_kernel": 0, "n_copy": 0, "n_set": 0, "t_copy": 0, "t_set": 0})
+        n, t = int(n), int(t)
+        d["n_" + kind] += n
+        if kind == "kernel":
+            if n or t:
+                d["kernels"].append((name, n, t))
+        else:
+            d["t_" + kind] += t
+        if t:
+            d["activities"][name] = d["activities"].get(name, 0) + t
+    for d in out.values():
+        d["kernels"].sort(key=lambda x: (-x[2], -x[1], x[0]))
+        d["activities"] = sorted(d["activities"].items())
+    return out
+
+
+def _js(p: np.ndarray, q: np.ndarray) -> float:
+    p, q = p / p.sum() if p.sum() else p, q / q.sum() if q.sum() else q
+    m = (p + q) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.where(p > 0, p * np.log2(p / m), 0.0).sum()
+        b = np.where(q > 0, q * np.log2(q / m), 0.0).sum()
+    return float(max(0.0, (a + b) / 2))
+
+
+def _label(ps: list[Phase], mixes: list[np.ndarray], k_forced: bool) -> None:
+    idle = [p.busy_pct_of_phase is None or p.busy_pct_of_phase < IDLE_BUSY_PCT for p in ps]
+    active = [i for i in range(len(ps)) if not idle[i]]
+    main = max(active, key=lambda i: (ps[i].duration_ns, -i)) if active else None
+    for i, p in enumerate(ps):
+        copy_heavy = p.copy_time_ns + p.set_time_ns > p.kernel_time_ns
+        what = f"dominant: {p.dominant.name} ({p.dominant.pct_of_phase_duration} % of the phase)"
+        if idle[i]:
+            p.label, p.label_reason = "idle", f"GPU busy {p.busy_pct_of_phase} % of the phase (< {IDLE_BUSY_PCT:g} %)"
+            continue
+        if len(ps) == 1:
+            why = "max_phases=1" if k_forced else "no change in the mix of GPU work paid for a split"
+            p.label = "memcpy-heavy" if copy_heavy else "steady"
+            p.label_reason = f"one phase covers the GPU span ({why}); {what}"
+            continue
+        js = _js(mixes[i], mixes[main])
+        like_main = i == main or js < SIMILAR_JS
+        if like_main:
+            p.label = "steady"
+            p.label_reason = ("longest non-idle phase" if i == main
+                              else f"same mix as the longest non-idle phase (Jensen–Shannon {js:.3f} < {SIMILAR_JS})") + f"; {what}"
+        elif i == 0:
+            p.label, p.label_reason = "init", f"first phase, unlike the longest non-idle phase (Jensen–Shannon {js:.3f}); {what}"
+        elif i == len(ps) - 1:
+            p.label, p.label_reason = "teardown", f"last phase, unlike the longest non-idle phase (Jensen–Shannon {js:.3f}); {what}"
+        elif copy_heavy:
+            p.label, p.label_reason = "memcpy-heavy", f"copy + memset time {p.copy_time_ns + p.set_time_ns} ns > kernel time {p.kernel_time_ns} ns; {what}"
+        else:
+            p.label, p.label_reason = "active", f"a middle phase whose mix differs from the longest non-idle phase (Jensen–Shannon {js:.3f}); {what}"
