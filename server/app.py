@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from gpuscope import __version__
 from gpuscope.tools import analyses as A
+from gpuscope.tools.analyses.api_summary import ApiSummaryResult
 from gpuscope.tools.analyses.gap_histogram import GapHistogramResult
 from gpuscope.tools.analyses.list_traces import ListTracesResult
 from gpuscope.tools.analyses.phases import PhasesResult
@@ -126,6 +127,31 @@ async def gap_histogram(
     return await _answer(ctx, "GPU idle gaps", lambda: A.gap_histogram(
         _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, include_memops=include_memops,
         per_stream=per_stream, top_gaps=top_gaps))
+
+
+@server.tool(annotations=READ_ONLY, title="Host API calls, blocking and launches")
+async def api_summary(
+    trace: TracePath,
+    pid: Annotated[int | None, Field(description="Only this process")] = None,
+    device: Annotated[int | None, Field(description="Launch analysis: only kernels on this device")] = None,
+    stream: Annotated[int | None, Field(description="Launch analysis: only kernels on this stream")] = None,
+    start_ns: StartNs = None,
+    end_ns: EndNs = None,
+    name_contains: Annotated[str | None, Field(description="API table: case-insensitive substring of the call name")] = None,
+    per_thread: Annotated[bool, Field(description="API table per (process, thread, name) instead of (process, name)")] = False,
+    spin_min_calls: Annotated[int, Field(ge=2, description="Back-to-back event/stream queries that make a spin loop")] = 3,
+    spin_max_gap_ns: Annotated[int, Field(ge=0, description="Largest gap between queries of one spin loop, ns")] = 5_000,
+    limit: Annotated[int, Field(ge=1, le=200, description="Rows per list")] = 20,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, ApiSummaryResult]:
+    """Host runtime/driver API calls by name (count, time statistics); host-blocked time per thread as an interval
+    union of synchronising calls (synchronize, blocking copies, async copies from pageable memory, event-query spin
+    loops); launch analysis per device/stream keeping apart API duration, queue delay (work ahead on the stream) and
+    launch latency; kernels shorter than their launch call; kernels per second."""
+    return await _answer(ctx, "Host API", lambda: A.api_summary(
+        _open(trace, ctx), pid=pid, device=device, stream=stream, start_ns=start_ns, end_ns=end_ns,
+        name_contains=name_contains, per_thread=per_thread, spin_min_calls=spin_min_calls,
+        spin_max_gap_ns=spin_max_gap_ns, limit=limit))
 
 
 @server.tool(annotations=READ_ONLY, title="Phases of a capture")

@@ -39,6 +39,11 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
         (("--device",), {"type": int}), *_WINDOW,
         (("--no-memops",), {"dest": "include_memops", "action": "store_false"}),
         (("--per-stream",), {"action": "store_true"}), (("--top-gaps",), {"type": int, "default": 5})]),
+    "api-summary": (_with_trace(A.api_summary), "Host API", [
+        (("--pid",), {"type": int}), (("--device",), {"type": int}), (("--stream",), {"type": int}), *_WINDOW,
+        (("--name-contains",), {}), (("--per-thread",), {"action": "store_true"}),
+        (("--spin-min-calls",), {"type": int, "default": 3}), (("--spin-max-gap-ns",), {"type": int, "default": 5000}),
+        (("--limit",), {"type": int, "default": 20})]),
     "phases": (_with_trace(A.phases), "Phases", [
         (("--device",), {"type": int}), *_WINDOW, (("--max-phases",), {"type": int, "default": 6}),
         (("--limit",), {"type": int, "default": 5})]),

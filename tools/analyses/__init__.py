@@ -5,9 +5,11 @@
     top_kernels     kernels ranked by time, per device           top_kernels.py
     gap_histogram   idle gaps per device/stream + host context   gap_histogram.py
     phases          init / steady / teardown segmentation        phases.py
+    api_summary     host API calls, blocked time, launch delays  api_summary.py
     sql_query       read-only SQL; list_tables, describe_table   sql_query.py
 """
 
+from .api_summary import api_summary
 from .gap_histogram import gap_histogram
 from .list_traces import list_traces
 from .phases import phases
@@ -15,4 +17,4 @@ from .sql_query import describe_table, list_tables, sql_query
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["describe_table", "gap_histogram", "list_tables", "list_traces", "phases", "sql_query", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "describe_table", "gap_histogram", "list_tables", "list_traces", "phases", "sql_query", "top_kernels", "trace_info"]

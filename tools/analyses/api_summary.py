@@ -1,0 +1,466 @@
+"""api_summary: what the host threads spend in the CUDA/HIP runtime, when they are blocked, and how
+kernel launches reach the GPU.
+
+Three sections, each with its own denominators:
+  * API calls by name, per process (or per thread): count and duration statistics (nsys
+    `cuda_api_sum` style), with the share of the process's (thread's) summed API time.
+  * Host-blocked time per thread = the INTERVAL UNION of the calls that hold the thread until GPU
+    work finishes: explicit synchronisation (`*Synchronize`), blocking copies (`*Memcpy*` without
+    `Async`, e.g. cudaMemcpy, cuMemcpyHtoD, hipMemcpyWithStream), async copies that block because
+    the host buffer is pageable (a `*Memcpy*Async` call whose copy has a 'Pageable' side), and
+    event/stream-query spin loops (runs of back-to-back `*EventQuery`/`*StreamQuery` calls, from the
+    first call's entry to the last call's return). Not counted: cudaStreamWaitEvent (asynchronous
+    for the host: it makes a stream, not the thread, wait), memsets, cudaFree/cudaMalloc (may
+    synchronise implicitly; their time is in the API table), HSA calls (nested inside HIP calls).
+  * Launch analysis per device and stream for kernels linked to their launching call (same process
+    and correlation id; graph launches map one call to many kernels). Three separate figures:
+    API duration (call end - call start, per launch call), queue delay (max(0, end of the previous
+    op on the stream - call end): the GPU was still busy with earlier work), and launch latency
+    (kernel start - max(call end, previous op end), clipped at 0: time from "ready to run" to
+    running). `kernel start - call start` (PerfAdvisor's "launch overhead") and `kernel start - call
+    end` (HTA's "launch_delay") mix queueing into launch cost and are not reported.
+"""
+
+from __future__ import annotations
+
+
+from pydantic import BaseModel, Field
+
+from ..model.errors import ProfileError
+from ..model.trace import Trace
+from .common import Window, clip_name, pct, resolve_selection
+from .intervals import unions
+
+CATEGORIES = ("synchronize", "blocking_copy", "pageable_async_copy", "event_query_spin")
+
+# Name rules (names arrive with version suffixes folded; regexes are anchored, case sensitive).
+SYNC_RE = r"^(cuda|cu|hip)[A-Za-z]*Synchronize$"
+COPY_RE = r"^(cuda|cu|hip)Memcpy"
+QUERY_RE = r"^(cuda|cu|hip)(Event|Stream)Query$"
+LAUNCH_RE = r"^(cuda|cu|hip)[A-Za-z]*Launch"
+HOST_KIND_UNKNOWN = ("Host", "Unknown")  # a copy side named this way does not tell pageable from pinned
+
+DEFINITIONS = {
+    "api_time": "summed durations of API calls (work: nested calls on one thread count twice); api_busy_ns is their interval union",
+    "blocked": "interval union per thread of synchronize / blocking_copy / pageable_async_copy / event_query_spin intervals",
+    "synchronize": "calls named (cuda|cu|hip)*Synchronize (device, stream, event, context)",
+    "blocking_copy": "(cuda|cu|hip)Memcpy* calls without 'Async' in the name (cudaMemcpy, cudaMemcpy2D, cuMemcpyHtoD, hipMemcpyWithStream, ...)",
+    "pageable_async_copy": "*Memcpy*Async calls whose copy (same process and correlation id) has a 'Pageable' source or destination",
+    "event_query_spin": "runs of >= spin_min_calls consecutive (cuda|cu|hip)(Event|Stream)Query calls on one thread, each within spin_max_gap_ns of the previous; the run counts from first entry to last return",
+    "not_blocking": "cudaStreamWaitEvent/hipStreamWaitEvent (the stream waits, not the thread), memsets, cudaFree/cudaMalloc (may synchronise implicitly; see the API table), HSA calls",
+    "thread_api_span": "first API call entry to last API call return of the thread (clipped to the window)",
+    "queue_delay": "max(0, end of the previous kernel/copy/set on the same device, process and stream - launch call end)",
+    "launch_latency": "max(0, kernel start - max(launch call end, previous op end on the stream)); cross-stream waits show up here",
+    "api_duration": "launch call end - start, once per launch call (a graph launch counts once)",
+    "tiny_kernel": "kernel shorter than its launch call (HTA's short-kernel rule), among calls that launched exactly one kernel",
+    "kernels_per_s": "kernels / kernel span (first kernel start to last kernel end of the row)",
+}
+
+
+class ApiGroup(BaseModel):
+    pid: int | None = Field(description="process that made the calls")
+    tid: int | None = Field(None, description="thread (per_thread mode only)")
+    name: str = Field(description="API name, version suffix folded")
+    api: str | None = Field(description="API family: cuda_runtime, cuda_driver, hip, hsa, ...")
+    count: int = Field(description="calls starting in the window")
+    total_ns: int = Field(description="summed call duration, ns")
+    pct_of_process_api_time: float | None = Field(description="total_ns / summed API time of the process in the window, %")
+    pct_of_thread_api_time: float | None = Field(None, description="total_ns / summed API time of the thread, % (per_thread mode)")
+    avg_ns: float = Field(description="mean call duration, ns")
+    median_ns: float = Field(description="median call duration, ns")
+    min_ns: int
+    max_ns: int
+    std_ns: float | None = Field(description="sample standard deviation (n-1), ns; null for a single call")
+
+
+class ProcessApiTotals(BaseModel):
+    pid: int | None
+    process_name: str | None
+    threads: int = Field(description="threads with API calls in the window")
+    api_calls: int = Field(description="API calls starting in the window")
+    summed_api_time_ns: int = Field(description="sum of their durations (work), ns")
+    api_names: int = Field(description="distinct API names")
+
+
+class BlockedContributor(BaseModel):
+    name: str = Field(description="API name; spin loops are labelled '<name> spin loop'")
+    category: str = Field(description="synchronize, blocking_copy, pageable_async_copy or event_query_spin")
+    calls: int = Field(description="calls (spin loops: loops) of this name on the thread overlapping the window")
+    blocked_ns: int = Field(description="union of their intervals within the window, ns")
+
+
+class ThreadBlocked(BaseModel):
+    pid: int | None
+    tid: int | None
+    thread_name: str | None
+    api_calls: int = Field(description="API calls of the thread overlapping the window")
+    thread_api_span_ns: int = Field(description="first API call entry to last API call return (clipped to the window), ns")
+    api_busy_ns: int = Field(description="union of the thread's API call intervals (time inside the runtime), ns")
+    blocked_ns: int = Field(description="union of the thread's blocking intervals, ns")
+    pct_of_thread_api_span: float | None = Field(description="blocked_ns / thread_api_span_ns, %")
+    pct_of_window: float | None = Field(description="blocked_ns / window span (capture span unless a window was given), %")
+    blocked_by_category_ns: dict[str, int] = Field(description="union per category, ns (categories can overlap, so they may sum above blocked_ns)")
+    contributors: list[BlockedContributor] = Field(description="blocking calls by name, most blocked time first (at most 8)")
+
+
+class ProcessBlocked(BaseModel):
+    pid: int | None
+    blocked_any_thread_ns: int = Field(description="union over the process's threads: wall time with >= 1 thread blocked, ns")
+    blocked_thread_sum_ns: int = Field(description="sum of the per-thread unions (thread-time), ns")
+    pct_of_window: float | None = Field(description="blocked_any_thread_ns / window span, %")
+
+
+class Distribution(BaseModel):
+    count: int = Field(description="values in the distribution")
+    avg_ns: float | None
+    median_ns: float | None = Field(description="median (linear interpolation), ns")
+    p90_ns: float | None = Field(description="90th percentile (linear interpolation between closest ranks), ns")
+    max_ns: int | None
+
+
+class LaunchStats(BaseModel):
+    device_id: int
+    pid: int | None = Field(None, description="process owning the stream (null on the all-streams row of a device)")
+    stream_id: int | None = Field(None, description="stream; null = all streams of the device")
+    kernels: int = Field(description="kernels starting in the window")
+    unlinked_kernels: int = Field(description="kernels whose launching call is not in the profile (left out of the launch figures)")
+    launch_calls: int = Field(description="distinct API calls that launched the linked kernels")
+    launch_apis: dict[str, int] = Field(description="launch calls by API name")
+    graph_launch_calls: int = Field(description="launch calls that launched more than one kernel (graph launches)")
+    api_duration: Distribution = Field(description="launch call end - start, one value per launch call")
+    queue_delay: Distribution = Field(description="max(0, previous op end on the stream - launch call end), per linked kernel")
+    launch_latency: Distribution = Field(description="max(0, kernel start - max(call end, previous op end)), per linked kernel")
+    kernels_started_before_call_returned: int = Field(description="linked kernels that started before their launch call returned (latency clipped to 0)")
+    single_kernel_launches: int = Field(description="linked kernels whose launch call launched only them (tiny-kernel denominator)")
+    tiny_kernels: int = Field(description="of those, kernels shorter than their launch call")
+    tiny_pct_of_single_kernel_launches: float | None = Field(description="tiny_kernels / single_kernel_launches, %")
+    kernel_span_ns: int = Field(description="first kernel start to last kernel end of the row, ns")
+    kernels_per_s_over_kernel_span: float | None = Field(description="kernels / kernel_span_ns, per second")
+
+
+class ApiSummaryResult(BaseModel):
+    trace: str
+    window: Window
+    filters: dict[str, int | str | bool | None]
+    definitions: dict[str, str] = Field(description="what each figure means")
+    processes: list[ProcessApiTotals]
+    apis: list[ApiGroup] = Field(description="API calls by name, most total time first")
+    blocked_threads: list[ThreadBlocked] = Field(description="threads with API calls, most blocked time first")
+    blocked_processes: list[ProcessBlocked]
+    launches: list[LaunchStats] | None = Field(description="per device (stream_id null) then per stream, most kernels first; null when absent")
+    absent: list[str] = Field(description="figures the profile cannot give, with the reason")
+    truncated: bool = Field(description="true when a list was cut to `limit`")
+    hint: str | None = None
+
+
+def api_summary(
+    trace: Trace,
+    *,
+    pid: int | None = None,
+    device: int | None = None,
+    stream: int | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    name_contains: str | None = None,
+    per_thread: bool = False,
+    spin_min_calls: int = 3,
+    spin_max_gap_ns: int = 5_000,
+    limit: int = 20,
+) -> ApiSummaryResult:
+    if trace.count("api_calls") == 0:
+        raise ProfileError(_no_api_message(trace))
+    sel, window = resolve_selection(trace, device, stream, start_ns, end_ns)
+    limit = max(1, min(int(limit), 200))
+    spin_min_calls = max(2, int(spin_min_calls))
+    spin_max_gap_ns = max(0, int(spin_max_gap_ns))
+    if pid is not None:
+        pids = [r[0] for r in trace.sql("SELECT DISTINCT pid FROM api_calls ORDER BY 1")]
+        if pid not in pids:
+            raise ProfileError(f"process {pid} made no API call in this profile; processes with API calls: {pids[:20]}.")
+    windowed = start_ns is not None or end_ns is not None
+    lo, hi = (window.start_ns, window.end_ns) if windowed else (None, None)
+    pid_sql, pid_params = ("pid = ?", [pid]) if pid is not None else ("TRUE", [])
+
+    # -- (a) API calls by name ----------------------------------------------------------------------
+    starts_in, starts_params = _starts_in(lo, hi)
+    base = f"SELECT * FROM api_calls WHERE {pid_sql} AND {starts_in}"
+    base_params = pid_params + starts_params
+    totals = trace.sql_dicts(
+        f"""SELECT pid, count(DISTINCT tid) AS threads, count(*) AS n, sum(dur_ns)::BIGINT AS total, count(DISTINCT name) AS names
+            FROM ({base}) GROUP BY pid ORDER BY total DESC, pid""", base_params)
+    if not totals:
+        raise ProfileError("no API call starts in the selection (pid / time window). Widen it; trace_info gives the capture span.")
+    thread_total = dict(((r[0], r[1]), int(r[2])) for r in trace.sql(
+        f"SELECT pid, tid, sum(dur_ns)::BIGINT FROM ({base}) GROUP BY ALL", base_params))
+    proc_total = {r["pid"]: int(r["total"]) for r in totals}
+    keys = "pid, tid, name" if per_thread else "pid, name"
+    name_sql, name_params = ("", [])
+    if name_contains:
+        name_sql, name_params = " WHERE name ILIKE ?", [f"%{name_contains}%"]
+    groups = trace.sql_dicts(
+        f"""SELECT {keys}, any_value(api) AS api, count(*) AS n, sum(dur_ns)::BIGINT AS total, avg(dur_ns) AS avg,
+                   median(dur_ns) AS med, min(dur_ns) AS mn, max(dur_ns) AS mx, stddev_samp(dur_ns) AS sd
+            FROM ({base}){name_sql} GROUP BY {keys} ORDER BY total DESC, n DESC, {keys}""", base_params + name_params)
+    truncated_lists = []
+    if len(groups) > limit:
+        truncated_lists.append("apis")
+    apis = [ApiGroup(
+        pid=g["pid"], tid=g["tid"] if per_thread else None, name=clip_name(g["name"]), api=g["api"], count=g["n"],
+        total_ns=int(g["total"]), pct_of_process_api_time=pct(g["total"], proc_total.get(g["pid"])),
+        pct_of_thread_api_time=pct(g["total"], thread_total.get((g["pid"], g["tid"]))) if per_thread else None,
+        avg_ns=round(float(g["avg"]), 1), median_ns=round(float(g["med"]), 1), min_ns=int(g["mn"]), max_ns=int(g["mx"]),
+        std_ns=None if g["sd"] is None else round(float(g["sd"]), 1)) for g in groups[:limit]]
+    pnames = dict(trace.sql("SELECT pid, any_value(name) FROM processes GROUP BY pid"))
+    processes = [ProcessApiTotals(pid=r["pid"], process_name=pnames.get(r["pid"]), threads=r["threads"], api_calls=r["n"],
+                                  summed_api_time_ns=int(r["total"]), api_names=r["names"]) for r in totals]
+
+    # -- (b) host-blocked time ------------------------------------------------------------------------
+    absent: list[str] = []
+    blocked_threads, blocked_procs = _blocked(trace, pid_sql, pid_params, lo, hi, window, spin_min_calls,
+                                                         spin_max_gap_ns, absent)
+    if len(blocked_threads) > limit:
+        truncated_lists.append("blocked_threads")
+    blocked_threads = blocked_threads[:limit]
+
+    # -- (c) launch analysis --------------------------------------------------------------------------
+    launches = None
+    if trace.count("kernels") == 0:
+        absent.append("launches: the profile holds no kernels")
+    else:
+        dev_rows, stream_rows = _launches(trace, sel, pid, absent)
+        if len(stream_rows) > limit:
+            truncated_lists.append("launches")
+        launches = dev_rows + stream_rows[:limit]
+
+    return ApiSummaryResult(
+        trace=str(trace.path), window=window,
+        filters={"pid": pid, "device": device, "stream": stream, "name_contains": name_contains, "per_thread": per_thread,
+                 "spin_min_calls": spin_min_calls, "spin_max_gap_ns": spin_max_gap_ns,
+                 "device_and_stream_apply_to": "launches only (host calls are not tied to one GPU; use pid to narrow the host sections)"},
+        definitions=DEFINITIONS, processes=processes, apis=apis, blocked_threads=blocked_threads,
+        blocked_processes=blocked_procs, launches=launches, absent=absent, truncated=bool(truncated_lists),
+        hint=(f"lists cut to limit={limit}: {', '.join(truncated_lists)}; raise limit (max 200) or filter by pid/device/stream/name_contains"
+              if truncated_lists else None),
+    )
+
+
+def _starts_in(lo: int | None, hi: int | None) -> tuple[str, list]:
+    clauses, params = ["TRUE"], []
+    if lo is not None:
+        clauses.append("start_ns >= ?")
+        params.append(lo)
+    if hi is not None:
+        clauses.append("start_ns < ?")
+        params.append(hi)
+    return " AND ".join(clauses), params
+
+
+def _clip(lo: int | None, hi: int | None, alias: str = "") -> tuple[str, str, list]:
+    """(overlap predicate, clipped start/end select list, params) for a window; no window: unclipped."""
+    p = f"{alias}." if alias else ""
+    if lo is None:
+        return "TRUE", f"{p}start_ns AS start_ns, {p}end_ns AS end_ns", []
+    return (f"{p}end_ns > {int(lo)} AND {p}start_ns < {int(hi)}",
+            f"greatest({p}start_ns, {int(lo)}) AS start_ns, least({p}end_ns, {int(hi)}) AS end_ns", [])
+
+
+def _blocking_sql(pid_sql: str, lo: int | None, hi: int | None, spin_min_calls: int, spin_max_gap_ns: int) -> str:
+    """Blocking intervals: pid, tid, category code, label, start_ns, end_ns (clipped to the window)."""
+    overlap, clipped, _ = _clip(lo, hi)
+    cat = {c: i for i, c in enumerate(CATEGORIES)}
+    return f"""
+        WITH a AS (SELECT * FROM api_calls WHERE {pid_sql} AND api <> 'hsa'),
+        host_side AS (
+            SELECT pid, correlation_id,
+                   bool_or(src_kind = 'Pageable' OR dst_kind = 'Pageable') AS pageable
+            FROM memops WHERE op = 'copy' AND correlation_id IS NOT NULL GROUP BY ALL),
+        direct AS (
+            SELECT a.pid, a.tid, CASE WHEN regexp_matches(a.name, '{SYNC_RE}') THEN {cat['synchronize']}
+                                      WHEN a.name NOT LIKE '%Async%' THEN {cat['blocking_copy']}
+                                      ELSE {cat['pageable_async_copy']} END AS category,
+                   a.name AS label, a.start_ns, a.end_ns
+            FROM a LEFT JOIN host_side h ON h.pid IS NOT DISTINCT FROM a.pid AND h.correlation_id = a.correlation_id
+                                          AND regexp_matches(a.name, '{COPY_RE}') AND a.name LIKE '%Async%'
+            WHERE regexp_matches(a.name, '{SYNC_RE}')
+               OR (regexp_matches(a.name, '{COPY_RE}') AND (a.name NOT LIKE '%Async%' OR coalesce(h.pageable, false)))),
+        seq AS (
+            SELECT pid, tid, name, start_ns, end_ns, regexp_matches(name, '{QUERY_RE}') AS q,
+                   lag(regexp_matches(name, '{QUERY_RE}')) OVER w AS prev_q, lag(end_ns) OVER w AS prev_end
+            FROM a WINDOW w AS (PARTITION BY pid, tid ORDER BY start_ns, end_ns)),
+        runs AS (
+            SELECT *, sum(CASE WHEN q AND prev_q AND start_ns - prev_end <= {int(spin_max_gap_ns)} THEN 0 ELSE 1 END)
+                      OVER (PARTITION BY pid, tid ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS run
+            FROM seq),
+        spins AS (
+            SELECT pid, tid, {cat['event_query_spin']} AS category, arg_min(name, start_ns) || ' spin loop' AS label,
+                   min(start_ns) AS start_ns, max(end_ns) AS end_ns
+            FROM runs WHERE q GROUP BY pid, tid, run HAVING count(*) >= {int(spin_min_calls)}),
+        b AS (SELECT * FROM direct UNION ALL SELECT * FROM spins)
+        SELECT pid, tid, category, label, dense_rank() OVER (ORDER BY label) AS label_id, {clipped}
+        FROM b WHERE {overlap}"""
+
+
+def _blocked(trace: Trace, pid_sql: str, pid_params: list, lo, hi, window: Window, spin_min_calls: int,
+             spin_max_gap_ns: int, absent: list[str]) -> tuple[list[ThreadBlocked], list[ProcessBlocked]]:
+    overlap, clipped, _ = _clip(lo, hi)
+    calls_sql = f"SELECT pid, tid, {clipped} FROM api_calls WHERE {pid_sql} AND {overlap}"
+    threads = trace.sql_dicts(
+        f"SELECT pid, tid, count(*) AS n, min(start_ns) AS s, max(end_ns) AS e FROM ({calls_sql}) GROUP BY ALL", pid_params)
+    api_busy = unions(trace, calls_sql, pid_params, ("pid", "tid"))
+    blk = _blocking_sql(pid_sql, lo, hi, spin_min_calls, spin_max_gap_ns)
+    params = pid_params
+    per_thread = unions(trace, blk, params, ("pid", "tid"))
+    per_cat = unions(trace, blk, params, ("pid", "tid", "category"))
+    per_label = unions(trace, blk, params, ("pid", "tid", "label_id"))
+    per_proc = unions(trace, blk, params, ("pid",))
+    labels = {(r[0], r[1], r[2]): (r[3], r[4], r[5]) for r in trace.sql(
+        f"SELECT pid, tid, label_id, any_value(label), any_value(category), count(*) FROM ({blk}) GROUP BY ALL", params)}
+    tnames = {(r[0], r[1]): r[2] for r in trace.sql("SELECT pid, tid, any_value(name) FROM threads GROUP BY ALL")}
+    out = []
+    for t in threads:
+        key = (t["pid"], t["tid"])
+        u = per_thread.get(key)
+        blocked = u.busy_ns if u else 0
+        span = int(t["e"]) - int(t["s"])
+        by_cat = {c: (per_cat[(*key, i)].busy_ns if (*key, i) in per_cat else 0) for i, c in enumerate(CATEGORIES)}
+        contrib = [BlockedContributor(name=clip_name(lbl), category=CATEGORIES[c], calls=int(n), blocked_ns=per_label[k].busy_ns
+                                      if (k := (*key, lid)) in per_label else 0)
+                   for (p, tid, lid), (lbl, c, n) in labels.items() if (p, tid) == key]
+        contrib.sort(key=lambda x: (-x.blocked_ns, x.name))
+        ab = api_busy.get(key)
+        out.append(ThreadBlocked(
+            pid=t["pid"], tid=t["tid"], thread_name=tnames.get(key), api_calls=t["n"], thread_api_span_ns=span,
+            api_busy_ns=ab.busy_ns if ab else 0, blocked_ns=blocked, pct_of_thread_api_span=pct(blocked, span),
+            pct_of_window=pct(blocked, window.span_ns), blocked_by_category_ns=by_cat, contributors=contrib[:8]))
+    out.sort(key=lambda x: (-x.blocked_ns, -x.api_calls, x.pid if x.pid is not None else -1, x.tid if x.tid is not None else -1))
+    procs = []
+    for p in sorted({t["pid"] for t in threads}, key=lambda v: -1 if v is None else v):
+        u = per_proc.get((p,))
+        procs.append(ProcessBlocked(pid=p, blocked_any_thread_ns=u.busy_ns if u else 0,
+                                    blocked_thread_sum_ns=sum(x.blocked_ns for x in out if x.pid == p),
+                                    pct_of_window=pct(u.busy_ns if u else 0, window.span_ns)))
+    # Pageable detection needs the host memory kind of each async copy.
+    unknown, total = trace.sql(
+        f"""SELECT count(*) FILTER (WHERE NOT known), count(*) FROM (
+              SELECT bool_or(CASE WHEN m.kind IN ('HtoD', 'HtoA') THEN m.src_kind
+                                  WHEN m.kind IN ('DtoH', 'AtoH') THEN m.dst_kind
+                                  WHEN m.kind = 'HtoH' THEN coalesce(m.src_kind, m.dst_kind)
+                                  ELSE 'n/a' END NOT IN {HOST_KIND_UNKNOWN} IS TRUE) AS known
+              FROM api_calls a JOIN memops m ON m.pid IS NOT DISTINCT FROM a.pid AND m.correlation_id = a.correlation_id
+              WHERE {pid_sql.replace('pid', 'a.pid')} AND regexp_matches(a.name, '{COPY_RE}') AND a.name LIKE '%Async%' AND m.op = 'copy'
+              GROUP BY a.pid, a.correlation_id)""", pid_params)[0]
+    if unknown:
+        absent.append(f"pageable_async_copy: {unknown} of {total} async copy calls have copies whose host memory kind is not "
+                      f"recorded ({trace.format_name} does not say pageable vs pinned), so pageable ones among them cannot be detected")
+    return out, procs
+
+
+def _dist(values: list | None, avg, mx) -> Distribution:
+    values = values or []
+    return Distribution(count=len(values), avg_ns=None if avg is None else round(float(avg), 1),
+                        median_ns=None if not values else round(float(values[0]), 1),
+                        p90_ns=None if not values else round(float(values[1]), 1), max_ns=None if mx is None else int(mx))
+
+
+def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[list[LaunchStats], list[LaunchStats]]:
+    """(one row per device, one row per (device, process, stream))."""
+    where, params = sel.where("k")
+    if pid is not None:
+        where += " AND k.pid = ?"
+        params = params + [pid]
+    # Previous op on the same (device, process, stream): running max of the ends of all earlier
+    # kernels/copies/sets, over the whole profile so a window does not hide the op before it.
+    base = f"""
+        WITH ops AS (
+            SELECT device_id, coalesce(pid, -1) AS p, stream_id, start_ns, end_ns, 1 AS is_kernel, correlation_id, pid, launched
+            FROM kernels
+            UNION ALL
+            SELECT device_id, coalesce(pid, -1), stream_id, start_ns, end_ns, 0, correlation_id, pid, launched FROM memops),
+        seq AS (
+            SELECT *, max(end_ns) OVER (PARTITION BY device_id, p, stream_id ORDER BY start_ns, end_ns, is_kernel
+                                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+            FROM ops),
+        calls AS (
+            SELECT pid, correlation_id, start_ns, end_ns, name FROM api_calls WHERE correlation_id IS NOT NULL
+            QUALIFY row_number() OVER (PARTITION BY pid, correlation_id
+                                       ORDER BY api = 'hsa', NOT regexp_matches(name, '{LAUNCH_RE}'), start_ns) = 1),
+        per_call AS (SELECT pid, correlation_id, count(*) AS n FROM kernels WHERE launched GROUP BY ALL),
+        k AS (
+            SELECT k.device_id, k.p, k.pid, k.stream_id, k.start_ns, k.end_ns, k.correlation_id, k.prev_end,
+                   c.start_ns AS c_start, c.end_ns AS c_end, c.name AS c_name, coalesce(pc.n, 0) AS call_kernels
+            FROM seq k
+            LEFT JOIN calls c ON k.launched AND c.pid IS NOT DISTINCT FROM k.pid AND c.correlation_id = k.correlation_id
+            LEFT JOIN per_call pc ON pc.pid IS NOT DISTINCT FROM k.pid AND pc.correlation_id = k.correlation_id
+            WHERE k.is_kernel = 1 AND {where}),
+        kk AS (
+            SELECT *, c_end IS NOT NULL AS linked,
+                   CASE WHEN c_end IS NOT NULL THEN greatest(0, coalesce(prev_end, c_end) - c_end) END AS queue_ns,
+                   CASE WHEN c_end IS NOT NULL THEN greatest(0, start_ns - greatest(c_end, coalesce(prev_end, c_end))) END AS latency_ns,
+                   c_end IS NOT NULL AND start_ns < c_end AS early,
+                   CASE WHEN c_end IS NOT NULL AND call_kernels = 1 THEN end_ns - start_ns < c_end - c_start END AS tiny
+            FROM k)"""
+    if not trace.scalar(f"{base} SELECT count(*) FROM kk", params):
+        raise ProfileError("no kernel starts in the selection (device/stream/pid/time window). Widen it; trace_info lists devices and spans.")
+    if not trace.scalar(f"{base} SELECT count(*) FROM kk WHERE linked", params):
+        absent.append("launch figures: no kernel in the selection is linked to its launching API call "
+                      "(same process and correlation id), so API duration, queue delay and latency cannot be measured")
+
+    def rows(keys: str) -> list[dict]:
+        return trace.sql_dicts(
+            f"""{base},
+            g AS (
+                SELECT {keys}, count(*) AS kernels, count(*) FILTER (WHERE NOT linked) AS unlinked,
+                       quantile_cont(queue_ns, [0.5, 0.9]) FILTER (WHERE linked) AS q_q, avg(queue_ns) AS q_avg, max(queue_ns) AS q_max,
+                       count(queue_ns) AS q_n,
+                       quantile_cont(latency_ns, [0.5, 0.9]) FILTER (WHERE linked) AS l_q, avg(latency_ns) AS l_avg,
+                       max(latency_ns) AS l_max, count(*) FILTER (WHERE early) AS early,
+                       count(tiny) AS single, count(*) FILTER (WHERE tiny) AS tiny,
+                       min(start_ns) AS first, max(end_ns) AS last
+                FROM kk GROUP BY {keys}),
+            c AS (
+                SELECT {keys}, pid AS cpid, correlation_id, any_value(c_end - c_start) AS api_ns, any_value(c_name) AS c_name,
+                       any_value(call_kernels) AS n
+                FROM kk WHERE linked GROUP BY {keys}, pid, correlation_id),
+            cs AS (
+                SELECT {keys}, count(*) AS calls, quantile_cont(api_ns, [0.5, 0.9]) AS a_q, avg(api_ns) AS a_avg,
+                       max(api_ns) AS a_max, count(*) FILTER (WHERE n > 1) AS graphs
+                FROM c GROUP BY {keys}),
+            names AS (SELECT {keys}, list(struct_pack(name := c_name, n := m) ORDER BY m DESC, c_name) AS apis
+                      FROM (SELECT {keys}, c_name, count(*) AS m FROM c GROUP BY ALL) GROUP BY {keys})
+            SELECT g.*, cs.calls, cs.a_q, cs.a_avg, cs.a_max, cs.graphs, names.apis
+            FROM g LEFT JOIN cs USING ({keys}) LEFT JOIN names USING ({keys})
+            ORDER BY g.kernels DESC, {keys}""", params)
+
+    levels = {}
+    for level, keys in (("device", "device_id"), ("stream", "device_id, p, stream_id")):
+        levels[level] = out = []
+        for r in rows(keys):
+            span = int(r["last"]) - int(r["first"])
+            single, tiny = int(r["single"]), int(r["tiny"])
+            out.append(LaunchStats(
+                device_id=r["device_id"], pid=None if level == "device" or r["p"] == -1 else r["p"],
+                stream_id=r["stream_id"] if level == "stream" else None, kernels=r["kernels"], unlinked_kernels=r["unlinked"],
+                launch_calls=r["calls"] or 0, launch_apis={a["name"]: a["n"] for a in (r["apis"] or [])},
+                graph_launch_calls=r["graphs"] or 0,
+                api_duration=_dist(r["a_q"] if r["calls"] else None, r["a_avg"], r["a_max"]),
+                queue_delay=_dist(r["q_q"] if r["q_n"] else None, r["q_avg"], r["q_max"]),
+                launch_latency=_dist(r["l_q"] if r["q_n"] else None, r["l_avg"], r["l_max"]),
+                kernels_started_before_call_returned=r["early"], single_kernel_launches=single, tiny_kernels=tiny,
+                tiny_pct_of_single_kernel_launches=pct(tiny, single), kernel_span_ns=span,
+                kernels_per_s_over_kernel_span=round(r["kernels"] * 1e9 / span, 3) if span > 0 else None))
+    for r in levels["device"] + levels["stream"]:
+        # count = number of values: launch calls for api_duration, linked kernels for the other two.
+        r.api_duration.count = r.launch_calls
+        r.queue_delay.count = r.launch_latency.count = r.kernels - r.unlinked_kernels
+    return levels["device"], levels["stream"]
+
+
+def _no_api_message(trace: Trace) -> str:
+    why = [r[0] for r in trace.sql("SELECT value FROM trace_meta WHERE key = 'absent' AND value LIKE 'api_calls%'")]
+    reason = why[0].split(": ", 1)[-1] if why else "the table of host API calls is empty"
+    how = {"nsys": "capture with `nsys profile -t cuda` (CUPTI_ACTIVITY_KIND_RUNTIME holds the calls)",
+           "rocpd": "capture with `rocprofv3 --hip-trace` (or --sys-trace)",
+           "rpd": "record HIP API calls with the RPD tracer",
+           "kineto": "profile with ProfilerActivity.CUDA so cuda_runtime/cuda_driver events are recorded"}.get(trace.format, "")
+    return (f"{trace.path.name} holds no host runtime/driver API calls ({reason}), so API time, host-blocked time and "
+            f"launch figures cannot be computed; {how}.")
