@@ -19,7 +19,9 @@ from gpuscope import __version__
 from gpuscope.tools import analyses as A
 from gpuscope.tools.analyses.api_summary import ApiSummaryResult
 from gpuscope.tools.analyses.gap_histogram import GapHistogramResult
+from gpuscope.tools.analyses.iterations import IterationsResult
 from gpuscope.tools.analyses.list_traces import ListTracesResult
+from gpuscope.tools.analyses.marker_summary import MarkerSummaryResult
 from gpuscope.tools.analyses.phases import PhasesResult
 from gpuscope.tools.analyses.sql_query import DescribeResult, SqlResult, TablesResult
 from gpuscope.tools.analyses.top_kernels import TopKernelsResult
@@ -152,6 +154,46 @@ async def api_summary(
         _open(trace, ctx), pid=pid, device=device, stream=stream, start_ns=start_ns, end_ns=end_ns,
         name_contains=name_contains, per_thread=per_thread, spin_min_calls=spin_min_calls,
         spin_max_gap_ns=spin_max_gap_ns, limit=limit))
+
+
+@server.tool(annotations=READ_ONLY, title="NVTX / rocTX / annotation ranges")
+async def marker_summary(
+    trace: TracePath,
+    device: Annotated[int | None, Field(description="GPU whose work counts in the GPU projection")] = None,
+    pid: Annotated[int | None, Field(description="Only ranges of this process")] = None,
+    name_contains: Annotated[str | None, Field(description="Case-insensitive substring of the range name")] = None,
+    start_ns: StartNs = None,
+    end_ns: EndNs = None,
+    sort_by: Literal["cpu_total", "gpu_busy", "gpu_work", "count"] = "cpu_total",
+    limit: Annotated[int, Field(ge=1, le=500, description="Rows returned")] = 25,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, MarkerSummaryResult]:
+    """Per range name (NVTX push/pop and start/end with domains, rocTX, PyTorch record_function): count and CPU
+    duration statistics, nesting path, and the GPU projection (nsys nvtx_gpu_proj_trace rule: GPU work whose launching
+    API call lies inside the range on the same thread) with its busy time (union), summed work and span."""
+    return await _answer(ctx, "Markers", lambda: A.marker_summary(
+        _open(trace, ctx), device=device, pid=pid, name_contains=name_contains, start_ns=start_ns, end_ns=end_ns,
+        sort_by=sort_by, limit=limit))
+
+
+@server.tool(annotations=READ_ONLY, title="Training/inference iterations")
+async def iterations(
+    trace: TracePath,
+    marker: Annotated[str | None, Field(description="Step marker: exact range name, a name with <N> for its number "
+                                                   "(e.g. 'step_<N>'), or a glob ('iter*'); default ProfilerStep#N, "
+                                                   "else the repeating range that covers the GPU work")] = None,
+    pid: Annotated[int | None, Field(description="Only this process")] = None,
+    device: Annotated[int | None, Field(description="Only this GPU in the GPU figures")] = None,
+    start_ns: StartNs = None,
+    end_ns: EndNs = None,
+    limit: Annotated[int, Field(ge=1, le=1000, description="Step rows returned (summaries cover all steps)")] = 50,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, IterationsResult]:
+    """Detect repeated steps and report per step wall time, GPU busy (launched inside the step, and executing inside
+    its window), idle and kernel counts; summary with mean/median/min/max/std, slowest and fastest step, coefficient of
+    variation and warm-up steps (with the rule), so warm-up can be told from steady state."""
+    return await _answer(ctx, "Iterations", lambda: A.iterations(
+        _open(trace, ctx), marker=marker, pid=pid, device=device, start_ns=start_ns, end_ns=end_ns, limit=limit))
 
 
 @server.tool(annotations=READ_ONLY, title="Phases of a capture")

@@ -44,6 +44,13 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
         (("--name-contains",), {}), (("--per-thread",), {"action": "store_true"}),
         (("--spin-min-calls",), {"type": int, "default": 3}), (("--spin-max-gap-ns",), {"type": int, "default": 5000}),
         (("--limit",), {"type": int, "default": 20})]),
+    "marker-summary": (_with_trace(A.marker_summary), "Markers", [
+        (("--device",), {"type": int}), (("--pid",), {"type": int}), (("--name-contains",), {}), *_WINDOW,
+        (("--sort-by",), {"choices": ["cpu_total", "gpu_busy", "gpu_work", "count"], "default": "cpu_total"}),
+        (("--limit",), {"type": int, "default": 25})]),
+    "iterations": (_with_trace(A.iterations), "Iterations", [
+        (("--marker",), {}), (("--pid",), {"type": int}), (("--device",), {"type": int}), *_WINDOW,
+        (("--limit",), {"type": int, "default": 50})]),
     "phases": (_with_trace(A.phases), "Phases", [
         (("--device",), {"type": int}), *_WINDOW, (("--max-phases",), {"type": int, "default": 6}),
         (("--limit",), {"type": int, "default": 5})]),

@@ -30,7 +30,7 @@ assert_message, make_scenario, real_profiles = H.assert_message, H.make_scenario
 pytestmark = pytest.mark.anyio
 
 TOOLS = {"list_traces", "trace_info", "top_kernels", "gap_histogram", "sql_query", "list_tables", "describe_table",
-         "phases", "api_summary"}
+         "phases", "api_summary", "marker_summary", "iterations"}
 MAX_RESULT_CHARS = 20_000
 FORMATS = ["nsys", "rocpd", "kineto", "kineto_gz"]
 

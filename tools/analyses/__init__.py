@@ -6,15 +6,19 @@
     gap_histogram   idle gaps per device/stream + host context   gap_histogram.py
     phases          init / steady / teardown segmentation        phases.py
     api_summary     host API calls, blocked time, launch delays  api_summary.py
+    marker_summary  NVTX/rocTX/annotation ranges + GPU projection marker_summary.py (projection.py)
+    iterations      repeated steps, warm-up vs steady state      iterations.py
     sql_query       read-only SQL; list_tables, describe_table   sql_query.py
 """
 
 from .api_summary import api_summary
 from .gap_histogram import gap_histogram
+from .iterations import iterations
 from .list_traces import list_traces
+from .marker_summary import marker_summary
 from .phases import phases
 from .sql_query import describe_table, list_tables, sql_query
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["api_summary", "describe_table", "gap_histogram", "list_tables", "list_traces", "phases", "sql_query", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "describe_table", "gap_histogram", "iterations", "list_tables", "list_traces", "marker_summary", "phases", "sql_query", "top_kernels", "trace_info"]

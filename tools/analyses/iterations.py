@@ -1,0 +1,382 @@
+"""iterations: the repeated steps of a run (training/inference iterations), step by step, with warm-up
+detection.
+
+Step marker, in this order:
+  1. the caller's `marker`: an exact range name, a name with its numbers written as <N>
+     ('step_<N>', 'ProfilerStep#<N>'), or a glob pattern ('iter*');
+  2. PyTorch's `ProfilerStep#N` annotations (one per prof.step()), even when only one step was captured;
+  3. automatic choice among NVTX/rocTX/annotation ranges that repeat: ranges are grouped by
+     (process, thread, domain, name with digit runs as <N>), so 'step_0', 'step_1' are one group; only
+     outermost, non-zero-length instances count. Eligible groups repeat >= 2 times and receive >= 50 % of
+     their process's launched GPU work time via the projection (see projection.py). Of those the
+     shallowest (fewest enclosing ranges) wins, then the one with most instances, then most coverage.
+     Without eligible groups the group with the highest coverage is taken (shallowest first when no
+     projection is possible) and the choice says so. Every other repeating group is listed as an
+     alternative.
+
+Per step: host wall time (the range), GPU busy time of the work launched inside the step on its thread
+(projection), and of all GPU work of the process executing inside the step's time window (clipped to it,
+unlinked work included), GPU idle inside the window, kernel counts — per device.
+
+Warm-up rule (stated in the output): leading steps are warm-up while the step's wall time exceeds
+WARMUP_FACTOR x the median wall time of the steps after it, with at least 2 steps after it; the first
+step that fails the test ends the warm-up. Steady-state statistics exclude warm-up steps.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import statistics
+
+import pandas as pd
+from pydantic import BaseModel, Field
+
+from ..model.errors import ProfileError
+from ..model.trace import Trace
+from .common import Window, clip_name, pct, resolve_selection
+from .intervals import unions
+from .marker_summary import NO_MARKERS
+from .projection import RANGE_KINDS, SHIFT, normalised_sql, projection_absent_reason, tree, with_sql
+
+WARMUP_FACTOR = 1.5
+MIN_COVERAGE = 0.5
+WARMUP_RULE = (f"leading steps are warm-up while wall_ns > {WARMUP_FACTOR} x median wall_ns of the steps after it and at "
+               "least 2 steps follow; the first step failing the test ends the warm-up")
+
+
+class StepDevice(BaseModel):
+    device_id: int
+    projected_ops: int = Field(description="GPU ops launched inside the step on its thread, on this device")
+    projected_kernels: int = Field(description="of projected_ops, kernels")
+    projected_busy_ns: int = Field(description="union of the projected ops' intervals (not clipped: work may run past the step end), ns")
+    window_kernels: int = Field(description="kernels of the process executing inside the step window on this device")
+    window_busy_ns: int = Field(description="union of all GPU ops of the process on this device, clipped to the step window, ns")
+    window_idle_ns: int = Field(description="wall_ns - window_busy_ns: time in the step window this device ran none of the process's work, ns")
+    window_busy_pct_of_wall: float | None = Field(description="window_busy_ns / wall_ns, %")
+
+
+class Step(BaseModel):
+    index: int = Field(description="0-based position of the step in time order within its series (process, thread)")
+    name: str = Field(description="the range's name")
+    pid: int
+    tid: int
+    start_ns: int
+    end_ns: int
+    wall_ns: int = Field(description="host duration of the step range, ns")
+    warmup: bool = Field(description="classified as warm-up by the rule in the summary")
+    projected_kernels: int | None = Field(description="kernels launched inside the step on its thread (all devices); null without projection")
+    window_kernels: int = Field(description="kernels of the process executing inside the step window (all devices)")
+    gpu_busy_projected_ns: int | None = Field(
+        description="busy time of the GPU work launched inside the step (single-device series; else see devices), ns")
+    gpu_busy_in_window_ns: int | None = Field(
+        description="busy time of the process's GPU work inside the step window (single-device series; else see devices), ns")
+    gpu_idle_in_window_ns: int | None = Field(description="wall_ns - gpu_busy_in_window_ns (single-device series), ns")
+    devices: list[StepDevice]
+
+
+class Extreme(BaseModel):
+    index: int
+    wall_ns: int
+
+
+class Summary(BaseModel):
+    pid: int
+    tid: int
+    steps: int
+    wall_total_ns: int
+    wall_mean_ns: float
+    wall_median_ns: float
+    wall_min_ns: int
+    wall_max_ns: int
+    wall_std_ns: float | None = Field(description="sample standard deviation (n-1), ns; null for one step")
+    wall_cv: float | None = Field(description="coefficient of variation std/mean (unitless); null for one step")
+    slowest: Extreme
+    fastest: Extreme
+    warmup_steps: list[int] = Field(description="indexes of the steps classified as warm-up")
+    warmup_note: str = Field(description="the rule, or why it could not be applied")
+    steady_steps: int = Field(description="steps after the warm-up")
+    steady_mean_ns: float | None = None
+    steady_median_ns: float | None = None
+    steady_std_ns: float | None = None
+    steady_cv: float | None = None
+    mean_gpu_busy_in_window_pct_of_wall: float | None = Field(
+        description="mean over steps of gpu_busy_in_window_ns / wall_ns, % (single-device series)")
+
+
+class Candidate(BaseModel):
+    pattern: str = Field(description="range name with digit runs as <N>")
+    example: str = Field(description="one actual name of the group")
+    domain: str
+    pid: int
+    tid: int
+    instances: int = Field(description="outermost, non-zero-length ranges of the group")
+    min_depth: int = Field(description="fewest enclosing ranges of an instance (0 = top level)")
+    coverage_pct_of_gpu_work: float | None = Field(
+        description="GPU work time launched inside the instances / all launched GPU work time of the process, %")
+
+
+class Choice(BaseModel):
+    how: str = Field(description="'caller' (marker parameter), 'ProfilerStep' or 'auto'")
+    pattern: str
+    domain: str
+    reason: str
+
+
+class IterationsResult(BaseModel):
+    trace: str
+    window: Window
+    filters: dict[str, int | str | None]
+    choice: Choice
+    alternatives: list[Candidate] = Field(description="other repeating range groups (best first, at most 10)")
+    projection: str = Field(description="how GPU work is attributed to a step, or why it cannot be")
+    summaries: list[Summary] = Field(description="one per series (process, thread) holding steps")
+    steps: list[Step]
+    truncated: bool = Field(description="true when more steps exist than `limit` (summaries cover all)")
+    hint: str | None = None
+
+
+def iterations(
+    trace: Trace,
+    *,
+    marker: str | None = None,
+    pid: int | None = None,
+    device: int | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    limit: int = 50,
+) -> IterationsResult:
+    n_ranges = int(trace.scalar(f"SELECT count(*) FROM markers WHERE kind IN ({', '.join(repr(k) for k in RANGE_KINDS)}) AND pid IS NOT NULL"))
+    if n_ranges == 0:
+        raise ProfileError("no iterations can be found: " + NO_MARKERS.format(name=trace.path.name))
+    _, window = resolve_selection(trace, device, None, start_ns, end_ns)
+    limit = max(1, min(int(limit), 1000))
+    absent = projection_absent_reason(trace)
+    base = with_sql(trace)
+    t = tree(trace)
+
+    cur = trace.con.cursor()
+    try:
+        data = cur.execute(f"""{base} SELECT rid, pid, tid, start_ns, end_ns, name, domain, {normalised_sql()} AS pattern
+                               FROM rng WHERE end_ns > start_ns ORDER BY rid""").fetchdf()
+    finally:
+        cur.close()
+    if pid is not None:
+        if not (data["pid"] == pid).any():
+            raise ProfileError(f"process {pid} has no annotation ranges; processes with ranges: {sorted(set(data['pid'].tolist()))}.")
+        data = data[data["pid"] == pid]
+    data = data.assign(depth=t.depth[data["rid"].to_numpy() - 1])
+    # outermost instances of each group: sorted by rid (start asc, longer first) an instance is nested in an
+    # earlier one of its group exactly when its end does not pass the running maximum of their ends
+    key = ["pid", "tid", "domain", "pattern"]
+    prev_max = data.groupby(key, sort=False)["end_ns"].transform(lambda s: s.cummax().shift(1))
+    data = data[~(prev_max >= data["end_ns"])]
+    groups = data.groupby(key, sort=False).agg(instances=("rid", "size"), min_depth=("depth", "min"),
+                                               example=("name", "first")).reset_index()
+    coverage = _coverage(trace, base, absent)
+    # with a projection, a group that received no GPU work covers 0 %; without one, coverage is unknown
+    groups["coverage"] = [coverage.get((p, tid, d, pat), 0.0 if absent is None else None) for p, tid, d, pat in
+                          zip(groups["pid"], groups["tid"], groups["domain"], groups["pattern"])]
+
+    if marker:
+        # the caller's marker selects ranges (not whole groups): exact name, name with numbers as <N>, or glob
+        hit = (data["name"] == marker) | (data["pattern"] == marker)
+        if any(ch in marker for ch in "*?["):
+            hit |= data["name"].map(lambda n: fnmatch.fnmatchcase(n, marker)).astype(bool)
+        if not hit.any():
+            top = groups.sort_values("instances", ascending=False)["pattern"].head(8).tolist()
+            raise ProfileError(f"no annotation range matches marker={marker!r} (exact name, name with numbers as <N>, or "
+                               f"glob such as 'step*'). Most repeated range names here: {top}.")
+        steps_df = data[hit]
+        pats = sorted(set(steps_df["pattern"]))
+        choice = Choice(how="caller", pattern=pats[0] if len(pats) == 1 else marker, domain=str(steps_df["domain"].iloc[0]),
+                        reason=f"requested with marker={marker!r}")
+        chosen = groups[groups.set_index(key).index.isin(steps_df.set_index(key).index.unique())]
+    else:
+        choice, chosen = _choose(groups, absent)
+        steps_df = data.merge(chosen[key], on=key)
+    steps_df = steps_df.sort_values(["pid", "tid", "start_ns", "rid"])
+    if start_ns is not None:
+        steps_df = steps_df[steps_df["start_ns"] >= start_ns]
+    if end_ns is not None:
+        steps_df = steps_df[steps_df["start_ns"] < end_ns]
+    if steps_df.empty:
+        raise ProfileError(f"no step of '{choice.pattern}' starts inside the time window [{window.start_ns}, {window.end_ns}) ns.")
+    steps_df = steps_df.assign(index=steps_df.groupby(["pid", "tid"]).cumcount())
+
+    rids = [int(r) for r in steps_df["rid"]]
+    figures = _step_figures(trace, base, rids, device, absent is None)
+    steps, summaries = _assemble(steps_df, figures, absent is None)
+    alternatives = groups.drop(index=chosen.index, errors="ignore")
+    alternatives = alternatives[alternatives["instances"] >= 2]
+    alternatives = alternatives.assign(cov=alternatives["coverage"].fillna(-1.0)).sort_values(
+        ["cov", "instances", "min_depth"], ascending=[False, False, True]).head(10)
+    truncated = len(steps) > limit
+    return IterationsResult(
+        trace=str(trace.path), window=window, filters={"marker": marker, "pid": pid, "device": device},
+        choice=choice,
+        alternatives=[Candidate(pattern=clip_name(r.pattern), example=clip_name(r.example), domain=r.domain, pid=int(r.pid),
+                                tid=int(r.tid), instances=int(r.instances), min_depth=int(r.min_depth),
+                                coverage_pct_of_gpu_work=None if pd.isna(r.coverage) else round(100 * float(r.coverage), 2))
+                      for r in alternatives.itertuples()],
+        projection=("GPU work belongs to a step when its launching API call lies inside the step range on the same thread "
+                    "(nvtx_gpu_proj_trace); window figures take every GPU op of the process overlapping the step window, "
+                    "clipped to it" if absent is None else f"projection absent: {absent}; window figures only"),
+        summaries=summaries, steps=steps[:limit], truncated=truncated,
+        hint=f"{len(steps) - limit} more steps than limit={limit}; raise limit or narrow the time window" if truncated else None,
+    )
+
+
+def _coverage(trace: Trace, base: str, absent: str | None) -> dict[tuple, float]:
+    """(pid, tid, domain, pattern) -> projected GPU work time of the group / launched GPU work time of its process."""
+    if absent is not None:
+        return {}
+    rows = trace.sql(f"""{base},
+        tot AS (SELECT pid, sum(dur_ns) AS work FROM gop GROUP BY pid),
+        grp AS (SELECT pid, tid, domain, pattern, sum(dur_ns) AS work FROM (
+                    SELECT DISTINCT r.pid, r.tid, r.domain, {normalised_sql('r.name')} AS pattern, p.op_id, p.dur_ns
+                    FROM rng r JOIN prj p USING (rid)) GROUP BY ALL)
+        SELECT g.pid, g.tid, g.domain, g.pattern, g.work / nullif(t.work, 0) FROM grp g JOIN tot t USING (pid)""")
+    return {(p, t_, d, pat): (None if c is None else float(c)) for p, t_, d, pat, c in rows}
+
+
+def _choose(groups: pd.DataFrame, absent: str | None) -> tuple[Choice, pd.DataFrame]:
+    ps = groups[groups["pattern"] == "ProfilerStep#<N>"]
+    if not ps.empty:
+        return Choice(how="ProfilerStep", pattern="ProfilerStep#<N>", domain=ps.iloc[0].domain,
+                      reason="PyTorch profiler step annotations (one per prof.step()) mark the iterations"), ps
+    rep = groups[groups["instances"] >= 2]
+    if rep.empty:
+        names = groups.sort_values("instances", ascending=False)["example"].head(8).tolist()
+        raise ProfileError("no annotation range repeats, so no iteration marker can be chosen (ranges are grouped by name with "
+                           f"numbers as <N>, per thread). Range names here: {names}. Pass marker=<name or glob> to use one "
+                           "anyway, or annotate each step (nvtx.range_push(f'step_{i}'), prof.step()).")
+    if absent is None:
+        ok = rep[rep["coverage"].fillna(0) >= MIN_COVERAGE]
+        if not ok.empty:
+            best = ok.sort_values(["min_depth", "instances", "coverage"], ascending=[True, False, False]).iloc[0]
+            why = (f"the shallowest range group repeating >= 2 times that receives >= {int(MIN_COVERAGE * 100)} % of its "
+                   f"process's launched GPU work ({100 * best.coverage:.1f} %, {best.instances} instances, depth {best.min_depth})")
+        else:
+            best = rep.sort_values(["coverage", "min_depth", "instances"], ascending=[False, True, False]).iloc[0]
+            why = (f"no repeating range group receives >= {int(MIN_COVERAGE * 100)} % of the launched GPU work; this one "
+                   f"receives the most ({100 * (best.coverage or 0):.1f} %): treat the steps with care or pass marker=")
+    else:
+        best = rep.sort_values(["min_depth", "instances"], ascending=[True, False]).iloc[0]
+        why = f"the shallowest repeating range group (coverage unknown: {absent})"
+    same = rep[(rep["pattern"] == best.pattern) & (rep["domain"] == best.domain)]
+    # the same marker in other processes (ranks) belongs to the choice; within one process, the chosen thread only
+    same = same[(same["pid"] != best.pid) | (same["tid"] == best.tid)]
+    return Choice(how="auto", pattern=best.pattern, domain=best.domain, reason=why), same
+
+
+def _step_figures(trace: Trace, base: str, rids: list[int], device: int | None, projected: bool) -> dict:
+    rid_list = ", ".join(str(r) for r in rids)
+    dev = "" if device is None else f" AND o.device_id = {int(device)}"
+    steps = f"SELECT * FROM rng WHERE rid IN ({rid_list})"
+    # every GPU op of the step's process overlapping the step window (unlinked ones too), via a per-process key
+    win = f"""{base},
+        st AS ({steps}),
+        pk AS (SELECT pid, (row_number() OVER (ORDER BY pid))::HUGEINT AS k FROM (
+                   SELECT DISTINCT pid FROM st)),
+        allop AS (SELECT 'kernel' AS op, device_id, start_ns, end_ns, pid FROM kernels WHERE pid IS NOT NULL
+                  UNION ALL SELECT op, device_id, start_ns, end_ns, pid FROM memops WHERE pid IS NOT NULL),
+        ko AS (SELECT o.*, pk.k * {SHIFT} + o.start_ns AS ks, pk.k * {SHIFT} + o.end_ns AS ke FROM allop o JOIN pk USING (pid)),
+        ks AS (SELECT st.rid, st.start_ns AS s, st.end_ns AS e, pk.k * {SHIFT} + st.start_ns AS ks, pk.k * {SHIFT} + st.end_ns AS ke
+               FROM st JOIN pk USING (pid)),
+        w AS (SELECT ks.rid, o.op, o.device_id, o.start_ns, o.end_ns, greatest(o.start_ns, ks.s) AS cs, least(o.end_ns, ks.e) AS ce
+              FROM ks JOIN ko o ON o.ks < ks.ke AND o.ke >= ks.ks WHERE TRUE{dev})
+        SELECT rid, device_id, op, cs AS start_ns, ce AS end_ns FROM w
+        WHERE ce > cs OR (start_ns = end_ns AND start_ns >= cs)"""
+    out: dict = {"win_busy": unions(trace, f"SELECT rid, device_id, start_ns, end_ns FROM ({win})", [], ("rid", "device_id")),
+                 "win_kern": {(r, d): n for r, d, n in trace.sql(
+                     f"SELECT rid, device_id, count(*) FILTER (WHERE op = 'kernel') FROM ({win}) GROUP BY ALL")},
+                 "devs": {(r, d) for r, d in trace.sql(f"SELECT DISTINCT rid, device_id FROM ({win})")}}
+    if projected:
+        pdev = "" if device is None else f" AND device_id = {int(device)}"
+        prj = f"{base} SELECT rid, op, device_id, start_ns, end_ns FROM prj WHERE rid IN ({rid_list}){pdev}"
+        out["prj_busy"] = unions(trace, f"SELECT rid, device_id, start_ns, end_ns FROM ({prj})", [], ("rid", "device_id"))
+        out["prj_n"] = {(r, d): (n, k) for r, d, n, k in trace.sql(
+            f"SELECT rid, device_id, count(*), count(*) FILTER (WHERE op = 'kernel') FROM ({prj}) GROUP BY ALL")}
+        out["devs"] |= set(out["prj_n"])
+    return out
+
+
+def _assemble(steps_df: pd.DataFrame, f: dict, projected: bool) -> tuple[list[Step], list[Summary]]:
+    devs_of: dict[int, list[int]] = {}
+    for r, d in f["devs"]:
+        devs_of.setdefault(r, []).append(d)
+    series_devs: dict[tuple, set] = {}
+    for r in steps_df.itertuples():
+        series_devs.setdefault((r.pid, r.tid), set()).update(devs_of.get(r.rid, []))
+    steps: list[Step] = []
+    for r in steps_df.itertuples():  # one row per step (steps are few), not per event
+        wall = int(r.end_ns - r.start_ns)
+        devices = []
+        for d in sorted(devs_of.get(r.rid, [])):
+            wb = f["win_busy"].get((r.rid, d))
+            pb = f.get("prj_busy", {}).get((r.rid, d))
+            n, k = f.get("prj_n", {}).get((r.rid, d), (0, 0))
+            busy = wb.busy_ns if wb else 0
+            devices.append(StepDevice(device_id=d, projected_ops=n, projected_kernels=k, projected_busy_ns=pb.busy_ns if pb else 0,
+                                      window_kernels=f["win_kern"].get((r.rid, d), 0), window_busy_ns=busy,
+                                      window_idle_ns=wall - busy, window_busy_pct_of_wall=pct(busy, wall)))
+        single = len(series_devs[(r.pid, r.tid)]) <= 1
+        only = devices[0] if single and devices else None
+        steps.append(Step(
+            index=int(r.index), name=clip_name(r.name), pid=int(r.pid), tid=int(r.tid), start_ns=int(r.start_ns),
+            end_ns=int(r.end_ns), wall_ns=wall, warmup=False,
+            projected_kernels=sum(x.projected_kernels for x in devices) if projected else None,
+            window_kernels=sum(x.window_kernels for x in devices),
+            gpu_busy_projected_ns=(only.projected_busy_ns if only else 0 if single else None) if projected else None,
+            gpu_busy_in_window_ns=only.window_busy_ns if only else (0 if single else None),
+            gpu_idle_in_window_ns=only.window_idle_ns if only else (wall if single else None),
+            devices=devices))
+    summaries = []
+    for (p, tid), idx in _series(steps).items():
+        mine = [steps[i] for i in idx]
+        walls = [s.wall_ns for s in mine]
+        warm, note = _warmup(walls)
+        for i in warm:
+            mine[i].warmup = True
+        steady = walls[len(warm):]
+        mean = statistics.fmean(walls)
+        std = statistics.stdev(walls) if len(walls) > 1 else None
+        smean = statistics.fmean(steady) if steady else None
+        sstd = statistics.stdev(steady) if len(steady) > 1 else None
+        slow = max(range(len(walls)), key=lambda i: (walls[i], -i))
+        fast = min(range(len(walls)), key=lambda i: (walls[i], i))
+        busy_pct = [pct(s.gpu_busy_in_window_ns, s.wall_ns) for s in mine]
+        summaries.append(Summary(
+            pid=p, tid=tid, steps=len(walls), wall_total_ns=sum(walls), wall_mean_ns=round(mean, 1),
+            wall_median_ns=float(statistics.median(walls)), wall_min_ns=min(walls), wall_max_ns=max(walls),
+            wall_std_ns=None if std is None else round(std, 1), wall_cv=None if std is None or not mean else round(std / mean, 4),
+            slowest=Extreme(index=slow, wall_ns=walls[slow]), fastest=Extreme(index=fast, wall_ns=walls[fast]),
+            warmup_steps=warm, warmup_note=note, steady_steps=len(steady),
+            steady_mean_ns=None if smean is None else round(smean, 1),
+            steady_median_ns=float(statistics.median(steady)) if steady else None,
+            steady_std_ns=None if sstd is None else round(sstd, 1),
+            steady_cv=None if sstd is None or not smean else round(sstd / smean, 4),
+            mean_gpu_busy_in_window_pct_of_wall=(round(statistics.fmean(busy_pct), 2)
+                                                 if busy_pct and all(b is not None for b in busy_pct) else None)))
+    return steps, summaries
+
+
+def _series(steps: list[Step]) -> dict[tuple, list[int]]:
+    out: dict[tuple, list[int]] = {}
+    for i, s in enumerate(steps):
+        out.setdefault((s.pid, s.tid), []).append(i)
+    return out
+
+
+def _warmup(walls: list[int]) -> tuple[list[int], str]:
+    """Leading warm-up steps under WARMUP_RULE."""
+    if len(walls) < 3:
+        return [], f"too few steps ({len(walls)}) to tell warm-up from steady state (rule: {WARMUP_RULE})"
+    warm = []
+    for i in range(len(walls) - 2):
+        if walls[i] > WARMUP_FACTOR * statistics.median(walls[i + 1:]):
+            warm.append(i)
+        else:
+            break
+    return warm, WARMUP_RULE
+

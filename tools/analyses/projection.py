@@ -1,0 +1,173 @@
+"""Host annotation ranges and their GPU projection, shared by marker_summary and iterations.
+
+Ranges are the markers of kind 'push_pop', 'start_end' (NVTX, rocTX) and 'annotation' (PyTorch
+record_function / ProfilerStep); instant marks and PyTorch's GPU-side 'gpu_annotation' copies are not
+ranges. Every range gets a deterministic id `rid` (order: pid, tid, start, longer first, name, domain,
+kind), so on one thread a range's enclosing ranges always have smaller ids.
+
+Projection follows Nsight's `nvtx_gpu_proj_trace`: a GPU op (kernel, memcpy, memset) belongs to a range
+when the host API call that launched it (same process, same correlation id) lies inside the range —
+range.start <= call.start and call.end <= range.end — on the SAME thread. Work launched by other threads
+(a DataLoader worker, PyTorch's autograd thread) is not projected; GPU ops without their launching call
+in the profile cannot be projected. Nsight start/end ranges that end on another thread than they started
+(NVTX_EVENTS.endGlobalTid) are left out of the projection, as nsys does.
+
+Nesting: a range's parent is the tightest range on the same thread that encloses it
+(parent.start <= start and end <= parent.end; of several, the latest-starting, then shortest one; of
+identical intervals the first in rid order); the path is the parent chain joined with '/'.
+
+Joins between ranges and API calls use one HUGEINT key per (thread, time): thread_index * 2^64 + ns,
+so DuckDB runs containment as an inequality (IE) join instead of a per-thread nested loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..model.trace import Trace
+
+RANGE_KINDS = ("push_pop", "start_end", "annotation")
+_KINDS_SQL = ", ".join(f"'{k}'" for k in RANGE_KINDS)
+SHIFT = "18446744073709551616"  # 2^64
+PATH_DEPTH = 16                  # ancestors shown in a path at most (deeper chains are cut at the root side)
+
+
+@dataclass(frozen=True)
+class CrossThread:
+    keys: tuple[tuple[int, int, int], ...]  # (pid, tid, start_ns) of ranges that ended on another thread
+    note: str                               # how (or whether) such ranges can be recognised in this format
+
+
+def cross_thread(trace: Trace) -> CrossThread:
+    """Start/end ranges that ended on a different thread. Only Nsight exports record the ending thread
+    (NVTX_EVENTS.endGlobalTid); the trace model has no column for it, so it is read from the native table."""
+    return trace.memo(("projection.cross_thread",), lambda: _cross_thread(trace))
+
+
+def _cross_thread(trace: Trace) -> CrossThread:
+    if trace.format != "nsys":
+        why = {"kineto": "PyTorch annotations begin and end on one thread",
+               "rocpd": "rocpd records one thread per rocTX region, so a range ending on another thread cannot be recognised",
+               "rpd": "legacy RPD records one thread per range"}.get(trace.format, "the format records one thread per range")
+        return CrossThread((), why)
+    cols = {r[0] for r in trace.sql(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = 'native' AND table_name = 'NVTX_EVENTS'")}
+    if not {"endGlobalTid", "globalTid", "eventType", "start"} <= cols:
+        return CrossThread((), "the export has no NVTX_EVENTS.endGlobalTid column (or the native table is not attached), "
+                               "so start/end ranges ending on another thread cannot be recognised")
+    rows = trace.sql(
+        """SELECT DISTINCT ((globalTid >> 24) & 16777215)::BIGINT, (globalTid & 16777215)::BIGINT, start::BIGINT
+           FROM native."NVTX_EVENTS"
+           WHERE eventType IN (60, 71) AND endGlobalTid IS NOT NULL AND endGlobalTid <> globalTid""")
+    return CrossThread(tuple((int(p), int(t), int(s)) for p, t, s in rows),
+                       "Nsight start/end ranges whose end was recorded on another thread (NVTX_EVENTS.endGlobalTid)")
+
+
+def with_sql(trace: Trace) -> str:
+    """A WITH clause defining
+       thr(pid, tid, k)                          threads of ranges and API calls, numbered from 0;
+       rng(rid, pid, tid, start_ns, end_ns, dur_ns, name, domain, kind, source, cross_thread, ks, ke);
+       gop(op_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, ks, ke)
+           linked GPU ops (kernel/copy/set) with the keys of their launching API call;
+       prj(rid, op_id, op, device_id, start_ns, end_ns, dur_ns)
+           every (range, GPU op) pair of the projection (cross-thread ranges excluded)."""
+    keys = cross_thread(trace).keys
+    xt = (" UNION ALL ".join(f"SELECT {p}::BIGINT AS pid, {t}::BIGINT AS tid, {s}::BIGINT AS start_ns" for p, t, s in keys)
+          if keys else "SELECT NULL::BIGINT AS pid, NULL::BIGINT AS tid, NULL::BIGINT AS start_ns WHERE FALSE")
+    return f"""
+    WITH thr AS (
+        SELECT pid, tid, (row_number() OVER (ORDER BY pid, tid) - 1)::HUGEINT AS k FROM (
+            SELECT DISTINCT pid, tid FROM markers WHERE kind IN ({_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL
+            UNION SELECT DISTINCT pid, tid FROM api_calls WHERE pid IS NOT NULL AND tid IS NOT NULL)),
+    xt AS ({xt}),
+    rng AS (
+        SELECT row_number() OVER (ORDER BY m.pid, m.tid, m.start_ns, m.end_ns DESC, m.name, m.domain, m.kind) AS rid,
+               m.pid, m.tid, m.start_ns, m.end_ns, m.dur_ns, m.name, coalesce(m.domain, '') AS domain, m.kind, m.source,
+               m.kind = 'start_end' AND EXISTS (SELECT 1 FROM xt WHERE xt.pid = m.pid AND xt.tid = m.tid AND xt.start_ns = m.start_ns)
+                   AS cross_thread,
+               thr.k * {SHIFT} + m.start_ns AS ks, thr.k * {SHIFT} + m.end_ns AS ke
+        FROM markers m JOIN thr ON thr.pid = m.pid AND thr.tid = m.tid
+        WHERE m.kind IN ({_KINDS_SQL})),
+    launch AS (
+        SELECT pid, correlation_id, arg_min(tid, (start_ns, end_ns)) AS tid, min(start_ns) AS start_ns,
+               arg_min(end_ns, (start_ns, end_ns)) AS end_ns
+        FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL GROUP BY pid, correlation_id),
+    gop AS (
+        SELECT o.op_id, o.op, o.device_id, o.stream_id, o.start_ns, o.end_ns, o.dur_ns, o.pid,
+               thr.k * {SHIFT} + l.start_ns AS ks, thr.k * {SHIFT} + l.end_ns AS ke
+        FROM (SELECT rowid * 2 AS op_id, 'kernel' AS op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, correlation_id
+              FROM kernels WHERE correlation_id IS NOT NULL
+              UNION ALL
+              SELECT rowid * 2 + 1, op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, correlation_id
+              FROM memops WHERE correlation_id IS NOT NULL) o
+        JOIN launch l ON l.pid = o.pid AND l.correlation_id = o.correlation_id
+        JOIN thr ON thr.pid = l.pid AND thr.tid = l.tid),
+    prj AS (
+        SELECT r.rid, g.op_id, g.op, g.device_id, g.start_ns, g.end_ns, g.dur_ns
+        FROM rng r JOIN gop g ON r.ks <= g.ks AND g.ke <= r.ke
+        WHERE NOT r.cross_thread)
+    """
+
+
+def projection_absent_reason(trace: Trace) -> str | None:
+    """Why no GPU projection can be made for this profile, or None when it can."""
+    if trace.count("api_calls") == 0:
+        return ("the profile holds no host API calls (CUDA/HIP runtime), so GPU work cannot be tied to the ranges that "
+                "launched it; record them (nsys -t cuda,nvtx; rocprofv3 --hip-trace; PyTorch profiler with CUDA activity)")
+    if trace.count("kernels") + trace.count("memops") == 0:
+        return "the profile holds no GPU kernels, copies or sets"
+    linked = trace.memo(("projection.linked",), lambda: int(trace.scalar(
+        "SELECT (SELECT count(*) FROM kernels WHERE launched) + (SELECT count(*) FROM memops WHERE launched)")))
+    if linked == 0:
+        return "no GPU op has its launching API call in the profile (correlation ids do not match), so none can be projected"
+    return None
+
+
+@dataclass(frozen=True)
+class Tree:
+    """Nesting of all ranges, indexed by rid - 1."""
+
+    rid: np.ndarray      # 1..n
+    parent: np.ndarray   # rid of the parent, 0 for top-level ranges
+    depth: np.ndarray    # number of enclosing ranges on the same thread (0 = top level)
+    path: np.ndarray     # object array: 'root/.../name'
+
+
+def tree(trace: Trace) -> Tree:
+    return trace.memo(("projection.tree",), lambda: _tree(trace))
+
+
+def _tree(trace: Trace) -> Tree:
+    cur = trace.con.cursor()
+    try:
+        data = cur.execute(f"""{with_sql(trace)},
+            par AS (SELECT c.rid, max(p.rid) AS parent, count(*) AS depth
+                    FROM rng c JOIN rng p ON p.ks <= c.ks AND c.ke <= p.ke WHERE p.rid < c.rid GROUP BY c.rid)
+            SELECT r.rid, coalesce(par.parent, 0) AS parent, coalesce(par.depth, 0) AS depth, r.name
+            FROM rng r LEFT JOIN par USING (rid) ORDER BY r.rid""").fetchnumpy()
+    finally:
+        cur.close()
+    rid = np.asarray(data["rid"], dtype=np.int64)
+    parent = np.asarray(data["parent"], dtype=np.int64)
+    names = np.asarray(data["name"], dtype=object)
+    path = names.copy()
+    up = parent.copy()
+    for _ in range(PATH_DEPTH - 1):  # one vectorised step per nesting level, not per range
+        has = up > 0
+        if not has.any():
+            break
+        path[has] = names[up[has] - 1] + "/" + path[has]
+        up[has] = parent[up[has] - 1]
+    if (up > 0).any():
+        path[up > 0] = "…/" + path[up > 0]
+    return Tree(rid=rid, parent=parent, depth=np.asarray(data["depth"], dtype=np.int64), path=path)
+
+
+_DIGITS = r"[0-9]+"
+
+
+def normalised_sql(column: str = "name") -> str:
+    """SQL: the name with every run of digits replaced by '<N>' ('ProfilerStep#17' -> 'ProfilerStep#<N>')."""
+    return f"regexp_replace({column}, '{_DIGITS}', '<N>', 'g')"
