@@ -22,7 +22,9 @@ from gpuscope.tools.analyses.gap_histogram import GapHistogramResult
 from gpuscope.tools.analyses.iterations import IterationsResult
 from gpuscope.tools.analyses.list_traces import ListTracesResult
 from gpuscope.tools.analyses.marker_summary import MarkerSummaryResult
+from gpuscope.tools.analyses.memcpy_summary import MemcpySummaryResult
 from gpuscope.tools.analyses.phases import PhasesResult
+from gpuscope.tools.analyses.stream_summary import StreamSummaryResult
 from gpuscope.tools.analyses.sql_query import DescribeResult, SqlResult, TablesResult
 from gpuscope.tools.analyses.top_kernels import TopKernelsResult
 from gpuscope.tools.analyses.trace_info import TraceInfoResult
@@ -129,6 +131,47 @@ async def gap_histogram(
     return await _answer(ctx, "GPU idle gaps", lambda: A.gap_histogram(
         _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, include_memops=include_memops,
         per_stream=per_stream, top_gaps=top_gaps))
+
+
+@server.tool(annotations=READ_ONLY, title="Memory copies and sets")
+async def memcpy_summary(
+    trace: TracePath,
+    device: Device = None,
+    stream: Annotated[int | None, Field(description="Only copies/sets on this stream")] = None,
+    start_ns: StartNs = None,
+    end_ns: EndNs = None,
+    host_link_gb_per_s: Annotated[float | None, Field(gt=0, description="Peak host link (PCIe/C2C) bandwidth per direction, GB/s; no profile records it")] = None,
+    peer_link_gb_per_s: Annotated[float | None, Field(gt=0, description="Peak GPU-to-GPU link (NVLink/xGMI/PCIe) bandwidth, GB/s")] = None,
+    top: Annotated[int, Field(ge=0, le=100, description="Largest single operations listed")] = 10,
+    largest_by: Literal["bytes", "time"] = "bytes",
+    limit: Annotated[int, Field(ge=1, le=200, description="Groups per device")] = 50,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, MemcpySummaryResult]:
+    """Copies and sets per device by direction and memory kinds: count, bytes, summed and wall (union) time,
+    achieved GB/s (1 GB = 1e9 B), compared with the right reference (device memory bandwidth for same-device copies
+    and sets; host/peer links only when given — never DRAM bandwidth for PCIe copies), pageable copies flagged, the
+    largest transfers with their API call, and copy time overlapped by kernels vs exposed."""
+    return await _answer(ctx, "Memory copies and sets", lambda: A.memcpy_summary(
+        _open(trace, ctx), device=device, stream=stream, start_ns=start_ns, end_ns=end_ns,
+        host_link_gb_per_s=host_link_gb_per_s, peer_link_gb_per_s=peer_link_gb_per_s, top=top,
+        largest_by=largest_by, limit=limit))
+
+
+@server.tool(annotations=READ_ONLY, title="Streams and concurrency")
+async def stream_summary(
+    trace: TracePath,
+    device: Device = None,
+    start_ns: StartNs = None,
+    end_ns: EndNs = None,
+    include_memops: Annotated[bool, Field(description="Count copies/sets as stream activity")] = True,
+    limit: Annotated[int, Field(ge=1, le=500, description="Streams per device")] = 32,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, StreamSummaryResult]:
+    """Per device and stream: busy time (union), share of the device's GPU span and busy time, kernel/copy/set
+    counts; per device: time with >= 2 streams busy, maximum concurrent streams and when, time by number of busy
+    streams. Streams are never merged across devices or processes."""
+    return await _answer(ctx, "Streams", lambda: A.stream_summary(
+        _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, include_memops=include_memops, limit=limit))
 
 
 @server.tool(annotations=READ_ONLY, title="Host API calls, blocking and launches")

@@ -39,6 +39,14 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
         (("--device",), {"type": int}), *_WINDOW,
         (("--no-memops",), {"dest": "include_memops", "action": "store_false"}),
         (("--per-stream",), {"action": "store_true"}), (("--top-gaps",), {"type": int, "default": 5})]),
+    "memcpy-summary": (_with_trace(A.memcpy_summary), "Memory copies and sets", [
+        (("--device",), {"type": int}), (("--stream",), {"type": int}), *_WINDOW,
+        (("--host-link-gb-per-s",), {"type": float}), (("--peer-link-gb-per-s",), {"type": float}),
+        (("--top",), {"type": int, "default": 10}), (("--largest-by",), {"choices": ["bytes", "time"], "default": "bytes"}),
+        (("--limit",), {"type": int, "default": 50})]),
+    "stream-summary": (_with_trace(A.stream_summary), "Streams", [
+        (("--device",), {"type": int}), *_WINDOW, (("--no-memops",), {"dest": "include_memops", "action": "store_false"}),
+        (("--limit",), {"type": int, "default": 32})]),
     "api-summary": (_with_trace(A.api_summary), "Host API", [
         (("--pid",), {"type": int}), (("--device",), {"type": int}), (("--stream",), {"type": int}), *_WINDOW,
         (("--name-contains",), {}), (("--per-thread",), {"action": "store_true"}),

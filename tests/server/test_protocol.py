@@ -30,7 +30,8 @@ assert_message, make_scenario, real_profiles = H.assert_message, H.make_scenario
 pytestmark = pytest.mark.anyio
 
 TOOLS = {"list_traces", "trace_info", "top_kernels", "gap_histogram", "sql_query", "list_tables", "describe_table",
-         "phases", "api_summary", "marker_summary", "iterations"}
+         "phases", "api_summary", "marker_summary", "iterations",
+         "memcpy_summary", "stream_summary"}
 MAX_RESULT_CHARS = 20_000
 FORMATS = ["nsys", "rocpd", "kineto", "kineto_gz"]
 

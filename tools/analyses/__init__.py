@@ -5,6 +5,8 @@
     top_kernels     kernels ranked by time, per device           top_kernels.py
     gap_histogram   idle gaps per device/stream + host context   gap_histogram.py
     phases          init / steady / teardown segmentation        phases.py
+    memcpy_summary  copies/sets by direction, bandwidth, overlap  memcpy_summary.py
+    stream_summary  per-stream busy time and concurrency         stream_summary.py
     api_summary     host API calls, blocked time, launch delays  api_summary.py
     marker_summary  NVTX/rocTX/annotation ranges + GPU projection marker_summary.py (projection.py)
     iterations      repeated steps, warm-up vs steady state      iterations.py
@@ -16,9 +18,11 @@ from .gap_histogram import gap_histogram
 from .iterations import iterations
 from .list_traces import list_traces
 from .marker_summary import marker_summary
+from .memcpy_summary import memcpy_summary
 from .phases import phases
 from .sql_query import describe_table, list_tables, sql_query
+from .stream_summary import stream_summary
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["api_summary", "describe_table", "gap_histogram", "iterations", "list_tables", "list_traces", "marker_summary", "phases", "sql_query", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "describe_table", "gap_histogram", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "phases", "sql_query", "stream_summary", "top_kernels", "trace_info"]
