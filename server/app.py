@@ -18,12 +18,15 @@ from pydantic import BaseModel, Field
 from gpuscope import __version__
 from gpuscope.tools import analyses as A
 from gpuscope.tools.analyses.api_summary import ApiSummaryResult
+from gpuscope.tools.analyses.comm_summary import CommSummaryResult
 from gpuscope.tools.analyses.gap_histogram import GapHistogramResult
+from gpuscope.tools.analyses.gpu_timeline import GpuTimelineResult
 from gpuscope.tools.analyses.iterations import IterationsResult
 from gpuscope.tools.analyses.list_traces import ListTracesResult
 from gpuscope.tools.analyses.marker_summary import MarkerSummaryResult
 from gpuscope.tools.analyses.memcpy_summary import MemcpySummaryResult
 from gpuscope.tools.analyses.phases import PhasesResult
+from gpuscope.tools.analyses.rank_summary import RankSummaryResult
 from gpuscope.tools.analyses.stream_summary import StreamSummaryResult
 from gpuscope.tools.analyses.sql_query import DescribeResult, SqlResult, TablesResult
 from gpuscope.tools.analyses.top_kernels import TopKernelsResult
@@ -50,6 +53,9 @@ TracePath = Annotated[str, Field(description="Path of the profile: Nsight .sqlit
 Device = Annotated[int | None, Field(description="Only this device id (trace_info lists them); default all devices")]
 StartNs = Annotated[int | None, Field(description="Window start, ns on the profile timeline (as trace_info reports)")]
 EndNs = Annotated[int | None, Field(description="Window end (exclusive), ns on the profile timeline")]
+
+CommPatterns = Annotated[list[str] | None, Field(description="Extra regexes over kernel names that count as communication "
+                                                               "(added to the NCCL/RCCL/custom all-reduce defaults)")]
 
 server = MCPServer("gpuscope", version=__version__, instructions=INSTRUCTIONS)
 
@@ -237,6 +243,62 @@ async def iterations(
     variation and warm-up steps (with the rule), so warm-up can be told from steady state."""
     return await _answer(ctx, "Iterations", lambda: A.iterations(
         _open(trace, ctx), marker=marker, pid=pid, device=device, start_ns=start_ns, end_ns=end_ns, limit=limit))
+
+
+@server.tool(annotations=READ_ONLY, title="GPU timeline: compute, communication, copies, idle")
+async def gpu_timeline(
+    trace: TracePath,
+    device: Device = None,
+    start_ns: StartNs = None,
+    end_ns: EndNs = None,
+    include_unlinked: Annotated[bool, Field(description="Count GPU work whose launch is not in the profile; false follows "
+                                                        "TraceLens's default")] = True,
+    comm_patterns: CommPatterns = None,
+    kernel_wait_threshold_ns: Annotated[int, Field(ge=0, description="HTA consecutive-kernel delay for the per-stream idle "
+                                                                     "split, ns")] = 30_000,
+    limit: Annotated[int, Field(ge=1, le=200, description="Per-stream rows")] = 32,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, GpuTimelineResult]:
+    """Per device, TraceLens's breakdown of the GPU span: computation (kernels + memsets), exposed communication
+    (comm not under compute), exposed memcpy, idle — summing to the span — with totals, HTA's communication/computation
+    overlap share, and per-stream idle split into host wait, kernel wait and other. States the span used and whether
+    GPU work without a launch in the profile is included."""
+    return await _answer(ctx, "GPU timeline", lambda: A.gpu_timeline(
+        _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, include_unlinked=include_unlinked,
+        comm_patterns=comm_patterns, kernel_wait_threshold_ns=kernel_wait_threshold_ns, limit=limit))
+
+
+@server.tool(annotations=READ_ONLY, title="Communication (NCCL/RCCL/MPI)")
+async def comm_summary(
+    trace: TracePath,
+    device: Device = None,
+    start_ns: StartNs = None,
+    end_ns: EndNs = None,
+    limit: Annotated[int, Field(ge=1, le=200, description="Rows per list")] = 15,
+    comm_patterns: CommPatterns = None,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, CommSummaryResult]:
+    """Collective and point-to-point communication: NCCL/RCCL/custom all-reduce kernels by collective type and name
+    (count, summed and wall time), message sizes when the profile has them (PyTorch record_param_comms / NCCL kernel
+    args), NCCL NVTX ranges, Nsight MPI tables, and communication overlapped by compute vs exposed."""
+    return await _answer(ctx, "Communication", lambda: A.comm_summary(
+        _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, limit=limit, comm_patterns=comm_patterns))
+
+
+@server.tool(annotations=READ_ONLY, title="Compare ranks, find the straggler")
+async def rank_summary(
+    traces: Annotated[list[str], Field(min_length=1, description="Profiles: one per rank, or one file holding several "
+                                                                 "processes/ranks (or both)")],
+    marker: Annotated[str | None, Field(description="Step marker, as in iterations (default ProfilerStep#N or the "
+                                                   "repeating range covering the GPU work)")] = None,
+    comm_patterns: CommPatterns = None,
+    limit: Annotated[int, Field(ge=1, le=1024, description="Rank and iteration rows shown")] = 64,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, RankSummaryResult]:
+    """Per rank (a process of a profile): GPU busy, idle, compute, communication and exposed communication, step count
+    and step time; imbalance (max - min) / mean per metric and per iteration; the straggler rank with the evidence."""
+    return await _answer(ctx, "Ranks", lambda: A.rank_summary(
+        [_open(t, ctx) for t in traces], marker=marker, comm_patterns=comm_patterns, limit=limit))
 
 
 @server.tool(annotations=READ_ONLY, title="Phases of a capture")

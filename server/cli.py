@@ -59,6 +59,13 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
     "iterations": (_with_trace(A.iterations), "Iterations", [
         (("--marker",), {}), (("--pid",), {"type": int}), (("--device",), {"type": int}), *_WINDOW,
         (("--limit",), {"type": int, "default": 50})]),
+    "gpu-timeline": (_with_trace(A.gpu_timeline), "GPU timeline", [
+        (("--device",), {"type": int}), *_WINDOW, (("--linked-only",), {"dest": "include_unlinked", "action": "store_false"}),
+        (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}),
+        (("--kernel-wait-threshold-ns",), {"type": int, "default": 30_000}), (("--limit",), {"type": int, "default": 32})]),
+    "comm-summary": (_with_trace(A.comm_summary), "Communication", [
+        (("--device",), {"type": int}), *_WINDOW, (("--limit",), {"type": int, "default": 15}),
+        (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"})]),
     "phases": (_with_trace(A.phases), "Phases", [
         (("--device",), {"type": int}), *_WINDOW, (("--max-phases",), {"type": int, "default": 6}),
         (("--limit",), {"type": int, "default": 5})]),
@@ -66,6 +73,16 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
     "list-tables": (_with_trace(A.list_tables), "Tables", []),
     "describe-table": (_with_trace(A.describe_table), "Table", [(("table",), {})]),
 }
+
+
+def _rank_summary(trace: list[str], **kw) -> BaseModel:
+    return A.rank_summary([open_trace(t) for t in trace], **kw)
+
+
+COMMANDS["rank-summary"] = (_rank_summary, "Ranks", [
+    (("--marker",), {}), (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}),
+    (("--limit",), {"type": int, "default": 64})])
+MULTI_PROFILE = {"rank-summary"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,7 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8765)
     for name, (_, title, extra) in COMMANDS.items():
         p = sub.add_parser(name, help=title)
-        p.add_argument("path" if name == "list-traces" else "trace", help="folder" if name == "list-traces" else "profile file")
+        if name in MULTI_PROFILE:
+            p.add_argument("trace", nargs="+", help="profile files (one per rank, or one with several processes)")
+        else:
+            p.add_argument("path" if name == "list-traces" else "trace", help="folder" if name == "list-traces" else "profile file")
         for flags, kwargs in extra:
             p.add_argument(*flags, **kwargs)
         p.add_argument("--json", action="store_true", help="print the structured result as JSON")

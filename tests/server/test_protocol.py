@@ -31,7 +31,7 @@ pytestmark = pytest.mark.anyio
 
 TOOLS = {"list_traces", "trace_info", "top_kernels", "gap_histogram", "sql_query", "list_tables", "describe_table",
          "phases", "api_summary", "marker_summary", "iterations",
-         "memcpy_summary", "stream_summary"}
+         "memcpy_summary", "stream_summary", "gpu_timeline", "comm_summary", "rank_summary"}
 MAX_RESULT_CHARS = 20_000
 FORMATS = ["nsys", "rocpd", "kineto", "kineto_gz"]
 
@@ -81,9 +81,9 @@ async def test_tool_list_annotations_and_schemas(client):
         props = t.input_schema["properties"]
         assert "ctx" not in props, name
         assert t.description and len(t.description.encode()) <= 2048, name
-        first = "path" if name == "list_traces" else "trace"
+        first = {"list_traces": "path", "rank_summary": "traces"}.get(name, "trace")
         assert first in t.input_schema.get("required", []), name
-        assert props[first]["type"] == "string"
+        assert props[first]["type"] == ("array" if name == "rank_summary" else "string")
     tk = tools["top_kernels"].input_schema["properties"]
     assert tk["limit"]["maximum"] == 200 and tk["limit"]["minimum"] == 1
     assert set(tk["sort_by"]["enum"]) == {"total", "count", "avg", "max"}

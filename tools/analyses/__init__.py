@@ -8,21 +8,27 @@
     memcpy_summary  copies/sets by direction, bandwidth, overlap  memcpy_summary.py
     stream_summary  per-stream busy time and concurrency         stream_summary.py
     api_summary     host API calls, blocked time, launch delays  api_summary.py
+    gpu_timeline    compute / exposed comm / exposed copy / idle gpu_timeline.py
+    comm_summary    NCCL/RCCL/MPI communication and overlap      comm_summary.py (comm_patterns.py)
+    rank_summary    per-rank comparison, imbalance, straggler    rank_summary.py
     marker_summary  NVTX/rocTX/annotation ranges + GPU projection marker_summary.py (projection.py)
     iterations      repeated steps, warm-up vs steady state      iterations.py
     sql_query       read-only SQL; list_tables, describe_table   sql_query.py
 """
 
 from .api_summary import api_summary
+from .comm_summary import comm_summary
 from .gap_histogram import gap_histogram
+from .gpu_timeline import gpu_timeline
 from .iterations import iterations
 from .list_traces import list_traces
 from .marker_summary import marker_summary
 from .memcpy_summary import memcpy_summary
 from .phases import phases
+from .rank_summary import rank_summary
 from .sql_query import describe_table, list_tables, sql_query
 from .stream_summary import stream_summary
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["api_summary", "describe_table", "gap_histogram", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "phases", "sql_query", "stream_summary", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "comm_summary", "describe_table", "gap_histogram", "gpu_timeline", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "phases", "rank_summary", "sql_query", "stream_summary", "top_kernels", "trace_info"]

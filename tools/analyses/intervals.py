@@ -87,3 +87,79 @@ NULL_KEY = -(2**62)  # stands for a NULL partition value (e.g. unknown stream) w
 def _py(value: Any) -> Any:
     value = value.item() if hasattr(value, "item") else value
     return None if value == NULL_KEY else value
+
+
+# -- interval algebra on merged sets (added for gpu_timeline / comm_summary) ---------------------------
+# A merged set is a pair (starts, ends) of int64 arrays: sorted, disjoint, non-empty intervals
+# [starts[i], ends[i]) that do not touch (touching intervals are joined, as in `unions`).
+
+EMPTY = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+def merged(u: Union | None) -> tuple[np.ndarray, np.ndarray]:
+    """The merged intervals of a Union (busy periods between its gaps)."""
+    if u is None:
+        return EMPTY
+    starts = np.concatenate(([u.first_ns], u.gap_end_ns)).astype(np.int64)
+    ends = np.concatenate((u.gap_start_ns, [u.last_ns])).astype(np.int64)
+    return starts, ends
+
+
+def measure(a: tuple[np.ndarray, np.ndarray]) -> int:
+    """Total length of a merged set, ns."""
+    return int((a[1] - a[0]).sum())
+
+
+def _coverage(sets: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Boundary times and, for each segment [t[i], t[i+1]), how many of the sets cover it."""
+    times = np.concatenate([x for s in sets for x in s]) if sets else np.zeros(0, dtype=np.int64)
+    delta = np.concatenate([np.concatenate((np.ones(s[0].size, np.int64), -np.ones(s[1].size, np.int64))) for s in sets]) \
+        if sets else np.zeros(0, dtype=np.int64)
+    order = np.argsort(times, kind="stable")
+    return times[order], np.cumsum(delta[order])
+
+
+def _segments(times: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Join the kept, non-empty segments [times[i], times[i+1]) into a merged set."""
+    if times.size < 2:
+        return EMPTY
+    s, e = times[:-1][keep[:-1]], times[1:][keep[:-1]]
+    nz = e > s
+    s, e = s[nz], e[nz]
+    if s.size == 0:
+        return EMPTY
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = s[1:] > e[:-1]
+    idx = np.flatnonzero(new)
+    return s[idx].astype(np.int64), np.maximum.reduceat(e, idx).astype(np.int64)
+
+
+def intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A ∩ B of two merged sets, as a merged set."""
+    if a[0].size == 0 or b[0].size == 0:
+        return EMPTY
+    times, cover = _coverage([a, b])
+    return _segments(times, cover == 2)
+
+
+def union_of(*sets: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A ∪ B ∪ ... of merged sets, as a merged set."""
+    sets = [s for s in sets if s[0].size]
+    if not sets:
+        return EMPTY
+    if len(sets) == 1:
+        return sets[0]
+    times, cover = _coverage(sets)
+    return _segments(times, cover > 0)
+
+
+def subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """A − B of two merged sets, as a merged set."""
+    if a[0].size == 0 or b[0].size == 0:
+        return a
+    times = np.concatenate((a[0], a[1], b[0], b[1]))
+    delta = np.concatenate((np.full(a[0].size, 1, np.int64), np.full(a[1].size, -1, np.int64),
+                            np.full(b[0].size, 2, np.int64), np.full(b[1].size, -2, np.int64)))
+    order = np.argsort(times, kind="stable")
+    times, cover = times[order], np.cumsum(delta[order])
+    return _segments(times, cover == 1)

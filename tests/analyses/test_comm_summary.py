@@ -1,0 +1,233 @@
+"""comm_summary: communication kernels by collective and name, overlap with compute, message sizes,
+NCCL ranges and MPI tables — against plain-Python figures from the scenarios in all three formats,
+and on the real distributed traces under shared/data."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from gpuscope.fixtures import truth as T
+from gpuscope.fixtures.catalog import SCENARIOS as CATALOG
+from gpuscope.fixtures.scenarios_timeline import SCENARIOS
+from gpuscope.tools.analyses.comm_patterns import DEFAULT_PATTERNS
+from gpuscope.tools.analyses.comm_summary import comm_summary
+from gpuscope.tools.model.errors import ProfileError
+from gpuscope.tools.model.trace import load_trace
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
+COMM_RX = re.compile("|".join(f"(?:{p})" for p in DEFAULT_PATTERNS), re.I)
+MAKERS = {**SCENARIOS, "concurrent_streams": CATALOG["concurrent_streams"]}
+
+
+@pytest.fixture(scope="module")
+def open_case(tmp_path_factory):
+    root = tmp_path_factory.mktemp("comm")
+    opened = {}
+
+    def open_(name: str, fmt: str, pid: int | None = None):
+        key = (name, fmt, pid)
+        if key not in opened:
+            writer = importlib.import_module(f"gpuscope.fixtures.writers.{fmt}")
+            path = root / f"{name}{'' if pid is None else f'.{pid}'}{SUFFIX[fmt]}"
+            writer.write(MAKERS[name](), path, **({"pid": pid} if fmt == "kineto" else {}))
+            opened[key] = load_trace(path)
+        return opened[key]
+
+    yield open_
+    for t in opened.values():
+        t.close()
+
+
+def cases():
+    out = []
+    for name, make in SCENARIOS.items():
+        for fmt in ("nsys", "rocpd", "kineto"):
+            for pid in ([p.pid for p in make().processes] if fmt == "kineto" else [None]):
+                out.append(pytest.param(name, fmt, pid, id=f"{name}-{fmt}" + ("" if pid is None else f"-{pid}")))
+    return out
+
+
+def length(ivs) -> int:
+    return sum(e - s for s, e in ivs)
+
+
+def inter_len(a, b) -> int:
+    return sum(max(0, min(e1, e2) - max(s1, s2)) for s1, e1 in a for s2, e2 in b)
+
+
+def collective(name: str) -> str:
+    n = name.lower()
+    for label, rx in (("AllReduce", "all_?reduce|cross_device_reduce"), ("Broadcast", "broadcast")):
+        if re.search(rx, n):
+            return label
+    return "Other"
+
+
+def expected(name: str, fmt: str, pid: int | None):
+    s = T.expressed(SCENARIOS[name](), fmt, pid)
+    ops = [o for o in [*s.kernels, *s.memops] if o.end_ns > o.start_ns]
+    pids_of = {}
+    for o in ops:
+        pids_of.setdefault(o.device_id, set()).add(o.pid)
+    owner = lambda o: next(iter(pids_of[o.device_id])) if len(pids_of[o.device_id]) == 1 else o.pid  # noqa: E731
+    is_comm = lambda o: hasattr(o, "short_name") and bool(COMM_RX.search(o.name))  # noqa: E731
+    is_comp = lambda o: (hasattr(o, "short_name") and not COMM_RX.search(o.name)) or getattr(o, "op", None) == "set"  # noqa: E731
+    devices, colls, kernels = {}, {}, {}
+    for key in sorted({(o.device_id, owner(o)) for o in ops}):
+        mine = [o for o in ops if (o.device_id, owner(o)) == key]
+        comm = [o for o in mine if is_comm(o)]
+        if not comm:
+            continue
+        cm = T.merge([(o.start_ns, o.end_ns) for o in comm])
+        cp = T.merge([(o.start_ns, o.end_ns) for o in mine if is_comp(o)])
+        every = T.merge([(o.start_ns, o.end_ns) for o in mine])
+        ov = inter_len(cm, cp)
+        devices[key] = dict(comm_kernels=len(comm), unlinked_comm_kernels=sum(not T.is_linked(s, o) for o in comm),
+                            comm_summed_ns=sum(o.end_ns - o.start_ns for o in comm), comm_wall_ns=length(cm),
+                            gpu_span_ns=every[-1][1] - every[0][0], overlap_with_compute_ns=ov, exposed_comm_ns=length(cm) - ov)
+        for c in {collective(o.name) for o in comm}:
+            mine_c = [o for o in comm if collective(o.name) == c]
+            d = [o.end_ns - o.start_ns for o in mine_c]
+            colls[(*key, c)] = dict(count=len(d), total_ns=sum(d), wall_ns=busy(mine_c), min_ns=min(d), max_ns=max(d))
+        for n in {o.short_name for o in comm}:
+            mine_n = [o for o in comm if o.short_name == n]
+            d = [o.end_ns - o.start_ns for o in mine_n]
+            kernels[(*key, n)] = dict(count=len(d), total_ns=sum(d), max_ns=max(d), streams=sorted({o.stream_id for o in mine_n}))
+    return devices, colls, kernels
+
+
+def busy(ops) -> int:
+    return T.busy_ns([(o.start_ns, o.end_ns) for o in ops])
+
+
+@pytest.mark.parametrize("name,fmt,pid", cases())
+def test_scenarios(open_case, name, fmt, pid):
+    r = comm_summary(open_case(name, fmt, pid))
+    devices, colls, kernels = expected(name, fmt, pid)
+    assert r.matched and "multimem_all_reduce" in r.comm_patterns
+    assert {(d.device_id, d.pid): {k: getattr(d, k) for k in devices[(d.device_id, d.pid)]} for d in r.devices} == devices
+    for d in r.devices:
+        assert d.overlap_pct_of_comm_wall == round(100 * d.overlap_with_compute_ns / d.comm_wall_ns, 2)
+        assert d.overlap_with_compute_ns + d.exposed_comm_ns == d.comm_wall_ns
+    assert {(c.device_id, c.pid, c.collective): {k: getattr(c, k) for k in colls[(c.device_id, c.pid, c.collective)]}
+            for c in r.collectives} == colls
+    assert {(k.device_id, k.pid, k.name): {f: getattr(k, f) for f in kernels[(k.device_id, k.pid, k.name)]}
+            for k in r.kernels} == kernels
+    s = T.expressed(SCENARIOS[name](), fmt, pid)
+    # NCCL ranges: the NVTX/rocTX/record_function range named ncclAllReduce, one per rank in the file
+    n_ranges = sum(m.name.startswith("nccl") for m in s.markers)
+    assert sum(g.count for g in r.nccl_ranges) == n_ranges
+    if name == "comm_overlap":
+        ranks = len(s.processes)
+        if fmt == "kineto":  # one linked NCCL kernel per rank carries the record_param_comms args
+            assert [(m.source, m.collective_name, m.dtype, m.group_size, m.calls, m.in_bytes_total, m.max_in_bytes, m.comm_time_ns)
+                    for m in r.messages] == [("kernel args", "allreduce", "Float", 2, 1, 4 << 20, 4 << 20, (200 + 30 * (pid - 5000)) * 1000)]
+        else:
+            assert r.messages == [] and any("Kineto" in n for n in r.notes)
+        if fmt == "nsys":
+            got = {(m.name, m.table): (m.calls, m.ranks, m.total_ns, m.bytes_total, m.recv_bytes_total) for m in r.mpi}
+            assert got == {("MPI_Allreduce", "collective"): (2, 2, 2 * 28_000, 8192, 8192),
+                           ("MPI_Send", "p2p"): (2, 2, 5_000 + 6_000, 1024 + 2048, None)}
+        else:
+            assert r.mpi == []
+        assert ranks == (1 if fmt == "kineto" else 2)
+
+
+def test_record_param_comms_fallback(tmp_path):
+    """Without NCCL kernel args the record_param_comms CPU ops give the sizes (host side, no device)."""
+    from gpuscope.fixtures.writers import kineto
+
+    s = SCENARIOS["comm_overlap"]()
+    s.options["kineto_args"] = {k: v for k, v in s.options["kineto_args"].items() if k[0] == "cpu_op"}
+    trace = load_trace(kineto.write(s, tmp_path / "rpc.pt.trace.json", pid=5001))
+    try:
+        r = comm_summary(trace)
+        assert [(m.source, m.device_id, m.collective_name, m.calls, m.in_nelems_total, m.in_bytes_total, m.comm_time_ns)
+                for m in r.messages] == [("record_param_comms", None, "allreduce", 1, 1 << 20, 4 << 20, None)]
+        assert comm_summary(trace, start_ns=900_000).messages == []  # the op lies before the window
+    finally:
+        trace.close()
+
+
+def test_no_communication(open_case):
+    r = comm_summary(open_case("concurrent_streams", "nsys"))
+    assert not r.matched and r.devices == [] and r.collectives == [] and r.kernels == []
+    assert "nccl" in r.message and "comm_patterns" in r.message
+
+
+def test_limit_and_errors(open_case):
+    trace = open_case("comm_overlap", "nsys")
+    r = comm_summary(trace, limit=1)
+    assert r.truncated and r.hint and len([k for k in r.kernels if k.device_id == 0]) == 1
+    assert r.kernels[0].name == "ncclDevKernel_AllReduce_Sum_f32_RING_LL" and r.kernels[0].count == 2
+    with pytest.raises(ProfileError, match="device 5"):
+        comm_summary(trace, device=5)
+    with pytest.raises(ProfileError, match="pattern"):
+        comm_summary(trace, comm_patterns=["[unclosed"])
+
+
+# -- real profiles -------------------------------------------------------------------------------------------------
+
+
+def real(name: str):
+    from gpuscope.tools.model.cache import open_trace
+
+    path = DATA / "pytorch" / name
+    if not path.exists():
+        pytest.skip("shared/data is absent")
+    return open_trace(path)
+
+
+def test_real_ddp():
+    t = real("nv_a100_ddp_cnn_train_2rank_r0_hta.json.gz")
+    r = comm_summary(t)
+    assert [(c.collective, c.count) for c in r.collectives] == [("AllReduce", 15), ("Broadcast", 6)]
+    assert {k.name: k.streams for k in r.kernels} == {"ncclKernel_AllReduce_RING_LL_Sum_float": [40],
+                                                      "ncclKernel_Broadcast_RING_LL_Sum_int8_t": [40]}
+    d = r.devices[0]
+    assert d.comm_summed_ns == t.scalar("SELECT sum(dur_ns) FROM kernels WHERE name LIKE 'nccl%'")
+    assert {(m.collective_name, m.dtype): m.calls for m in r.messages} == {("allreduce", "Float"): 15, ("broadcast", "Float"): 3,
+                                                                          ("broadcast", "Long"): 3}
+
+
+def test_real_rccl_unlinked():
+    r = comm_summary(real("amd_mi300x_resnet_actckpt_train_8rank_r0_tracelens.json.gz"))
+    assert [(k.name, k.count, k.streams) for k in r.kernels] == [("ncclDevKernel_Generic", 17, [4])]
+    assert r.devices[0].unlinked_comm_kernels == 5 and r.collectives[0].collective == "Other"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_real_encdec_pair(rank):
+    r = comm_summary(real(f"nv_encdec_train_128rank_sampled_r{rank}_hta.json.gz"))
+    assert r.matched and r.devices[0].rank == rank and r.collectives
+    assert r.messages == [] and r.notes  # the sub-sampled traces keep no collective args
+
+
+def real_files():
+    if not DATA.is_dir():
+        return []
+    return sorted([*DATA.glob("pytorch/*.json.gz"), *DATA.glob("nsys/*.sqlite"), *DATA.glob("rocpd_legacy/*")])
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="shared/data is absent")
+@pytest.mark.parametrize("path", real_files(), ids=lambda p: p.name)
+def test_real_profiles(path):
+    from gpuscope.tools.model.cache import open_trace
+
+    try:
+        trace = open_trace(path)
+    except ProfileError:
+        pytest.skip("the profile itself is refused by the reader")
+    if trace.count("kernels") == 0:
+        with pytest.raises(ProfileError):
+            comm_summary(trace)
+        return
+    r = comm_summary(trace)
+    assert r.matched == bool(r.devices)
+    for d in r.devices:
+        assert d.overlap_with_compute_ns + d.exposed_comm_ns == d.comm_wall_ns <= d.comm_summed_ns

@@ -1,0 +1,297 @@
+"""gpu_timeline: where each GPU's time goes — computation, exposed communication, exposed memcpy, idle.
+
+TraceLens's definitions (`GPUEventAnalyser`), computed per device (and per process when several
+processes share one device), plus an all-device merge (TraceLens's PyTorch path merges every GPU of
+a trace into one timeline):
+  * communication = kernels whose name matches the communication patterns (comm_patterns.py);
+  * memcpy = memory copies (and ROCm copy kernels `MEMORY_COPY_*`, `__amd_rocclr_copyBuffer*`);
+  * computation = every other kernel AND memsets;
+  * COMP, COMM, MEMCPY, ALL = interval unions (streams ignored; touching intervals join);
+  * total = last end − first start of ALL; exposed comm = |COMM − COMP|; exposed memcpy =
+    |MEMCPY − COMP − COMM|; busy = |ALL|; idle = total − busy;
+    computation + exposed_comm + exposed_memcpy + idle = total, exactly (integer ns).
+Plus HTA's communication/computation overlap |COMM ∩ COMP| / |COMM| and HTA's per-stream idle
+breakdown (`get_idle_time_breakdown`): each idle gap of a stream is `host_wait` when the op after it
+was launched (its API call started) after the stream drained, else `kernel_wait` when the gap is
+shorter than the threshold (HTA: consecutive_kernel_delay, 30 µs as the code applies it), else `other`;
+gaps before ops whose launch is not in the profile are `launch_unknown` (HTA drops such ops).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ..model.errors import ProfileError
+from ..model.trace import Trace
+from .comm_patterns import comm_patterns as active_patterns
+from .comm_patterns import is_comm_sql
+from .common import Window, pct, resolve_selection
+from .intervals import NULL_KEY, intersect, measure, merged, subtract, union_of, unions
+
+ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
+DEFAULT_KERNEL_WAIT_THRESHOLD_NS = 30_000
+COMP, COMM, MEMCPY = 0, 1, 2  # op classes (integer codes, so they can partition interval unions)
+
+
+def timeline_ops_sql(trace: Trace, where: str, lo: int, hi: int, include_unlinked: bool,
+                     patterns: list[str] | None) -> str:
+    """GPU ops overlapping the window, clipped to it, with class `cls` (COMP / COMM / MEMCPY) and an
+    `owner` partition (the device's only process, or each process when several share the device)."""
+    comm = is_comm_sql("name", patterns)
+    linked = "" if include_unlinked else " AND launched"
+    return f"""
+        WITH ops AS (
+            SELECT device_id, pid, tid, stream_id, correlation_id, launched, name, short_name,
+                   greatest(start_ns, {lo}) AS start_ns, least(end_ns, {hi}) AS end_ns,
+                   CASE WHEN {comm} THEN {COMM}
+                        WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY} ELSE {COMP} END AS cls
+            FROM kernels WHERE {where}{linked}
+            UNION ALL
+            SELECT device_id, pid, tid, stream_id, correlation_id, launched,
+                   CASE WHEN op = 'set' THEN 'memset' ELSE 'memcpy ' || kind END, CASE WHEN op = 'set' THEN 'memset' ELSE 'memcpy ' || kind END,
+                   greatest(start_ns, {lo}), least(end_ns, {hi}), CASE WHEN op = 'copy' THEN {MEMCPY} ELSE {COMP} END
+            FROM memops WHERE {where}{linked}),
+        owners AS (SELECT device_id, count(DISTINCT pid) AS n, min(pid) AS only_pid FROM ops GROUP BY device_id)
+        SELECT ops.*, CASE WHEN owners.n <= 1 THEN owners.only_pid ELSE ops.pid END AS owner
+        FROM ops JOIN owners USING (device_id)"""
+
+
+class Timeline(BaseModel):
+    device_id: int | None = Field(description="GPU; null for the all-device merge")
+    device_name: str | None = None
+    pid: int | None = Field(description="process owning the work (null: unknown, or the all-device merge)")
+    rank: int | None = Field(None, description="distributed rank of that process when the profile states it")
+    ops: int = Field(description="GPU operations with non-zero duration in the selection")
+    comm_ops: int = Field(description="of which communication kernels")
+    memcpy_ops: int = Field(description="of which memory copies")
+    unlinked_ops: int = Field(description="ops (in `ops`) whose launching host call is not in the profile")
+    unlinked_op_time_ns: int = Field(description="summed duration of those ops, ns")
+    first_ns: int = Field(description="start of the first GPU op of the selection, ns")
+    last_ns: int = Field(description="end of the last GPU op of the selection, ns")
+    total_ns: int = Field(description="TraceLens total_time: last_ns - first_ns, ns (the denominator of every pct_of_total)")
+    computation_ns: int = Field(description="|COMP|: union of non-communication kernels and memsets, ns")
+    computation_pct_of_total: float | None
+    exposed_comm_ns: int = Field(description="|COMM - COMP|: communication time not hidden under computation, ns")
+    exposed_comm_pct_of_total: float | None
+    exposed_memcpy_ns: int = Field(description="|MEMCPY - COMP - COMM|: copy time hidden under neither, ns")
+    exposed_memcpy_pct_of_total: float | None
+    busy_ns: int = Field(description="|ALL|: union of every GPU op, ns (= computation + exposed comm + exposed memcpy)")
+    busy_pct_of_total: float | None
+    idle_ns: int = Field(description="total_ns - busy_ns: no GPU op running, ns")
+    idle_pct_of_total: float | None
+    total_comm_ns: int = Field(description="|COMM|: union of communication kernels, ns")
+    total_comm_pct_of_total: float | None
+    total_memcpy_ns: int = Field(description="|MEMCPY|: union of memory copies, ns")
+    total_memcpy_pct_of_total: float | None
+    comm_comp_overlap_ns: int = Field(description="|COMM ∩ COMP|: communication running under computation, ns")
+    comm_comp_overlap_pct_of_comm: float | None = Field(
+        description="HTA comp_comm_overlap_pctg = |COMM ∩ COMP| / |COMM|, %; null when there is no communication. "
+                    "COMP includes memsets here (HTA leaves them out; differs only when a memset overlaps communication)")
+
+
+class StreamIdle(BaseModel):
+    device_id: int
+    pid: int | None = Field(description="owner of the device (as in the timelines)")
+    stream_id: int | None
+    ops: int = Field(description="ops with non-zero duration on the stream")
+    first_ns: int
+    last_ns: int
+    busy_ns: int = Field(description="union of the stream's ops, ns")
+    idle_ns: int = Field(description="sum of the gaps between the stream's ops (first to last op), ns")
+    gaps: int = Field(description="number of idle gaps")
+    host_wait_ns: int = Field(description="gaps where the next op's launch call started after the stream drained (CPU-bound), ns")
+    kernel_wait_ns: int = Field(description="other gaps shorter than kernel_wait_threshold_ns (launched in time; back-to-back overhead), ns")
+    other_ns: int = Field(description="other gaps at least kernel_wait_threshold_ns long (e.g. waiting on events/other streams), ns")
+    launch_unknown_ns: int = Field(description="gaps before an op whose launch is not in the profile (host_wait undecidable), ns")
+    host_wait_pct_of_stream_idle: float | None
+    kernel_wait_pct_of_stream_idle: float | None
+    other_pct_of_stream_idle: float | None
+    launch_unknown_pct_of_stream_idle: float | None
+
+
+class GpuTimelineResult(BaseModel):
+    trace: str
+    window: Window = Field(description="the time window the ops were taken from (ops clipped to it)")
+    include_unlinked: bool = Field(description="true: all GPU ops; false: only ops whose host launch is in the profile "
+                                               "(TraceLens's default, include_unlinked_kernels=False)")
+    comm_patterns: list[str] = Field(description="regexes (case-insensitive) over kernel names that counted as communication")
+    definitions: str
+    timelines: list[Timeline] = Field(description="one per device (per device and process when processes share a device)")
+    all_devices: Timeline | None = Field(None, description="every selected GPU merged into one timeline, as TraceLens's PyTorch path "
+                                                           "does; only when there are several timelines")
+    kernel_wait_threshold_ns: int = Field(description="HTA consecutive_kernel_delay used for the per-stream split, ns")
+    streams: list[StreamIdle] = Field(description="HTA per-stream idle breakdown, most idle first")
+    truncated: bool = Field(description="true when streams were cut to `limit`")
+    hint: str | None = None
+
+
+DEFINITIONS = ("TraceLens gpu_timeline: computation=|COMP| (non-communication kernels + memsets), exposed_comm=|COMM-COMP|, "
+               "exposed_memcpy=|MEMCPY-COMP-COMM|, idle=total-|ALL|, total=first to last GPU op of the selection; "
+               "computation+exposed_comm+exposed_memcpy+idle=total. Unions ignore streams; touching intervals join.")
+
+
+def gpu_timeline(
+    trace: Trace,
+    *,
+    device: int | None = None,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    include_unlinked: bool = True,
+    comm_patterns: list[str] | None = None,
+    kernel_wait_threshold_ns: int = DEFAULT_KERNEL_WAIT_THRESHOLD_NS,
+    limit: int = 32,
+) -> GpuTimelineResult:
+    if trace.count("kernels") == 0 and trace.count("memops") == 0:
+        raise ProfileError(f"{trace.path.name} holds no GPU kernels or memory operations, so there is no GPU timeline. "
+                           "trace_info says what the profile holds.")
+    if kernel_wait_threshold_ns < 0:
+        raise ProfileError(f"kernel_wait_threshold_ns must be >= 0 (got {kernel_wait_threshold_ns}); HTA uses 30000 ns.")
+    try:
+        patterns = active_patterns(comm_patterns)
+    except Exception as exc:  # re.error
+        raise ProfileError(f"invalid communication pattern: {exc}. Patterns are regular expressions over kernel names.") from None
+    sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
+    limit = max(1, min(int(limit), 200))
+    where, params = sel.where(time_mode="overlap")
+    ops = timeline_ops_sql(trace, where, window.start_ns, window.end_ns, include_unlinked, comm_patterns)
+    params2 = params * 2
+    part = ("device_id", "owner")
+    by_cls = unions(trace, f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", params2, (*part, "cls"))
+    if not by_cls:
+        what = "" if include_unlinked else " with their host launch in the profile (include_unlinked=False)"
+        raise ProfileError(f"no GPU operation{what} in the selection (device/time window); widen it. trace_info lists devices and spans.")
+    counts = {(r[0], r[1]): r[2:] for r in trace.sql(
+        f"""SELECT device_id, coalesce(owner, {NULL_KEY}), count(*), count(*) FILTER (WHERE cls = {COMM}),
+                   count(*) FILTER (WHERE cls = {MEMCPY}), count(*) FILTER (WHERE NOT launched),
+                   coalesce(sum(end_ns - start_ns) FILTER (WHERE NOT launched), 0)::BIGINT
+            FROM ({ops}) WHERE end_ns > start_ns GROUP BY ALL""", params2)}
+    names = dict(trace.sql("SELECT device_id, name FROM devices"))
+    ranks = dict(trace.sql("SELECT pid, rank FROM processes WHERE rank IS NOT NULL"))
+    keys = sorted({k[:2] for k in by_cls}, key=lambda k: tuple(-1 if v is None else v for v in k))
+    timelines, sets_all = [], {"comp": [], "comm": [], "memcpy": []}
+    for key in keys:
+        sets = {name: merged(by_cls.get((*key, code))) for name, code in (("comp", COMP), ("comm", COMM), ("memcpy", MEMCPY))}
+        for c, s in sets.items():
+            sets_all[c].append(s)
+        n = counts.get((key[0], NULL_KEY if key[1] is None else key[1]), (0, 0, 0, 0, 0))
+        timelines.append(_timeline(sets, key[0], names.get(key[0]), key[1], ranks.get(key[1]), n))
+    all_devices = None
+    if len(keys) > 1:
+        sets = {c: _merge_across(v) for c, v in sets_all.items()}
+        tot = tuple(sum(t[i] for t in counts.values()) for i in range(5))
+        all_devices = _timeline(sets, None, None, None, None, tot)
+    streams, truncated = _stream_idle(trace, ops, params2, kernel_wait_threshold_ns, limit)
+    return GpuTimelineResult(
+        trace=str(trace.path), window=window, include_unlinked=include_unlinked, comm_patterns=patterns,
+        definitions=DEFINITIONS, timelines=timelines, all_devices=all_devices,
+        kernel_wait_threshold_ns=int(kernel_wait_threshold_ns), streams=streams, truncated=truncated,
+        hint=f"only the {limit} most idle streams are shown; raise limit (max 200) or pass device=" if truncated else None,
+    )
+
+
+def _merge_across(sets: list) -> tuple[np.ndarray, np.ndarray]:
+    return union_of(*sets)
+
+
+def _timeline(sets: dict, device_id, device_name, pid, rank, n) -> Timeline:
+    comp, comm, mem = sets["comp"], sets["comm"], sets["memcpy"]
+    every = union_of(comp, comm, mem)
+    first, last = int(every[0][0]), int(every[1][-1])
+    total = last - first
+    computation, total_comm, total_mem = measure(comp), measure(comm), measure(mem)
+    exposed_comm = measure(subtract(comm, comp))
+    exposed_mem = measure(subtract(mem, union_of(comp, comm)))
+    busy = measure(every)
+    idle = total - busy
+    assert computation + exposed_comm + exposed_mem + idle == total
+    overlap = measure(intersect(comm, comp))
+    return Timeline(
+        device_id=device_id, device_name=device_name, pid=pid, rank=rank,
+        ops=int(n[0]), comm_ops=int(n[1]), memcpy_ops=int(n[2]), unlinked_ops=int(n[3]), unlinked_op_time_ns=int(n[4]),
+        first_ns=first, last_ns=last, total_ns=total,
+        computation_ns=computation, computation_pct_of_total=pct(computation, total, 4),
+        exposed_comm_ns=exposed_comm, exposed_comm_pct_of_total=pct(exposed_comm, total, 4),
+        exposed_memcpy_ns=exposed_mem, exposed_memcpy_pct_of_total=pct(exposed_mem, total, 4),
+        busy_ns=busy, busy_pct_of_total=pct(busy, total, 4), idle_ns=idle, idle_pct_of_total=pct(idle, total, 4),
+        total_comm_ns=total_comm, total_comm_pct_of_total=pct(total_comm, total, 4),
+        total_memcpy_ns=total_mem, total_memcpy_pct_of_total=pct(total_mem, total, 4),
+        comm_comp_overlap_ns=overlap, comm_comp_overlap_pct_of_comm=pct(overlap, total_comm, 4),
+    )
+
+
+def _stream_idle(trace: Trace, ops: str, params: list, threshold: int, limit: int) -> tuple[list[StreamIdle], bool]:
+    part = ("device_id", "owner", "stream_id")
+    found = unions(trace, f"SELECT device_id, owner, stream_id, start_ns, end_ns FROM ({ops})", params, part)
+    cls = trace.memo(("stream_idle", ops, tuple(params), threshold), lambda: _gap_classes(trace, ops, params, threshold))
+    out = []
+    for k, u in found.items():
+        hw, kw, ot, un = cls.get(k, (0, 0, 0, 0))
+        idle = u.idle_ns
+        out.append(StreamIdle(
+            device_id=k[0], pid=k[1], stream_id=k[2], ops=u.ops, first_ns=u.first_ns, last_ns=u.last_ns, busy_ns=u.busy_ns,
+            idle_ns=idle, gaps=int(u.gap_start_ns.size), host_wait_ns=hw, kernel_wait_ns=kw, other_ns=ot, launch_unknown_ns=un,
+            host_wait_pct_of_stream_idle=pct(hw, idle), kernel_wait_pct_of_stream_idle=pct(kw, idle),
+            other_pct_of_stream_idle=pct(ot, idle), launch_unknown_pct_of_stream_idle=pct(un, idle)))
+    out.sort(key=lambda r: (-r.idle_ns, r.device_id, -1 if r.stream_id is None else r.stream_id))
+    return out[:limit], len(out) > limit
+
+
+def _gap_classes(trace: Trace, ops: str, params: list, threshold: int) -> dict[tuple, tuple[int, int, int, int]]:
+    """Per stream, idle ns by HTA category: (host_wait, kernel_wait, other, launch_unknown).
+
+    Ops are sorted per stream by start; a gap opens where an op starts after every earlier op of the
+    stream ended. The ops starting exactly at the gap's end decide its category with their earliest
+    launch-call start (any op without a launch in the profile makes it launch_unknown)."""
+    cur = trace.con.cursor()
+    try:
+        d = cur.execute(
+            f"""WITH o AS ({ops}),
+                 calls AS (SELECT pid, tid, correlation_id, min(start_ns) AS launch_ns FROM api_calls
+                           WHERE correlation_id IS NOT NULL GROUP BY ALL)
+                SELECT o.device_id, coalesce(o.owner, {NULL_KEY}) AS owner, coalesce(o.stream_id, {NULL_KEY}) AS stream_id,
+                       o.start_ns, o.end_ns, coalesce(CASE WHEN o.launched THEN c.launch_ns END, {NULL_KEY}) AS launch_ns
+                -- (a condition on o.launched inside ON would turn this hash join into a nested loop)
+                FROM o LEFT JOIN calls c ON c.pid = o.pid AND c.tid = o.tid AND c.correlation_id = o.correlation_id
+                WHERE o.end_ns > o.start_ns""", params).fetchnumpy()
+    finally:
+        cur.close()
+    n = len(d["start_ns"])
+    if n == 0:
+        return {}
+    dev, own, strm = (np.asarray(d[c], dtype=np.int64) for c in ("device_id", "owner", "stream_id"))
+    start, end, launch = (np.asarray(d[c], dtype=np.int64) for c in ("start_ns", "end_ns", "launch_ns"))
+    order = np.lexsort((start, strm, own, dev))
+    dev, own, strm, start, end, launch = (a[order] for a in (dev, own, strm, start, end, launch))
+    new_part = np.ones(n, dtype=bool)
+    new_part[1:] = (dev[1:] != dev[:-1]) | (own[1:] != own[:-1]) | (strm[1:] != strm[:-1])
+    # running max of end within each partition: offset partitions so a plain cumulative max works
+    pid_idx = np.cumsum(new_part) - 1
+    base = end.min()
+    span = int(end.max() - base) + 1
+    reach = np.maximum.accumulate((end - base) + pid_idx * span) - pid_idx * span + base
+    # runs of equal (partition, start): the category uses every op starting at the gap's end
+    new_run = new_part.copy()
+    new_run[1:] |= start[1:] != start[:-1]
+    runs = np.flatnonzero(new_run)
+    unknown = launch == NULL_KEY
+    run_unknown = np.logical_or.reduceat(unknown, runs)
+    run_launch = np.minimum.reduceat(np.where(unknown, np.iinfo(np.int64).max, launch), runs)
+    first = runs[1:] if runs.size > 1 else np.zeros(0, dtype=np.int64)
+    is_gap = ~new_part[first] & (start[first] > reach[first - 1])
+    g = first[is_gap]
+    run_of_g = np.flatnonzero(is_gap) + 1
+    gs, ge = reach[g - 1], start[g]
+    category = np.where(run_unknown[run_of_g], 3, np.where(run_launch[run_of_g] > gs, 0, np.where(ge - gs < threshold, 1, 2)))
+    out: dict[tuple, tuple[int, int, int, int]] = {}
+    if g.size == 0:
+        return out
+    part_of_g = pid_idx[g]
+    lengths = ge - gs
+    for p in np.unique(part_of_g):
+        sel = part_of_g == p
+        sums = np.bincount(category[sel], weights=lengths[sel], minlength=4)
+        i = int(np.flatnonzero(pid_idx == p)[0])
+        key = (int(dev[i]), None if own[i] == NULL_KEY else int(own[i]), None if strm[i] == NULL_KEY else int(strm[i]))
+        out[key] = tuple(int(round(x)) for x in sums)
+    return out

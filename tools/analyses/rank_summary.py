@@ -1,0 +1,600 @@
+"""rank_summary: the ranks of a distributed job side by side — who is slow, and by how much.
+
+A rank is one process of one profile: several single-rank profiles (one Kineto trace per rank), or
+one profile holding several processes (an Nsight/rocpd file of an MPI job), or a mix. The rank
+number comes from the profile (processes.rank: Nsight MPI_RANKS, Kineto distributedInfo; or the
+trace_meta `rank` of a single-process profile); a rank the profile does not number gets the lowest
+unused number in input order, and its row says so. Two inputs claiming the same rank are an error,
+never a silent overwrite (HTA keeps the last one), and a rank without kernels is a row of zeros,
+not an abort (PerfAdvisor aborts).
+
+Per rank and device (TraceLens definitions, the same ops and classes as gpu_timeline, so the two
+tools agree; all wall time = interval unions):
+  compute   = kernels that are neither communication nor ROCm copy kernels, plus memsets;
+  comm      = communication kernels (comm_patterns.py: NCCL/RCCL, custom all-reduce, NVSHMEM, ...);
+  memcpy    = memory copies (and ROCm copy kernels);
+  exposed communication = comm time not overlapped by compute;
+  exposed memcpy        = copy time not overlapped by compute or comm;
+  busy = compute + exposed comm + exposed memcpy;  idle = GPU span - busy
+where the GPU span runs from the rank's first to its last GPU operation on the device. A rank's
+figures are summed over its devices (equal to the device's figures when it drives one GPU).
+
+Steps are host-side ranges chosen per rank by the iterations tool (same rules, same `marker` syntax):
+the caller's marker, else ProfilerStep#N, else the repeating NVTX/rocTX range that covers the GPU
+work; step time = the range's duration.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..model.errors import ProfileError
+from ..model.trace import Trace
+from .comm_patterns import comm_patterns as active_patterns
+from .comm_patterns import is_comm_sql
+from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
+from .intervals import measure, merged, subtract, union_of, unions
+from .iterations import iterations
+
+# Straggler by step time only when mean step times differ by at least this share of their mean;
+# below it the collectives keep ranks in lockstep and step time cannot single out the slow rank.
+STEP_SPREAD_FOR_STRAGGLER = 0.02
+# Fallback step names when no ProfilerStep exists: step_3, iteration 7, train_step#2, iter-5, batch_1
+GENERIC_STEP = re.compile(r"^((?:train[_ ]?)?step|iteration|iter|batch)[ _#:-]?(\d+)$", re.IGNORECASE)
+MAX_LIMIT = 1024
+UNBOUNDED = 2**62  # no time window: ops are not clipped
+
+Metric = Literal["mean_step_ns", "gpu_span_ns", "busy_ns", "idle_in_gpu_span_ns", "compute_ns", "comm_ns",
+                 "exposed_comm_ns", "exposed_memcpy_ns"]
+METRICS: tuple[str, ...] = Metric.__args__  # type: ignore[attr-defined]
+LABELS = {"mean_step_ns": "mean step time", "gpu_span_ns": "GPU span", "busy_ns": "GPU busy time",
+          "idle_in_gpu_span_ns": "GPU idle time", "compute_ns": "compute time", "comm_ns": "communication time",
+          "exposed_comm_ns": "exposed communication", "exposed_memcpy_ns": "exposed memcpy"}
+
+
+class DeviceFigures(BaseModel):
+    device_id: int
+    gpu_span_ns: int = Field(description="first to last GPU operation of this rank on this device, ns")
+    busy_ns: int = Field(description="union of kernels, copies and sets, ns")
+    idle_in_gpu_span_ns: int = Field(description="gpu_span_ns - busy_ns, ns")
+    compute_ns: int = Field(description="union of non-communication kernels and memsets, ns")
+    comm_ns: int = Field(description="union of communication kernels, ns")
+    exposed_comm_ns: int = Field(description="communication time not overlapped by compute, ns")
+    exposed_memcpy_ns: int = Field(description="copy time not overlapped by compute or communication, ns")
+
+
+class RankRow(BaseModel):
+    rank: int
+    rank_source: Literal["profile", "input order"] = Field(
+        description="'profile': the profile states the rank (MPI_RANKS, distributedInfo); 'input order': it does not, "
+                    "so the rank is the lowest unused number in the order the profiles were given")
+    trace: str = Field(description="profile file name")
+    pid: int | None = Field(description="process id; null when the profile names no process and is taken whole")
+    process_name: str | None
+    hostname: str | None
+    devices: list[int] = Field(description="GPUs this rank ran work on")
+    kernels: int = Field(description="kernels of this rank")
+    comm_kernels: int = Field(description="of which communication kernels")
+    gpu_span_ns: int | None = Field(description="first to last GPU operation, summed over the rank's devices, ns; "
+                                                "null without GPU operations")
+    busy_ns: int | None = Field(description="union of kernels, copies and sets, summed over devices, ns "
+                                            "(0: no GPU work while the profile recorded GPU activity; null: unknown)")
+    busy_pct_of_gpu_span: float | None = Field(description="busy_ns / gpu_span_ns, %")
+    idle_in_gpu_span_ns: int | None = Field(description="gpu_span_ns - busy_ns, ns")
+    compute_ns: int | None = Field(description="union of non-communication kernels and memsets, ns")
+    comm_ns: int | None = Field(description="union of communication kernels (wall time), ns")
+    exposed_comm_ns: int | None = Field(description="communication not overlapped by compute (waiting in collectives "
+                                                    "shows up here), ns")
+    comm_overlapped_pct_of_comm: float | None = Field(description="(comm_ns - exposed_comm_ns) / comm_ns, %; null "
+                                                                  "without communication")
+    exposed_memcpy_ns: int | None = Field(description="copy time not overlapped by compute or communication, ns")
+    steps: int | None = Field(description="step ranges found on this rank; null when none")
+    step_names: str | None = Field(description="how the steps were chosen and which ranges they are, e.g. "
+                                               "'ProfilerStep: ProfilerStep#551 .. ProfilerStep#552 (2 ranges)'")
+    mean_step_ns: float | None = Field(description="mean wall time of a step (host range), ns")
+    min_step_ns: int | None = None
+    max_step_ns: int | None = None
+    per_device: list[DeviceFigures] | None = Field(None, description="figures per GPU, only when the rank drives several")
+    notes: list[str] = Field(default_factory=list)
+
+
+class MetricImbalance(BaseModel):
+    metric: str = Field(description="RankRow field compared across ranks")
+    ranks_counted: int = Field(description="ranks with a value for the metric")
+    min: float | None
+    max: float | None
+    mean: float | None
+    median: float | None
+    min_rank: int | None = Field(description="rank holding the minimum (lowest rank on ties)")
+    max_rank: int | None = Field(description="rank holding the maximum (lowest rank on ties)")
+    imbalance_ratio: float | None = Field(description="(max - min) / mean, a ratio (0.25: the spread is 25 % of the "
+                                                      "mean); null when the mean is 0 or fewer than 2 ranks have it")
+
+
+class IterationImbalance(BaseModel):
+    step: str = Field(description="step name, the same on every rank")
+    min_wall_ns: int = Field(description="shortest wall time of this step over the ranks, ns")
+    max_wall_ns: int
+    mean_wall_ns: float
+    imbalance_ratio: float | None = Field(description="(max - min) / mean of the step's wall time across ranks")
+    slowest_rank: int | None = Field(description="rank with the longest wall time (lowest rank on ties); null when all are equal")
+    fastest_rank: int | None = Field(description="rank with the shortest wall time; null when all are equal")
+
+
+class Straggler(BaseModel):
+    rank: int
+    metric: str = Field(description="what singled it out: 'mean_step_ns' (slowest steps), else 'compute_ns' "
+                                    "(most GPU compute), else 'busy_ns'")
+    value: float = Field(description="the rank's value of `metric`")
+    median: float = Field(description="median of `metric` over the ranks")
+    pct_above_median: float | None = Field(description="(value - median) / median, %")
+    exposed_comm_lowest: bool | None = Field(description="true when the rank has strictly the least exposed communication "
+                                                         "(the others wait for it in collectives); null when no rank has "
+                                                         "communication kernels or the figure is unknown")
+    evidence: str = Field(description="the reasoning in one paragraph")
+
+
+class RankSummaryResult(BaseModel):
+    traces: list[str]
+    ranks_found: int = Field(description="ranks compared")
+    world_size: int | None = Field(description="job size stated by the profiles (Kineto distributedInfo); null when unstated")
+    definitions: str = Field(description="what the figures mean")
+    ranks: list[RankRow] = Field(description="one row per rank, by rank")
+    imbalance: list[MetricImbalance] = Field(description="spread of each metric across ranks")
+    iterations: list[IterationImbalance] | None = Field(
+        description="per-step wall time across ranks, when every rank has the same steps; null otherwise")
+    straggler: Straggler | None = Field(description="the rank holding the job back, with the evidence; null with one "
+                                                    "rank or when the ranks are equal")
+    notes: list[str]
+    truncated: bool = Field(description="true when ranks or iterations were cut to `limit`")
+    hint: str | None = None
+
+
+DEFINITIONS = (
+    "Per rank (a process of a profile) and GPU, wall times from interval unions: compute = non-communication kernels "
+    "+ memsets; comm = communication kernels; exposed_comm = comm not overlapped by compute; exposed_memcpy = copies "
+    "not overlapped by compute or comm; busy = compute + exposed_comm + exposed_memcpy; idle = GPU span - busy, the "
+    "span running from the rank's first to last GPU operation. Figures of a rank with several GPUs are summed over "
+    "them. Steps are host ranges (ProfilerStep#N, or the `marker` ranges); step time = range duration. "
+    "imbalance_ratio = (max - min) / mean across ranks."
+)
+
+
+@dataclass
+class _Unit:
+    trace: Trace
+    order: int
+    pid: int | None
+    whole: bool  # the profile is one rank: take all of its GPU work regardless of pid
+    name: str | None = None
+    hostname: str | None = None
+    rank: int | None = None
+    rank_source: str = "profile"
+    notes: list[str] = field(default_factory=list)
+
+
+def rank_summary(
+    traces: list[Trace],
+    *,
+    marker: str | None = None,
+    comm_patterns: list[str] | None = None,
+    limit: int = 64,
+) -> RankSummaryResult:
+    if not traces:
+        raise ProfileError("no profiles given: pass one profile per rank, or one profile holding several processes.")
+    limit = max(1, min(int(limit), MAX_LIMIT))
+    seen: dict[str, int] = {}
+    for i, t in enumerate(traces):
+        key = str(t.path)
+        if key in seen:
+            raise ProfileError(f"{t.path.name} is given twice (positions {seen[key] + 1} and {i + 1}); pass each rank's profile once.")
+        seen[key] = i
+    notes: list[str] = []
+    units: list[_Unit] = []
+    for i, t in enumerate(traces):
+        units += _units(t, i, notes)
+    _number(units, notes)
+    world = {t.meta.get("world_size") for t in traces} - {None, ""}
+    world_size = int(next(iter(world))) if len(world) == 1 else None
+    if len(world) > 1:
+        notes.append(f"the profiles state different world sizes ({', '.join(sorted(world))}): they may come from different jobs")
+    if world_size is not None and world_size > len(units):
+        notes.append(f"{len(units)} of {world_size} ranks are compared; imbalance and straggler refer to these ranks only")
+
+    try:
+        active_patterns(comm_patterns)
+    except re.error as exc:
+        raise ProfileError(f"invalid communication pattern: {exc}. Patterns are regular expressions over kernel names.") from None
+    comm_sql = is_comm_sql("name", comm_patterns)
+    rows: list[RankRow] = []
+    step_maps: dict[int, dict[str, int]] = {}
+    for u in units:
+        row, steps = _rank_row(u, comm_sql, comm_patterns, marker)
+        rows.append(row)
+        if steps:
+            step_maps[u.rank] = steps
+    if marker is not None and not step_maps:
+        raise ProfileError(f"no rank has step ranges matching marker {marker!r} (an exact name, a name with its number "
+                           "written as <N> such as 'ProfilerStep#<N>', or a glob such as 'iter*'). " + _marker_suggestions(traces))
+    rows.sort(key=lambda r: r.rank)
+
+    imbalance = [_imbalance(m, rows) for m in METRICS]
+    iterations, it_note = _iterations(rows, step_maps)
+    if it_note:
+        notes.append(it_note)
+    straggler = _straggler(rows, {m.metric: m for m in imbalance}, notes)
+
+    truncated = False
+    hint = None
+    if len(rows) > limit:
+        truncated = True
+        first = ([straggler.rank] if straggler else []) + [x for m in imbalance for x in (m.max_rank, m.min_rank)]
+        keep: list[int] = []
+        for rank in first + [r.rank for r in rows]:
+            if rank is not None and rank not in keep and len(keep) < limit:
+                keep.append(rank)
+        rows = [r for r in rows if r.rank in keep]
+        hint = (f"{len(units)} ranks; the table shows {len(rows)} (the straggler, the ranks holding each metric's min and "
+                f"max, then the lowest ranks). Imbalance figures cover all ranks. Raise limit (max {MAX_LIMIT}) for all.")
+    if iterations is not None and len(iterations) > limit:
+        truncated = True
+        iterations = iterations[:limit]
+        hint = (hint + " " if hint else "") + f"only the first {limit} iterations are listed; raise limit to see more."
+    return RankSummaryResult(
+        traces=[str(t.path) for t in traces], ranks_found=len(units), world_size=world_size, definitions=DEFINITIONS,
+        ranks=rows, imbalance=imbalance, iterations=iterations, straggler=straggler, notes=notes,
+        truncated=truncated, hint=hint,
+    )
+
+
+# -- ranks -----------------------------------------------------------------------------------------
+
+def _units(t: Trace, order: int, notes: list[str]) -> list[_Unit]:
+    """The ranks one profile holds: processes with a stated rank or with GPU work; failing those,
+    processes with GPU API calls; failing those, its only process, or the profile taken whole."""
+    procs = {r["pid"]: r for r in t.sql_dicts("SELECT pid, any_value(name) AS name, max(rank) AS rank, "
+                                               "any_value(hostname) AS hostname FROM processes GROUP BY pid")}
+    gpu_pids = {p for (p,) in t.sql("SELECT DISTINCT pid FROM kernels UNION SELECT DISTINCT pid FROM memops")}
+    ranked = {p for p, r in procs.items() if r["rank"] is not None}
+    pids = ranked | {p for p in gpu_pids if p is not None}
+    basis = "stated rank or GPU work"
+    if not pids:
+        pids = {p for (p,) in t.sql("SELECT DISTINCT pid FROM api_calls WHERE pid IS NOT NULL")}
+        basis = "GPU API calls"
+    if not pids and len(procs) == 1:
+        pids = set(procs)
+    if not pids:
+        u = _Unit(t, order, None, True)
+        u.notes.append("the profile names no process with GPU work, GPU API calls or a rank: it is taken whole as one rank")
+        units = [u]
+    else:
+        whole = len(pids) == 1
+        units = []
+        for pid in sorted(pids):
+            p = procs.get(pid, {})
+            units.append(_Unit(t, order, pid, whole, p.get("name"), p.get("hostname"), p.get("rank")))
+        if whole and units[0].rank is None and t.meta.get("rank") not in (None, ""):
+            units[0].rank = int(t.meta["rank"])
+    if len(units) > 1:
+        orphans = t.scalar("SELECT (SELECT count(*) FROM kernels WHERE pid IS NULL) + (SELECT count(*) FROM memops WHERE pid IS NULL)")
+        if orphans:
+            notes.append(f"{t.path.name}: {orphans} GPU operations name no process and belong to no rank")
+        left = sorted(set(t.sql("SELECT DISTINCT pid FROM api_calls WHERE pid IS NOT NULL")) - {(p,) for p in pids})
+        if left and basis != "GPU API calls":
+            shown = ", ".join(str(p) for (p,) in left[:8])
+            notes.append(f"{t.path.name}: process(es) {shown} made GPU API calls but ran no GPU work and state no rank; "
+                         "they are not counted as ranks")
+    return units
+
+
+def _number(units: list[_Unit], notes: list[str]) -> None:
+    claimed: dict[int, _Unit] = {}
+    for u in units:
+        if u.rank is None:
+            continue
+        if u.rank in claimed:
+            o = claimed[u.rank]
+            raise ProfileError(
+                f"rank {u.rank} is claimed twice: by {_who(o)} and by {_who(u)}. Pass one profile per rank of the same "
+                "job (the same rank twice usually means two different runs).")
+        claimed[u.rank] = u
+    unnumbered = [u for u in units if u.rank is None]
+    nxt = 0
+    for u in unnumbered:
+        while nxt in claimed:
+            nxt += 1
+        u.rank, u.rank_source = nxt, "input order"
+        claimed[nxt] = u
+    if unnumbered:
+        notes.append(f"{len(unnumbered)} rank(s) are not numbered by their profile ({', '.join(_who(u) for u in unnumbered[:6])}"
+                     f"{', ...' if len(unnumbered) > 6 else ''}): they were numbered in input order (profile order, then "
+                     "pid), rank_source 'input order'")
+
+
+def _who(u: _Unit) -> str:
+    return f"{u.trace.path.name}" + (f" pid {u.pid}" if u.pid is not None else "")
+
+
+# -- per-rank figures ------------------------------------------------------------------------------
+
+def _device_figures(t: Trace, patterns: list[str] | None, whole: bool) -> dict[tuple, DeviceFigures]:
+    """(pid, device) -> figures; pid is None when the profile is taken as one rank. The ops and their
+    classes are gpu_timeline's (timeline_ops_sql), so both tools give the same figures."""
+    ops = timeline_ops_sql(t, "TRUE", -UNBOUNDED, UNBOUNDED, True, patterns)
+    part = ("device_id",) if whole else ("owner", "device_id")
+    cols = ", ".join(part)
+    per_cls = unions(t, f"SELECT {cols}, cls, start_ns, end_ns FROM ({ops})", [], (*part, "cls"))
+    out = {}
+    for key in sorted({k[:-1] for k in per_cls}, key=lambda k: tuple(-1 if v is None else v for v in k)):
+        comp, comm, mem = (merged(per_cls.get((*key, c))) for c in (COMP, COMM, MEMCPY))
+        every = union_of(comp, comm, mem)
+        busy = measure(every)
+        span = int(every[1][-1]) - int(every[0][0])
+        compute = measure(comp)
+        exposed_comm = measure(subtract(comm, comp))
+        exposed_mem = measure(subtract(mem, union_of(comp, comm)))
+        assert compute + exposed_comm + exposed_mem == busy
+        out[(None, *key) if whole else key] = DeviceFigures(
+            device_id=key[-1], gpu_span_ns=span, busy_ns=busy, idle_in_gpu_span_ns=span - busy, compute_ns=compute,
+            comm_ns=measure(comm), exposed_comm_ns=exposed_comm, exposed_memcpy_ns=exposed_mem)
+    return out
+
+
+def _rank_row(u: _Unit, comm_sql: str, patterns: list[str] | None, marker: str | None) -> tuple[RankRow, dict[str, int]]:
+    t = u.trace
+    key = ("rank_summary.devices", tuple(patterns or ()), u.whole)
+    figs = t.memo(key, lambda: _device_figures(t, patterns, u.whole))
+    mine = sorted((f for (pid, _), f in figs.items() if u.whole or pid == u.pid), key=lambda f: f.device_id)
+    where = "TRUE" if u.whole else "pid = ?"
+    params = [] if u.whole else [u.pid]
+    kernels, comm_kernels = t.sql(f"SELECT count(*), count(*) FILTER (WHERE {comm_sql}) FROM kernels WHERE {where}", params)[0]
+    devices = sorted({d for (d,) in t.sql(f"SELECT DISTINCT device_id FROM kernels WHERE {where} UNION "
+                                           f"SELECT DISTINCT device_id FROM memops WHERE {where}", params * 2)})
+    notes = list(u.notes)
+    profile_has_gpu = t.count("kernels") + t.count("memops") > 0
+    vals: dict[str, Any] = {}
+    if mine:
+        for name in ("gpu_span_ns", "busy_ns", "idle_in_gpu_span_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "exposed_memcpy_ns"):
+            vals[name] = sum(getattr(f, name) for f in mine)
+    elif profile_has_gpu:
+        # The profiler recorded GPU work (of other processes) but none of this rank: true zeros.
+        vals = dict(gpu_span_ns=None, busy_ns=0, idle_in_gpu_span_ns=None, compute_ns=0, comm_ns=0,
+                    exposed_comm_ns=0, exposed_memcpy_ns=0)
+        notes.append("no GPU work in this rank (the profile holds other processes' GPU work): busy, compute and "
+                     "communication are 0; the GPU span is undefined")
+    else:
+        vals = dict.fromkeys(("gpu_span_ns", "busy_ns", "idle_in_gpu_span_ns", "compute_ns", "comm_ns",
+                              "exposed_comm_ns", "exposed_memcpy_ns"))
+        notes.append("the profile holds no GPU activity at all (GPU tracing may have been off): GPU figures are unknown (null)")
+    if mine and kernels == 0:
+        notes.append("no kernels: only copies/sets ran, compute is memsets only")
+    if len(mine) > 1:
+        notes.append(f"drives {len(mine)} GPUs: figures are summed over them (per_device has each)")
+    steps, step_names, wall = _steps(t, None if u.whole and u.pid is None else u.pid, marker, notes)
+    span, busy = vals["gpu_span_ns"], vals["busy_ns"]
+    comm, exposed = vals["comm_ns"], vals["exposed_comm_ns"]
+    row = RankRow(
+        rank=u.rank, rank_source=u.rank_source, trace=t.path.name, pid=u.pid, process_name=u.name, hostname=u.hostname,
+        devices=devices, kernels=int(kernels), comm_kernels=int(comm_kernels), **vals,
+        busy_pct_of_gpu_span=_pct(busy, span),
+        comm_overlapped_pct_of_comm=_pct(comm - exposed, comm) if comm else None,
+        steps=len(wall) or None, step_names=step_names,
+        mean_step_ns=round(sum(wall) / len(wall), 1) if wall else None,
+        min_step_ns=min(wall) if wall else None, max_step_ns=max(wall) if wall else None,
+        per_device=mine if len(mine) > 1 else None, notes=notes,
+    )
+    return row, steps
+
+
+def _pct(part, whole) -> float | None:
+    if part is None or not whole:
+        return None
+    return round(100.0 * part / whole, 2)
+
+
+# -- steps -----------------------------------------------------------------------------------------
+
+def _steps(t: Trace, pid: int | None, marker: str | None, notes: list[str]) -> tuple[dict[str, int], str | None, list[int]]:
+    """{step name: wall ns}, a description of the step ranges, and the wall times in time order — from
+    the iterations tool, so both pick the same steps; its own simpler rule only if that tool fails."""
+    try:
+        res = iterations(t, marker=marker, pid=pid, limit=1000)
+    except ProfileError:
+        return {}, None, []
+    except Exception as exc:  # noqa: BLE001 - keep the rank table even if step detection breaks
+        notes.append(f"step detection by the iterations tool failed ({type(exc).__name__}); ProfilerStep#N / step_N "
+                     "ranges were used instead")
+        return _own_steps(t, pid, marker)
+    by_tid: dict[int, list] = {}
+    for st in res.steps:
+        if pid is None or st.pid == pid:
+            by_tid.setdefault(st.tid, []).append(st)
+    if not by_tid:
+        return {}, None, []
+    tid = max(by_tid, key=lambda k: (len(by_tid[k]), -k))
+    if len(by_tid) > 1:
+        notes.append(f"step ranges on {len(by_tid)} threads; thread {tid} (most steps) is used")
+    series = sorted(by_tid[tid], key=lambda st: st.index)
+    names = [st.name for st in series]
+    unique = len(set(names)) == len(names)
+    out = {(st.name if unique else f"{st.name} [{st.index + 1}]"): st.wall_ns for st in series}
+    keys = list(out)
+    desc = (f"{res.choice.how}: " + (keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]} ({len(keys)} ranges)"))
+    return out, desc, [st.wall_ns for st in series]
+
+
+def _own_steps(t: Trace, pid: int | None, marker: str | None) -> tuple[dict[str, int], str | None, list[int]]:
+    where = "kind <> 'gpu_annotation'" + ("" if pid is None else " AND (pid = ? OR pid IS NULL)")
+    params = [] if pid is None else [pid]
+    if marker is not None:
+        rx = re.compile(rf"^{re.escape(marker)}[ _#:-]?(\d+)$")
+        rows = t.sql(f"SELECT DISTINCT name, start_ns, end_ns FROM markers WHERE {where} AND (name = ? OR starts_with(name, ?)) "
+                     "ORDER BY start_ns, end_ns", params + [marker, marker])
+        rows = [r for r in rows if r[0] == marker or rx.match(r[0])]
+    else:
+        rows = t.sql(f"SELECT DISTINCT name, start_ns, end_ns FROM markers WHERE {where} AND "
+                     r"regexp_matches(name, '^ProfilerStep#\d+$') ORDER BY start_ns, end_ns", params)
+        if not rows:
+            cand = t.sql(f"SELECT DISTINCT name, start_ns, end_ns FROM markers WHERE {where} AND "
+                         r"regexp_matches(name, '^((train[_ ]?)?step|iteration|iter|batch)[ _#:-]?\d+$', 'i') "
+                         "ORDER BY start_ns, end_ns", params)
+            # one family only: the most frequent prefix
+            fams: dict[str, list] = {}
+            for r in cand:
+                m = GENERIC_STEP.match(r[0])
+                if m:
+                    fams.setdefault(m.group(1).lower(), []).append(r)
+            if fams:
+                best = max(fams.values(), key=len)
+                rows = best if len(best) >= 2 else []
+    rows = [r for r in rows if r[2] > r[1]]  # unterminated ranges / marks have no duration
+    if not rows:
+        return {}, None, []
+    out: dict[str, int] = {}
+    counts: dict[str, int] = {}
+    for name, s, e in rows:
+        n = counts[name] = counts.get(name, 0) + 1
+        out[name if n == 1 else f"{name} [{n}]"] = e - s
+    # a name repeated without a number: key by occurrence so ranks align step by step
+    if len(counts) == 1 and len(rows) > 1:
+        (name,) = counts
+        out = {f"{name} [{i + 1}]": e - s for i, (_, s, e) in enumerate(rows)}
+    names = list(out)
+    desc = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]} ({len(names)} ranges)"
+    return out, desc, [e - s for _, s, e in rows]
+
+
+def _marker_suggestions(traces: list[Trace]) -> str:
+    rows = traces[0].sql("SELECT name, count(*) AS n FROM markers WHERE kind <> 'gpu_annotation' GROUP BY name "
+                         "HAVING count(*) > 1 ORDER BY n DESC, name LIMIT 8")
+    if not rows:
+        return f"{traces[0].path.name} has no repeated ranges; call without marker to use ProfilerStep#N ranges."
+    return f"Repeated ranges in {traces[0].path.name}: " + ", ".join(f"{n!r} ×{c}" for n, c in rows) + "."
+
+
+# -- comparisons -----------------------------------------------------------------------------------
+
+def _imbalance(metric: str, rows: list[RankRow]) -> MetricImbalance:
+    have = [(r.rank, float(getattr(r, metric))) for r in rows if getattr(r, metric) is not None]
+    if not have:
+        return MetricImbalance(metric=metric, ranks_counted=0, min=None, max=None, mean=None, median=None,
+                               min_rank=None, max_rank=None, imbalance_ratio=None)
+    values = [v for _, v in have]
+    lo, hi = min(values), max(values)
+    mean = sum(values) / len(values)
+    return MetricImbalance(
+        metric=metric, ranks_counted=len(have), min=lo, max=hi, mean=round(mean, 1),
+        median=float(statistics.median(values)),
+        min_rank=next(r for r, v in have if v == lo), max_rank=next(r for r, v in have if v == hi),
+        imbalance_ratio=round((hi - lo) / mean, 4) if len(have) > 1 and mean else None,
+    )
+
+
+def _iterations(rows: list[RankRow], steps: dict[int, dict[str, int]]) -> tuple[list[IterationImbalance] | None, str | None]:
+    if len(rows) < 2:
+        return None, None
+    if not steps:
+        return None, "no rank has step ranges (ProfilerStep#N): per-step comparison and step times are unavailable; pass marker= to name the step ranges"
+    missing = [r.rank for r in rows if r.rank not in steps]
+    if missing:
+        return None, f"rank(s) {_ranks(missing)} have no step ranges: iterations are not compared"
+    keys = [list(steps[r.rank]) for r in rows]
+    if any(k != keys[0] for k in keys[1:]):
+        diff = [r.rank for r, k in zip(rows, keys) if k != keys[0]]
+        return None, (f"ranks do not have the same steps (rank {rows[0].rank}: {len(keys[0])} steps, differing ranks: "
+                      f"{_ranks(diff)}): iterations are not compared step by step")
+    out = []
+    for key in keys[0]:
+        walls = [(r.rank, steps[r.rank][key]) for r in rows]
+        vals = [w for _, w in walls]
+        lo, hi, mean = min(vals), max(vals), sum(vals) / len(vals)
+        out.append(IterationImbalance(
+            step=key, min_wall_ns=lo, max_wall_ns=hi, mean_wall_ns=round(mean, 1),
+            imbalance_ratio=round((hi - lo) / mean, 4) if mean else None,
+            slowest_rank=next(r for r, w in walls if w == hi) if hi > lo else None,
+            fastest_rank=next(r for r, w in walls if w == lo) if hi > lo else None))
+    return out, None
+
+
+def _straggler(rows: list[RankRow], imb: dict[str, MetricImbalance], notes: list[str]) -> Straggler | None:
+    if len(rows) < 2:
+        notes.append("one rank: nothing to compare")
+        return None
+    step = imb["mean_step_ns"]
+    lockstep = None
+    if step.ranks_counted >= 2 and step.imbalance_ratio is not None and step.imbalance_ratio >= STEP_SPREAD_FOR_STRAGGLER:
+        metric = "mean_step_ns"
+    else:
+        if step.ranks_counted >= 2 and step.imbalance_ratio is not None:
+            lockstep = step.imbalance_ratio
+        metric = "compute_ns" if (imb["compute_ns"].max or 0) > 0 else "busy_ns"
+    m = imb[metric]
+    if m.ranks_counted < 2 or m.max is None or m.max == m.min:
+        notes.append(f"no straggler: the ranks are equal on {LABELS[metric]}" if m.ranks_counted >= 2
+                     else f"no straggler: fewer than 2 ranks have a {LABELS[metric]}")
+        return None
+    by_rank = {r.rank: r for r in rows}
+    rank = m.max_rank
+    row = by_rank[rank]
+    value, median = float(getattr(row, metric)), float(m.median)
+    above = round(100.0 * (value - median) / median, 2) if median else None
+    parts = []
+    if lockstep is not None:
+        parts.append(f"Mean step times agree within {100 * lockstep:.2f} % across ranks (as when collectives keep the "
+                     "ranks in lockstep), so step time cannot single out the slow rank; it is found by GPU compute time instead.")
+    elif metric != "mean_step_ns":
+        parts.append(f"No step ranges on {'any' if step.ranks_counted == 0 else 'enough'} ranks: the straggler is the rank "
+                     f"with the most {LABELS[metric]}.")
+    rel = f"{above:.1f} % above" if above is not None else "above"
+    parts.append(f"Rank {rank} {LABELS[metric]} {_fmt(value)} is {rel} the median of {m.ranks_counted} ranks ({_fmt(median)}).")
+    if above is not None and above < 100 * STEP_SPREAD_FOR_STRAGGLER:
+        parts.append(f"That is less than {100 * STEP_SPREAD_FOR_STRAGGLER:.0f} %: the ranks are close to balanced on this metric.")
+    if metric == "mean_step_ns":
+        c = imb["compute_ns"]
+        if row.compute_ns is not None and c.median:
+            d = 100.0 * (row.compute_ns - c.median) / c.median
+            parts.append(f"Its compute time {_fmt(row.compute_ns)} is {abs(d):.1f} % {'above' if d >= 0 else 'below'} the median "
+                         f"({_fmt(c.median)}){'' if d > 0 else ': the slow steps are not explained by more GPU compute (look at host time and idle)'}.")
+    e = imb["exposed_comm_ns"]
+    lowest = None
+    if (imb["comm_ns"].max or 0) == 0:
+        parts.append("No communication kernels matched, so waiting in collectives cannot be checked (extend comm_patterns "
+                     "if the job uses custom collective kernels).")
+    elif row.comm_ns == 0:
+        lowest = False
+        parts.append("It runs no communication kernels while other ranks do: check whether it takes part in the "
+                     "collectives at all (a rank missing from a collective leaves the others waiting).")
+    elif row.exposed_comm_ns is not None and e.ranks_counted >= 2:
+        lowest = row.exposed_comm_ns == e.min and e.max > e.min
+        if lowest:
+            parts.append(f"Its exposed communication {_fmt(row.exposed_comm_ns)} is the lowest of the ranks (median "
+                         f"{_fmt(e.median)}, highest rank {e.max_rank}: {_fmt(e.max)}), consistent with the other ranks "
+                         "waiting for it in collectives.")
+        elif e.max == e.min:
+            parts.append(f"Exposed communication is equal on all ranks ({_fmt(e.min)}), so the collective wait pattern "
+                         "neither confirms nor contradicts it.")
+        else:
+            parts.append(f"Its exposed communication {_fmt(row.exposed_comm_ns)} is not the lowest (rank {e.min_rank}: "
+                         f"{_fmt(e.min)}), so the collective wait pattern does not confirm it as the straggler.")
+    return Straggler(rank=rank, metric=metric, value=value, median=median, pct_above_median=above,
+                     exposed_comm_lowest=lowest, evidence=" ".join(parts))
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks[:10]) + (", ..." if len(ranks) > 10 else "")
+
+
+def _fmt(ns: float) -> str:
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:.3f} s"
+    if a >= 1e6:
+        return f"{ns / 1e6:.3f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:.3f} µs"
+    return f"{ns:.0f} ns"
