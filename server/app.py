@@ -214,7 +214,7 @@ async def marker_summary(
     start_ns: StartNs = None,
     end_ns: EndNs = None,
     sort_by: Literal["cpu_total", "gpu_busy", "gpu_work", "count"] = "cpu_total",
-    limit: Annotated[int, Field(ge=1, le=500, description="Rows returned")] = 25,
+    limit: Annotated[int, Field(ge=1, le=500, description="Rows returned")] = 15,
     ctx: Context | None = None,
 ) -> Annotated[CallToolResult, MarkerSummaryResult]:
     """Per range name (NVTX push/pop and start/end with domains, rocTX, PyTorch record_function): count and CPU

@@ -55,7 +55,7 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
     "marker-summary": (_with_trace(A.marker_summary), "Markers", [
         (("--device",), {"type": int}), (("--pid",), {"type": int}), (("--name-contains",), {}), *_WINDOW,
         (("--sort-by",), {"choices": ["cpu_total", "gpu_busy", "gpu_work", "count"], "default": "cpu_total"}),
-        (("--limit",), {"type": int, "default": 25})]),
+        (("--limit",), {"type": int, "default": 15})]),
     "iterations": (_with_trace(A.iterations), "Iterations", [
         (("--marker",), {}), (("--pid",), {"type": int}), (("--device",), {"type": int}), *_WINDOW,
         (("--limit",), {"type": int, "default": 50})]),

@@ -117,7 +117,7 @@ def marker_summary(
     start_ns: int | None = None,
     end_ns: int | None = None,
     sort_by: Literal["cpu_total", "gpu_busy", "gpu_work", "count"] = "cpu_total",
-    limit: int = 25,
+    limit: int = 15,
 ) -> MarkerSummaryResult:
     if sort_by not in SORT_KEYS:
         raise ProfileError(f"sort_by must be one of {list(SORT_KEYS)}, not {sort_by!r}.")
