@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 import re
 
+from ..model.errors import ProfileError
+
 DEFAULT_PATTERNS: tuple[str, ...] = (
     r"nccl",                      # ncclKernel_*, ncclDevKernel_* (NCCL and RCCL)
     r"rccl",                      # rcclGenericKernel*, rccl*
@@ -43,7 +45,11 @@ def comm_patterns(extra: list[str] | None = None) -> list[str]:
     env = [p for p in os.environ.get("GPUSCOPE_COMM_PATTERNS", "").split(";") if p.strip()]
     patterns = list(DEFAULT_PATTERNS) + env + list(extra or [])
     for p in patterns:
-        re.compile(p)  # a bad user pattern fails here, with the regex error
+        try:
+            re.compile(p)
+        except re.error as exc:
+            raise ProfileError(f"invalid communication pattern {p!r}: {exc}. Patterns are regular expressions over "
+                               "kernel names.") from None
     return patterns
 
 

@@ -148,10 +148,7 @@ def comm_summary(
     if trace.count("kernels") == 0:
         raise ProfileError(f"{trace.path.name} contains no kernels, so there is no communication to summarise. "
                            "trace_info says what the profile holds.")
-    try:
-        patterns = active_patterns(comm_patterns)
-    except Exception as exc:  # re.error
-        raise ProfileError(f"invalid communication pattern: {exc}. Patterns are regular expressions over kernel names.") from None
+    patterns = active_patterns(comm_patterns)
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 200))
     where, params = sel.where(time_mode="overlap")

@@ -147,10 +147,7 @@ def gpu_timeline(
                            "trace_info says what the profile holds.")
     if kernel_wait_threshold_ns < 0:
         raise ProfileError(f"kernel_wait_threshold_ns must be >= 0 (got {kernel_wait_threshold_ns}); HTA uses 30000 ns.")
-    try:
-        patterns = active_patterns(comm_patterns)
-    except Exception as exc:  # re.error
-        raise ProfileError(f"invalid communication pattern: {exc}. Patterns are regular expressions over kernel names.") from None
+    patterns = active_patterns(comm_patterns)
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 200))
     where, params = sel.where(time_mode="overlap")

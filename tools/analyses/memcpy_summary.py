@@ -31,13 +31,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, pct, resolve_selection
-from .intervals import Union, unions
+from .intervals import Union, intersect, measure, merged, unions
 
 UNITS = "1 GB = 10^9 bytes; GB/s = bytes per ns; times in ns on the profile timeline"
 
@@ -333,24 +332,6 @@ def _fmt_bytes(n: int | None) -> str:
     return "size unknown" if n is None else f"{n} bytes"
 
 
-def merged(u: Union) -> tuple[np.ndarray, np.ndarray]:
-    """The disjoint, sorted intervals of a union (starts, ends)."""
-    starts = np.concatenate(([u.first_ns], u.gap_end_ns)).astype(np.int64)
-    ends = np.concatenate((u.gap_start_ns, [u.last_ns])).astype(np.int64)
-    return starts, ends
-
-
-def _union_len(starts: np.ndarray, ends: np.ndarray) -> int:
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    gaps = np.maximum(s[1:] - reach[:-1], 0)
-    return int(reach[-1] - s[0] - gaps.sum())
-
-
 def _overlap(a: Union | None, b: Union | None) -> int:
-    """|A ∩ B| of two unions = |A| + |B| - |A ∪ B|."""
-    if a is None or b is None or a.last_ns <= b.first_ns or b.last_ns <= a.first_ns:
-        return 0
-    (sa, ea), (sb, eb) = merged(a), merged(b)
-    return a.busy_ns + b.busy_ns - _union_len(np.concatenate((sa, sb)), np.concatenate((ea, eb)))
+    """|A ∩ B| of two unions, ns."""
+    return measure(intersect(merged(a), merged(b)))

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, pct, resolve_selection
-from .intervals import Union, unions
+from .intervals import merged, unions
 
 
 class StreamRow(BaseModel):
@@ -124,7 +124,7 @@ def stream_summary(
         us = {k: u for k, u in per_stream.items() if k[0] == dev}
         starts, ends, stream_busy = [], [], 0
         for u in us.values():
-            s, e = _merged(u)
+            s, e = merged(u)
             starts.append(s)
             ends.append(e)
             stream_busy += u.busy_ns
@@ -173,12 +173,6 @@ def stream_summary(
         devices=devices, streams=rows, truncated=truncated,
         hint=f"more streams than limit={limit} on some device; raise limit (max 500) or pass device=" if truncated else None,
     )
-
-
-def _merged(u: Union) -> tuple[np.ndarray, np.ndarray]:
-    """The disjoint, sorted busy intervals of one stream (starts, ends)."""
-    return (np.concatenate(([u.first_ns], u.gap_end_ns)).astype(np.int64),
-            np.concatenate((u.gap_start_ns, [u.last_ns])).astype(np.int64))
 
 
 def _sweep(starts: np.ndarray, ends: np.ndarray) -> dict:
