@@ -1,8 +1,12 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON → trace model.
 
-One accepted Python pass: json.loads the file, then one C-level map per needed field (over all
-events for the common fields, over the relevant subset for category-specific args). Everything else
-- category aliases, linking, device/process resolution - is DuckDB SQL over those columns.
+DuckDB parses the events: the reader finds the `traceEvents` array in the file (the few top-level
+keys around it are parsed with the stdlib), copies just the array bytes into a private temporary
+file (decompressing .json.gz on the way) and has read_json turn it into one table, converting
+times and ids in the same scan. Everything else - category aliases, args fields, linking,
+device/process resolution - is DuckDB SQL over that table. Files that do not fit that path (odd
+layout, values DuckDB will not convert, invalid JSON) go through json.loads instead, which also
+produces the error messages for broken files; both paths feed the same SQL.
 
 Besides the model tables this creates the view `native.events` (over the table native.event_store):
 one row per traceEvents entry, idx = position in the file, args as JSON text - for sql_query users
@@ -11,15 +15,21 @@ who need something the model does not carry.
 
 from __future__ import annotations
 
+import codecs
 import gc
 import gzip
 import json
+import os
 import re
+import shutil
+import tempfile
 import zlib
-from json.encoder import c_make_encoder, encode_basestring
 from itertools import repeat
+from json.decoder import scanstring
+from json.encoder import c_make_encoder, encode_basestring
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
 
@@ -42,43 +52,369 @@ CPU_OP_LIFTED = ("External id", "Sequence number", "Input Dims", "Input type", "
 # One reusable C encoder: json.dumps builds a new one per call, which doubles the cost per event.
 _encode = c_make_encoder(None, None, encode_basestring, None, ": ", ", ", False, False, True)
 
+_WS = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+_HEAD_BYTES = 1 << 20      # first read for the keys before traceEvents (grown up to _HEAD_MAX)
+_HEAD_MAX = 64 << 20
+_TAIL_BYTES = 4 << 20      # the keys after traceEvents must fit in this much of the file's end
+_CHUNK = 8 << 20           # gzip streaming block
+
 
 def _json(value) -> str | None:
     return None if value is None else "".join(_encode(value, 0))
 
 
+class _Fallback(Exception):
+    """The fast path does not apply to this file; parse it with json.loads instead."""
+
+
 def load(con, path: Path, progress, detected) -> None:
+    try:
+        try:
+            top = _load_duckdb(con, path, detected, progress)
+            progress(0.7, "building the trace model")
+            _build(con, top)
+            return
+        except (_Fallback, duckdb.Error, ValueError, RecursionError):
+            _reset(con)  # anything unexpected: the json.loads path decides (and words any error)
+        top = _load_python(con, path, detected, progress)
+        progress(0.7, "building the trace model")
+        _build(con, top)
+    finally:
+        _drop_temp(con)
+
+
+_FILLED = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops")
+
+
+def _drop_temp(con) -> None:
+    con.execute("DROP VIEW IF EXISTS kin_ev")
+    for table in ("kin_gpu", "kin_rt", "kin_meta", "kin_names", "kin_pids", "kin_piddev", "kin_link"):
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _reset(con) -> None:
+    """Undo a fast-path attempt before the json.loads path runs."""
+    _drop_temp(con)
+    con.execute("DROP VIEW IF EXISTS native.events")
+    con.execute("DROP TABLE IF EXISTS native.event_store")
+    for table in _FILLED:
+        con.execute(f"DELETE FROM {table}")
+
+
+# --------------------------------------------------------------------------- event table
+
+def _int_sql(x: str) -> str:
+    """A JSON scalar (as text or DOUBLE) → BIGINT like the reader always did: numbers and numeric
+    text count (fractions truncated), anything else is NULL."""
+    return f"TRY_CAST(trunc(TRY_CAST({x} AS DOUBLE)) AS BIGINT)"
+
+
+def _ns_sql(x: str) -> str:
+    """µs (DOUBLE) → integer ns as round(us*1000), done on the integer and fractional parts
+    separately so absolute integer µs (~1.7e15) stay exact and 3-decimal relative µs round to the
+    written ns (half to even, like numpy.rint)."""
+    return (f"CASE WHEN isfinite({x}) AND abs({x}) < 9.2e15 "
+            f"THEN floor({x})::BIGINT * 1000 + round_even(({x} - floor({x})) * 1000, 0)::BIGINT END")
+
+
+def _create_store(con, source: str, params: list | None = None) -> None:
+    """native.event_store from a relation with ph, cat, name, pid, tid (text or numbers), ts, dur
+    (DOUBLE µs) and args (JSON text); rows in file order, so rowid is the event's index."""
+    con.execute("CREATE SCHEMA IF NOT EXISTS native")
+    con.execute(
+        f"""CREATE TABLE native.event_store AS
+            SELECT ph, cat, name, {_int_sql('pid')} AS pid, {_int_sql('tid')} AS tid,
+                   {_ns_sql('ts')} AS ts_ns, {_ns_sql('dur')} AS dur_ns,
+                   CASE WHEN starts_with(args, '{{') AND args <> '{{}}' THEN args END AS args
+            FROM {source}""",
+        params,
+    )
+
+
+def _load_duckdb(con, path: Path, detected, progress) -> dict:
+    try:
+        tmp = tempfile.mkdtemp(prefix="gpuscope-kineto-")  # private (0700), removed below
+    except OSError:
+        raise _Fallback from None
+    try:
+        progress(0.05, "locating traceEvents")
+        events_file, top = _stage(path, detected, Path(tmp))
+        progress(0.3, "parsing events (DuckDB read_json)")
+        # One JSON array is parsed by one thread anyway; a second one only adds hand-offs, which
+        # cost up to 2x when the machine is busy. The build after this uses all threads again.
+        threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
+        con.execute("SET threads = 1")
+        try:
+            _create_store(
+                con,
+                """(SELECT ph, cat, name, pid, tid, ts, dur, args::VARCHAR AS args
+                    FROM read_json(?, format = 'array',
+                                   columns = {'ph': 'VARCHAR', 'cat': 'VARCHAR', 'name': 'VARCHAR', 'pid': 'VARCHAR',
+                                              'tid': 'VARCHAR', 'ts': 'DOUBLE', 'dur': 'DOUBLE', 'args': 'JSON'}))""",
+                [str(events_file)],
+            )
+        finally:
+            con.execute(f"SET threads = {int(threads)}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    n, blank = con.execute(
+        """SELECT count(*), count(*) FILTER (WHERE ph IS NULL AND cat IS NULL AND name IS NULL AND pid IS NULL
+                                              AND tid IS NULL AND ts_ns IS NULL AND dur_ns IS NULL AND args IS NULL)
+           FROM native.event_store"""
+    ).fetchone()
+    if blank or not n:
+        # read_json turns a `null` entry into an all-NULL row, like `{}`: let json.loads tell them
+        # apart (and word the empty-trace error).
+        raise _Fallback
+    return top
+
+
+def _stage(path: Path, detected, tmp: Path) -> tuple[Path, dict]:
+    """Copy the bytes of the traceEvents array into tmp/events.json; return it and the other
+    top-level keys. Raises _Fallback when the layout is not the expected one or the temporary
+    file cannot be written (disk full, ...)."""
+    out = tmp / "events.json"
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise ProfileError(f"Cannot read {path}: {exc.strerror}. Check the path and its permissions.") from None
+    with fh:
+        try:
+            if detected.compressed or fh.read(2) == b"\x1f\x8b":
+                fh.seek(0)
+                gz = gzip.GzipFile(fileobj=fh, mode="rb")
+
+                def read(n: int) -> bytes:
+                    try:
+                        return gz.read(n)
+                    except (OSError, EOFError, zlib.error) as exc:
+                        raise ProfileError(
+                            f"{path} is a corrupt or truncated gzip file ({exc}). Copy or download the trace again "
+                            f"(`gzip -t {path.name}` confirms the damage)."
+                        ) from None
+
+                return _stage_gzip(read, out)
+            fh.seek(0)
+            return _stage_plain(fh, out)
+        except OSError:
+            raise _Fallback from None
+
+
+def _read_head(read) -> tuple[bytes, dict, int, bool]:
+    """Read until the keys before traceEvents parse; return (bytes read, top keys, byte offset of
+    the array's '[', whether the document is the bare array)."""
+    buf = b""
+    size = _HEAD_BYTES
+    while True:
+        more = read(size - len(buf)) if len(buf) < size else b""
+        buf += more
+        complete = len(buf) < size  # the whole stream is in buf
+        try:
+            return (buf, *_head(codecs.getincrementaldecoder("utf-8")().decode(buf, final=complete)))
+        except (ValueError, StopIteration, IndexError):
+            pass
+        if complete or size >= _HEAD_MAX:
+            raise _Fallback
+        size *= 4
+
+
+def _head(text: str) -> tuple[dict, int, bool]:
+    """Parse `{"key": value, ..., "traceEvents": ` (or a bare `[`); return the keys, the UTF-8 byte
+    offset of the array's '[' and whether the document is the bare array."""
+    i = _WS.match(text, 1 if text.startswith("\ufeff") else 0).end()
+    top: dict = {}
+    if text.startswith("[", i):
+        return top, len(text[:i].encode()), True
+    if not text.startswith("{", i):
+        raise _Fallback
+    i = _WS.match(text, i + 1).end()
+    while text.startswith('"', i):
+        key, i = scanstring(text, i + 1)
+        i = _WS.match(text, i).end()
+        if not text.startswith(":", i):
+            raise ValueError("no colon")
+        i = _WS.match(text, i + 1).end()
+        if key == "traceEvents":
+            if text.startswith("[", i):
+                return top, len(text[:i].encode()), False
+            raise _Fallback  # not a list: json.loads words the error
+        top[key], i = _DECODER.raw_decode(text, i)
+        i = _WS.match(text, i).end()
+        if not text.startswith(",", i):
+            break
+        i = _WS.match(text, i + 1).end()
+    if i >= len(text):
+        raise ValueError("need more")
+    raise _Fallback  # no traceEvents, or not JSON
+
+
+_CAND = re.compile(r"\](?=[ \t\n\r]*[,}])")
+
+
+def _tail(window: bytes, window_start: int, events_start: int, array_doc: bool) -> tuple[int, dict]:
+    """Find the traceEvents array's closing ']' in the last bytes of the document; return its
+    absolute offset and the top-level keys after it. Candidates are ']' that close a list of
+    objects (or an empty one) and are followed by `, "key": value ... }` up to the end; the leftmost
+    candidate after the array's start is the array's end. (Were the keys after the array longer
+    than the window, the cut would land inside them; read_json then rejects the trailing text and
+    the file goes through json.loads.)"""
+    if array_doc:
+        end = len(window.rstrip(b" \t\n\r")) - 1
+        if end < 0 or window[end:end + 1] != b"]":
+            raise _Fallback
+        return window_start + end, {}
+    text = window.decode("utf-8", "surrogateescape")
+    first = 0  # first character after the array's '['
+    if events_start >= window_start:
+        first = len(window[:events_start - window_start + 1].decode("utf-8", "surrogateescape"))
+    for m in _CAND.finditer(text, first):
+        p = j = m.start()
+        while j > first and text[j - 1] in " \t\n\r":
+            j -= 1
+        if j > first and text[j - 1] not in "}[":
+            continue
+        if _after(text, p + 1) is not None:
+            break
+    else:
+        raise _Fallback
+    end = window_start + len(text[:p].encode("utf-8", "surrogateescape"))
+    try:
+        keys = _after(window[end - window_start + 1:].decode("utf-8"), 0)  # strictly UTF-8 this time
+    except UnicodeDecodeError:
+        keys = None
+    if keys is None or "traceEvents" in keys:
+        raise _Fallback  # duplicate key: json.loads keeps the last one
+    return end, keys
+
+
+def _after(text: str, i: int) -> dict | None:
+    """Parse `, "key": value ... }` from text[i:] to its end; None if it is not exactly that."""
+    keys: dict = {}
+    try:
+        i = _WS.match(text, i).end()
+        while text.startswith(",", i):
+            i = _WS.match(text, i + 1).end()
+            if not text.startswith('"', i):
+                return None
+            key, i = scanstring(text, i + 1)
+            i = _WS.match(text, i).end()
+            if not text.startswith(":", i):
+                return None
+            keys[key], i = _DECODER.raw_decode(text, _WS.match(text, i + 1).end())
+            i = _WS.match(text, i).end()
+    except (ValueError, StopIteration, IndexError):
+        return None
+    if not text.startswith("}", i) or _WS.match(text, i + 1).end() != len(text):
+        return None
+    return keys
+
+
+def _stage_plain(fh, out: Path) -> tuple[Path, dict]:
+    size = os.fstat(fh.fileno()).st_size
+    head, top, start, array_doc = _read_head(fh.read)
+    window_start = max(start + 1, size - _TAIL_BYTES)
+    fh.seek(window_start)
+    end, keys = _tail(fh.read(size - window_start), window_start, start, array_doc)
+    top.update(keys)
+    if array_doc:
+        os.symlink(Path(fh.name).resolve(), out)  # read_json takes the file as it is
+        return out, top
+    with open(out, "wb") as dst:
+        todo, offset = end + 1 - start, start
+        try:
+            while todo:  # in-kernel copy: the array never passes through Python
+                n = os.copy_file_range(fh.fileno(), dst.fileno(), todo, offset)
+                if n <= 0:
+                    raise OSError("copy_file_range copied nothing")
+                todo -= n
+                offset += n
+        except (OSError, AttributeError):
+            dst.seek(offset - start)
+            dst.truncate()
+            fh.seek(offset)
+            while todo:
+                block = fh.read(min(todo, _CHUNK))
+                if not block:
+                    raise _Fallback
+                dst.write(block)
+                todo -= len(block)
+    return out, top
+
+
+def _stage_gzip(read, out: Path) -> tuple[Path, dict]:
+    head, top, start, array_doc = _read_head(read)
+    recent, recent_len, recent_start = [head], len(head), 0  # the last >= _TAIL_BYTES bytes read
+    with open(out, "wb") as dst:
+        dst.write(memoryview(head)[start:])
+        while True:
+            block = read(_CHUNK)
+            if not block:
+                break
+            dst.write(block)
+            recent.append(block)
+            recent_len += len(block)
+            while recent_len - len(recent[0]) >= _TAIL_BYTES:
+                recent_start += len(recent[0])
+                recent_len -= len(recent.pop(0))
+        end, keys = _tail(b"".join(recent), recent_start, start, array_doc)
+        dst.truncate(end + 1 - start)
+    top.update(keys)
+    return out, top
+
+
+# --------------------------------------------------------------------------- json.loads path
+
+def _load_python(con, path: Path, detected, progress) -> dict:
     # Millions of small dicts trigger repeated full collections during json.loads and the
     # comprehensions (~2x slower); none of them form cycles, so collection can wait.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         doc = _parse(path, detected, progress)
-        progress(0.45, "extracting event fields")
-        try:
-            top, frames = _extract(doc)
-        except (AttributeError, TypeError) as exc:
+        top = {k: v for k, v in doc.items() if k != "traceEvents"} if isinstance(doc, dict) else {}
+        events = doc if isinstance(doc, list) else doc["traceEvents"]
+        bad = next((i for i, e in enumerate(events) if type(e) is not dict), None)
+        if bad is not None:
             raise ProfileError(
-                f"{path}: traceEvents has entries of an unexpected shape ({exc}); it does not look like a PyTorch profiler trace."
-            ) from None
-        del doc
+                f"{path}: traceEvents has entries of an unexpected shape (entry {bad} is {''.join(_encode(events[bad], 0))[:40]!r}, "
+                "not an object); it does not look like a PyTorch profiler trace."
+            )
+        progress(0.45, "extracting event fields")
+
+        def field(key: str, rows: list = events) -> list:
+            return list(map(dict.get, rows, repeat(key)))
+
+        frame = pd.DataFrame({
+            **{k: np.array([v if v is None or type(v) is str else _value_text(v) for v in field(k)], dtype=object)
+               for k in ("ph", "cat", "name")},
+            "pid": _floats(field("pid"), text=True),
+            "tid": _floats(field("tid"), text=True),
+            "ts": _floats(field("ts")),
+            "dur": _floats(field("dur")),
+            "args": np.array([_json(a) if type(a) is dict else None for a in field("args")], dtype=object),
+        })
+        del doc, events
     finally:
         if gc_was_enabled:
             gc.enable()
-    progress(0.7, "building the trace model")
+    con.register("kin_src_df", frame)
     try:
-        for name, frame in frames.items():
-            con.register(f"kin_{name}_df", frame)
-        _build(con, top)
+        _create_store(con, "(SELECT ph::VARCHAR AS ph, cat::VARCHAR AS cat, name::VARCHAR AS name, pid::DOUBLE AS pid, "
+                           "tid::DOUBLE AS tid, ts::DOUBLE AS ts, dur::DOUBLE AS dur, args::VARCHAR AS args FROM kin_src_df)")
     finally:
-        for name in frames:
-            con.unregister(f"kin_{name}_df")
-        con.execute("DROP VIEW IF EXISTS kin_ev")
-        for table in ("kin_gpu", "kin_rt", "kin_meta", "kin_names", "kin_pids", "kin_piddev", "kin_link"):
-            con.execute(f"DROP TABLE IF EXISTS {table}")
+        con.unregister("kin_src_df")
+    return top
 
 
-# --------------------------------------------------------------------------- parsing
+def _value_text(v) -> str:
+    """Text of a non-string JSON value where a string is expected, as read_json writes it."""
+    if type(v) is bool:
+        return "true" if v else "false"
+    if type(v) is int or type(v) is float:
+        return repr(v)
+    return _json(v)
+
 
 def _parse(path: Path, detected, progress) -> dict | list:
     progress(0.05, "reading file")
@@ -120,86 +456,6 @@ def _parse(path: Path, detected, progress) -> dict | list:
     return doc
 
 
-def _extract(doc) -> tuple[dict, dict[str, pd.DataFrame]]:
-    """The one Python pass: column lists per field, converted to numpy/pandas for DuckDB. map() with
-    dict.get/pop and the C encoder keeps each per-event step out of the bytecode loop."""
-    top = {k: v for k, v in doc.items() if k != "traceEvents"} if isinstance(doc, dict) else {}
-    events = doc if isinstance(doc, list) else doc["traceEvents"]
-
-    def field(rows: list[dict], key: str) -> list:
-        return list(map(dict.get, rows, repeat(key)))
-
-    def encoded(values: list) -> np.ndarray:  # None → 'null', {} → '{}'; SQL turns both into NULL
-        return np.array(list(map("".join, map(_encode, values, repeat(0)))), dtype=object)
-
-    ph = np.array(field(events, "ph"), dtype=object)
-    raw_cat = field(events, "cat")
-    cat = raw_cat
-    if not CAT_ALIASES.keys().isdisjoint(c for c in set(raw_cat) if type(c) is str):
-        cat = [CAT_ALIASES.get(c, c) if type(c) is str else c for c in raw_cat]
-    cat = np.array(cat, dtype=object)
-    empty: dict = {}
-    args = [a if type(a) is dict else empty for a in field(events, "args")]
-    complete = ph == "X"
-
-    def subset(*cats) -> tuple[np.ndarray, list[dict]]:
-        mask = cat == cats[0]
-        for c in cats[1:]:
-            mask |= cat == c
-        idx = np.flatnonzero(mask & complete)
-        return idx, [args[i] for i in idx]
-
-    # cpu_op args are split before all args are encoded: the lifted values get cpu_ops columns and
-    # the rest is both cpu_ops.args and (reassembled by the native.events view) the raw args, so
-    # every value is encoded exactly once.
-    ci, ca = subset("cpu_op")
-    cpu = pd.DataFrame({"idx": ci})
-    for i, key in enumerate(CPU_OP_LIFTED):
-        cpu[f"lift{i}"] = encoded(list(map(dict.pop, ca, repeat(key), repeat(None))))
-    del ca
-    names = field(events, "name")
-    if not all(type(n) is str for n in names):
-        names = [_text(n) for n in names]
-    ev = pd.DataFrame({
-        "idx": np.arange(len(events), dtype=np.int64),
-        "ph": ph,
-        "cat": np.array(raw_cat, dtype=object),
-        "name": np.array(names, dtype=object),
-        "pid": _ints(field(events, "pid"), text=True),
-        "tid": _ints(field(events, "tid"), text=True),
-        "ts_ns": _ns(field(events, "ts")),
-        "dur_ns": _ns(field(events, "dur")),
-        "args": encoded(args),
-    })
-    del names, raw_cat
-    flows = (ph == "s") | (ph == "f") | (ph == "t")
-    top["_flow_count"] = int(np.count_nonzero(flows & np.isin(cat, FLOW_CATS)))
-    gi, ga = subset(*GPU_OP_CATS)
-    none3 = (None, None, None)
-    grid = list(zip(*[g if type(g) is list and len(g) == 3 else none3 for g in field(ga, "grid")])) or [()] * 3
-    block = list(zip(*[b if type(b) is list and len(b) == 3 else none3 for b in field(ga, "block")])) or [()] * 3
-    gpu = pd.DataFrame({
-        "idx": gi,
-        # Peer copies carry fromDevice/inDevice/toDevice instead of device; the engine is inDevice.
-        "device": _ints([a.get("device", a.get("inDevice")) for a in ga]),
-        "stream": _ints(field(ga, "stream")),
-        "corr": _ints(field(ga, "correlation")),
-        "graph_id": _ints(field(ga, "graph id")),
-        **{f"grid_{c}": _ints(list(grid[i])) for i, c in enumerate("xyz")},
-        **{f"block_{c}": _ints(list(block[i])) for i, c in enumerate("xyz")},
-        "regs": _ints(field(ga, "registers per thread")),
-        "shmem": _ints(field(ga, "shared memory")),
-        "bytes": _ints(field(ga, "bytes")),
-        "src_dev": _ints(field(ga, "fromDevice")),
-        "dst_dev": _ints(field(ga, "toDevice")),
-    })
-    ri, ra = subset(*RUNTIME_CATS)
-    rt = pd.DataFrame({"idx": ri, "corr": _ints(field(ra, "correlation")), "ext": _ints(field(ra, "External id"))})
-    mi = np.flatnonzero(ph == "M")
-    meta = pd.DataFrame({"idx": mi, "value": np.array([_text(args[i].get("name", args[i].get("labels"))) for i in mi], dtype=object)})
-    return top, {"ev": ev, "gpu": gpu, "rt": rt, "cpu": cpu, "meta": meta}
-
-
 def _text(v):
     return v if v is None or type(v) is str else str(v)
 
@@ -223,62 +479,63 @@ def _number(v) -> float | None:
     return None
 
 
-def _ints(values: list, text: bool = False) -> pd.arrays.IntegerArray:
-    a = _floats(values, text)
-    mask = ~np.isfinite(a)
-    return pd.arrays.IntegerArray(np.where(mask, 0, a).astype(np.int64), mask)
-
-
-def _ns(values: list) -> pd.arrays.IntegerArray:
-    """µs → integer ns as round(us*1000), done on the integer and fractional parts separately so
-    absolute integer µs (~1.7e15) stay exact and 3-decimal relative µs round to the written ns."""
-    a = _floats(values)
-    mask = ~np.isfinite(a)
-    a = np.where(mask, 0.0, a)
-    whole = np.floor(a)
-    ns = whole.astype(np.int64) * 1000 + np.rint((a - whole) * 1000).astype(np.int64)
-    return pd.arrays.IntegerArray(ns, mask)
-
-
 # --------------------------------------------------------------------------- model
+
+def _args_struct(*keys: str, kind: str = "VARCHAR") -> str:
+    """json_transform structure reading the given args keys (text of numbers, strings unquoted)."""
+    return "'" + json.dumps({k: kind for k in keys}).replace("'", "''") + "'"
+
+
+# JSON text in json.dumps' layout (', ' and ': ' outside strings), as the cpu_ops input columns always had.
+# Every match runs from outside a string to the next separator or the end, so it never starts
+# inside a string; the space the end gets is trimmed (minified JSON never ends in a space).
+_SPACED = r"""((?:"(?:[^"\\]|\\.)*"|[^",:])*)([,:]|$)"""
+
+
+def _spaced(x: str) -> str:
+    return f"rtrim(regexp_replace({x}::VARCHAR, '{_SPACED}', '\\1\\2 ', 'g'), ' ')"
+
 
 def _build(con, top: dict) -> None:
     aliases = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in CAT_ALIASES.items())
-    lifted = ", ".join(f"""CASE WHEN lift{i} IS NOT NULL THEN '{_json(k)}: ' || lift{i} END""" for i, k in enumerate(CPU_OP_LIFTED))
-    # One copy of the events into DuckDB (string copies dominate the build); native.events is a
-    # view over it that puts the split cpu_op args back together.
-    con.execute("CREATE SCHEMA IF NOT EXISTS native")
-    con.execute(
-        f"""CREATE TABLE native.event_store AS
-            SELECT e.idx, e.ph::VARCHAR AS ph, e.cat::VARCHAR AS cat, e.name::VARCHAR AS name, e.pid, e.tid, e.ts_ns, e.dur_ns,
-                   nullif(e.args::VARCHAR, '{{}}') AS args, CASE e.cat::VARCHAR {aliases} ELSE e.cat::VARCHAR END AS category,
-                   {', '.join(f"nullif(c.lift{i}::VARCHAR, 'null') AS lift{i}" for i in range(len(CPU_OP_LIFTED)))}
-            FROM kin_ev_df e LEFT JOIN kin_cpu_df c USING (idx)"""
-    )
-    con.execute("COMMENT ON TABLE native.event_store IS 'storage behind native.events (cpu_op args split into lift0..5); query native.events'")
-    con.execute(
-        f"""CREATE VIEW native.events AS
-            SELECT idx, ph, cat, name, pid, tid, ts_ns, dur_ns,
-                   CASE WHEN category = 'cpu_op' AND ph = 'X'
-                        THEN '{{' || concat_ws(', ', {lifted}, nullif(substr(coalesce(args, '{{}}'), 2, length(coalesce(args, '{{}}')) - 2), '')) || '}}'
-                        ELSE args END AS args
-            FROM native.event_store"""
-    )
+    con.execute("COMMENT ON TABLE native.event_store IS 'storage behind native.events (rowid = idx); query native.events'")
+    con.execute("CREATE VIEW native.events AS SELECT rowid AS idx, ph, cat, name, pid, tid, ts_ns, dur_ns, args FROM native.event_store")
     con.execute(
         "COMMENT ON VIEW native.events IS 'Kineto traceEvents, one row per entry (ORDER BY idx for file order); "
         "ts_ns/dur_ns = round(us*1000); pid/tid NULL where the trace writes text; args as JSON text'"
     )
     con.execute(
-        """CREATE TEMP VIEW kin_ev AS SELECT idx, ph, category AS cat, name, pid, tid, ts_ns AS ts, greatest(dur_ns, 0) AS dur,
-                  dur_ns < 0 AS neg_dur, args, lift0, lift1, lift2, lift3, lift4, lift5
+        f"""CREATE TEMP VIEW kin_ev AS SELECT rowid AS idx, ph, CASE cat {aliases} ELSE cat END AS cat, name, pid, tid,
+                  ts_ns AS ts, greatest(dur_ns, 0) AS dur, dur_ns < 0 AS neg_dur, args
            FROM native.event_store WHERE ph = 'X' AND ts_ns IS NOT NULL AND dur_ns IS NOT NULL"""
     )
-
-    con.execute("CREATE TEMP TABLE kin_gpu AS SELECT g.*, e.cat, e.name, e.pid, e.tid, e.ts, e.dur FROM kin_gpu_df g JOIN kin_ev e USING (idx)")
-    con.execute("CREATE TEMP TABLE kin_rt AS SELECT r.*, e.cat, e.name, e.pid, e.tid, e.ts, e.dur FROM kin_rt_df r JOIN kin_ev e USING (idx) WHERE e.pid IS NOT NULL")
+    i = _int_sql
+    gpu_args = _args_struct("device", "inDevice", "stream", "correlation", "graph id", "registers per thread", "shared memory",
+                            "bytes", "fromDevice", "toDevice")[:-2] + ', "grid": "VARCHAR[]", "block": "VARCHAR[]"}\''
     con.execute(
-        """CREATE TEMP TABLE kin_meta AS SELECT e.name AS kind, e.pid, e.tid, m.value::VARCHAR AS value, m.idx
-           FROM kin_meta_df m JOIN native.event_store e USING (idx) WHERE e.pid IS NOT NULL"""
+        f"""CREATE TEMP TABLE kin_gpu AS
+            SELECT idx,
+                   -- Peer copies carry fromDevice/inDevice/toDevice instead of device; the engine is inDevice.
+                   CASE WHEN a.device IS NOT NULL THEN {i('a.device')} ELSE {i('a.inDevice')} END AS device,
+                   {i('a.stream')} AS stream, {i('a.correlation')} AS corr, {i('a."graph id"')} AS graph_id,
+                   {', '.join(f"CASE WHEN len(a.{g}) = 3 THEN {i(f'a.{g}[{k + 1}]')} END AS {g}_{c}"
+                              for g in ('grid', 'block') for k, c in enumerate('xyz'))},
+                   {i('a."registers per thread"')} AS regs, {i('a."shared memory"')} AS shmem, {i('a.bytes')} AS bytes,
+                   {i('a.fromDevice')} AS src_dev, {i('a.toDevice')} AS dst_dev,
+                   cat, name, pid, tid, ts, dur
+            FROM (SELECT *, json_transform(args, {gpu_args}) AS a FROM kin_ev WHERE cat IN {GPU_OP_CATS})"""
+    )
+    con.execute(
+        f"""CREATE TEMP TABLE kin_rt AS
+            SELECT idx, {i('a.correlation')} AS corr, {i('a."External id"')} AS ext, cat, name, pid, tid, ts, dur
+            FROM (SELECT *, json_transform(args, {_args_struct('correlation', 'External id')}) AS a
+                  FROM kin_ev WHERE cat IN {RUNTIME_CATS} AND pid IS NOT NULL)"""
+    )
+    con.execute(
+        f"""CREATE TEMP TABLE kin_meta AS
+            SELECT name AS kind, pid, tid, CASE WHEN a.name IS NOT NULL THEN a.name ELSE a.labels END AS value, idx
+            FROM (SELECT rowid AS idx, name, pid, tid, json_transform(args, {_args_struct('name', 'labels')}) AS a
+                  FROM native.event_store WHERE ph = 'M' AND pid IS NOT NULL)"""
     )
     # CPU processes: pids with host-side events or a 'CPU' label, never a pid that carries GPU work
     # or a 'GPU n' label (Kineto also writes python frames of helper threads under GPU pid 0).
@@ -352,11 +609,17 @@ def _build(con, top: dict) -> None:
            SELECT NULL, NULL, ts, ts + dur, dur, name, '', 'gpu_annotation', 'pytorch', p.dev, e.tid
            FROM kin_ev e JOIN kin_piddev p USING (pid) WHERE e.cat = 'gpu_user_annotation' AND name IS NOT NULL"""
     )
+    lift = _args_struct(*CPU_OP_LIFTED, kind="JSON")
+    patch = "'" + json.dumps(dict.fromkeys(CPU_OP_LIFTED)).replace("'", "''") + "'"
     con.execute(
-        """INSERT INTO cpu_ops
-           SELECT pid, tid, ts, ts + dur, dur, name, cat, TRY_CAST(lift0 AS BIGINT), TRY_CAST(lift1 AS BIGINT),
-                  lift2, lift3, lift4, lift5, args
-           FROM kin_ev WHERE cat IN ('cpu_op', 'python_function') AND pid IS NOT NULL AND name IS NOT NULL"""
+        f"""INSERT INTO cpu_ops
+            SELECT pid, tid, ts, ts + dur, dur, name, cat, TRY_CAST(l."External id"::VARCHAR AS BIGINT),
+                   TRY_CAST(l."Sequence number"::VARCHAR AS BIGINT), {_spaced('l."Input Dims"')}, {_spaced('l."Input type"')},
+                   {_spaced('l."Input Strides"')}, {_spaced('l."Concrete Inputs"')},
+                   CASE WHEN cat = 'cpu_op' AND args IS NOT NULL THEN nullif(json_merge_patch(args, {patch})::VARCHAR, '{{}}') ELSE args END
+            FROM (SELECT *, CASE WHEN cat = 'cpu_op' THEN json_transform(args, {lift}) END AS l
+                  FROM kin_ev WHERE cat IN ('cpu_op', 'python_function') AND pid IS NOT NULL AND name IS NOT NULL)
+            ORDER BY idx"""
     )
     dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
     rank = _int_or_none(dist.get("rank"))
@@ -480,18 +743,19 @@ def _meta(con, top: dict, dist: dict, rank, n_cpu: int) -> None:
                 rows.append((meta_key, _text(dist[key])))
         if rank is not None and n_cpu > 1:
             rows.append(("warning", f"distributedInfo gives rank {rank} but the trace has {n_cpu} CPU processes; process ranks are left unset."))
-    (n_gpu, n_unlinked, n_kern, n_mem, n_rt, n_mark, n_cpu_ops, n_neg, n_nopid) = con.execute(
-        """SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops),
+    (n_gpu, n_unlinked, n_kern, n_mem, n_rt, n_mark, n_cpu_ops, n_neg, n_nopid, n_flows) = con.execute(
+        f"""SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops),
                   (SELECT count(*) FILTER (WHERE NOT launched) FROM kernels) + (SELECT count(*) FILTER (WHERE NOT launched) FROM memops),
                   (SELECT count(*) FROM kernels), (SELECT count(*) FROM memops), (SELECT count(*) FROM api_calls),
                   (SELECT count(*) FROM markers), (SELECT count(*) FROM cpu_ops),
                   (SELECT count(*) FROM kin_ev WHERE neg_dur),
-                  (SELECT count(*) FROM kin_ev WHERE pid IS NULL AND cat IN ('cpu_op','python_function','user_annotation','cuda_runtime','cuda_driver'))"""
+                  (SELECT count(*) FROM kin_ev WHERE pid IS NULL AND cat IN ('cpu_op','python_function','user_annotation','cuda_runtime','cuda_driver')),
+                  (SELECT count(*) FROM native.event_store WHERE ph IN ('s', 'f', 't') AND cat IN {FLOW_CATS})"""
     ).fetchone()
     if n_unlinked:
         rows.append(("warning", f"{n_unlinked} of {n_gpu} GPU operations (kernels, copies, sets) have no launching runtime call in the trace "
                                 "(launched before profiling started, or the call was not captured); they count as GPU work but have no host thread."))
-    if n_gpu and top["_flow_count"] == 0:
+    if n_gpu and not n_flows:
         rows.append(("warning", "The trace has no flow (ac2g) events; GPU work was linked to runtime calls by args.correlation alone."))
     if n_neg:
         rows.append(("warning", f"{n_neg} events have a negative duration; they were given duration 0."))
