@@ -25,6 +25,7 @@ from gpuscope.tools.analyses.iterations import IterationsResult
 from gpuscope.tools.analyses.list_traces import ListTracesResult
 from gpuscope.tools.analyses.marker_summary import MarkerSummaryResult
 from gpuscope.tools.analyses.memcpy_summary import MemcpySummaryResult
+from gpuscope.tools.analyses.ops_summary import OpsSummaryResult
 from gpuscope.tools.analyses.phases import PhasesResult
 from gpuscope.tools.analyses.rank_summary import RankSummaryResult
 from gpuscope.tools.analyses.stream_summary import StreamSummaryResult
@@ -301,6 +302,30 @@ async def rank_summary(
     and step time; imbalance (max - min) / mean per metric and per iteration; the straggler rank with the evidence."""
     return await _answer(ctx, "Ranks", lambda: A.rank_summary(
         [_open(t, ctx) for t in traces], marker=marker, comm_patterns=comm_patterns, limit=limit))
+
+
+@server.tool(annotations=READ_ONLY, title="Operators (TraceLens ops_summary)")
+async def ops_summary(
+    trace: TracePath,
+    group_by: Annotated[Literal["name", "shapes", "category", "kernels"], Field(
+        description="name: per operator (TraceLens ops_summary); shapes: per name + input dims + dtypes; category: "
+                    "per op category; kernels: per kernel with its launching op (kernel_summary)")] = "name",
+    device: Device = None,
+    start_ns: StartNs = None,
+    end_ns: EndNs = None,
+    include_unlinked: Annotated[bool, Field(description="Show the <unattributed> row for GPU work without a launch")] = True,
+    name_contains: Annotated[str | None, Field(description="Case-insensitive substring of the operator name")] = None,
+    limit: Annotated[int, Field(ge=1, le=500, description="Rows returned; the rest are summed")] = 20,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, OpsSummaryResult]:
+    """GPU time per launching operator (PyTorch op tree; NVTX/rocTX range or kernel name for Nsight/rocpd): count,
+    direct kernel time (union of the op's own kernels) and subtree time, TraceLens's Percentage of attributed time and
+    cumulative share, categories, plus shares of GPU busy time and span, an <unattributed> row, communication
+    launchers, CPU duration and launch delays. group_by=shapes gives per-signature statistics and the kernels
+    launched."""
+    return await _answer(ctx, "Operators", lambda: A.ops_summary(
+        _open(trace, ctx), group_by=group_by, device=device, start_ns=start_ns, end_ns=end_ns,
+        include_unlinked=include_unlinked, name_contains=name_contains, limit=limit))
 
 
 @server.tool(annotations=READ_ONLY, title="Phases of a capture")

@@ -66,6 +66,10 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
     "comm-summary": (_with_trace(A.comm_summary), "Communication", [
         (("--device",), {"type": int}), *_WINDOW, (("--limit",), {"type": int, "default": 15}),
         (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"})]),
+    "ops-summary": (_with_trace(A.ops_summary), "Operators", [
+        (("--group-by",), {"choices": ["name", "shapes", "category", "kernels"], "default": "name"}),
+        (("--device",), {"type": int}), *_WINDOW, (("--linked-only",), {"dest": "include_unlinked", "action": "store_false"}),
+        (("--name-contains",), {}), (("--limit",), {"type": int, "default": 20})]),
     "phases": (_with_trace(A.phases), "Phases", [
         (("--device",), {"type": int}), *_WINDOW, (("--max-phases",), {"type": int, "default": 6}),
         (("--limit",), {"type": int, "default": 5})]),

@@ -31,7 +31,8 @@ pytestmark = pytest.mark.anyio
 
 TOOLS = {"list_traces", "trace_info", "top_kernels", "gap_histogram", "sql_query", "list_tables", "describe_table",
          "phases", "api_summary", "marker_summary", "iterations",
-         "memcpy_summary", "stream_summary", "gpu_timeline", "comm_summary", "rank_summary"}
+         "memcpy_summary", "stream_summary", "gpu_timeline", "comm_summary", "rank_summary",
+         "ops_summary"}
 MAX_RESULT_CHARS = 20_000
 FORMATS = ["nsys", "rocpd", "kineto", "kineto_gz"]
 

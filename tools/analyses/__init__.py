@@ -11,6 +11,7 @@
     gpu_timeline    compute / exposed comm / exposed copy / idle gpu_timeline.py
     comm_summary    NCCL/RCCL/MPI communication and overlap      comm_summary.py (comm_patterns.py)
     rank_summary    per-rank comparison, imbalance, straggler    rank_summary.py
+    ops_summary     GPU time per launching operator (TraceLens)  ops_summary.py (op_tree.py)
     marker_summary  NVTX/rocTX/annotation ranges + GPU projection marker_summary.py (projection.py)
     iterations      repeated steps, warm-up vs steady state      iterations.py
     sql_query       read-only SQL; list_tables, describe_table   sql_query.py
@@ -24,6 +25,7 @@ from .iterations import iterations
 from .list_traces import list_traces
 from .marker_summary import marker_summary
 from .memcpy_summary import memcpy_summary
+from .ops_summary import ops_summary
 from .phases import phases
 from .rank_summary import rank_summary
 from .sql_query import describe_table, list_tables, sql_query
@@ -31,4 +33,4 @@ from .stream_summary import stream_summary
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["api_summary", "comm_summary", "describe_table", "gap_histogram", "gpu_timeline", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "phases", "rank_summary", "sql_query", "stream_summary", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "comm_summary", "describe_table", "gap_histogram", "gpu_timeline", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "phases", "rank_summary", "sql_query", "stream_summary", "top_kernels", "trace_info"]

@@ -1,0 +1,179 @@
+"""The PyTorch op tree and the launcher of every GPU op (TraceLens `Trace2Tree` + `get_kernel_launchers`).
+
+Containment is computed per (pid, tid) in DuckDB: one HUGEINT key per (thread, time) —
+thread_index * 2^64 + ns — turns "same thread and inside" into an inequality (IE) join, which scales to
+millions of cpu ops without a per-thread Python stack.
+
+Launcher of a GPU op (kernel, memcpy, memset):
+  1. its launching API call = the earliest host call of the same process with the same correlation id
+     (a graph launch owns all N GPU ops that carry its correlation id: 1 → N);
+  2. launcher = the innermost `cpu_op` (category cpu_op; python_function frames skipped; an op named
+     `execute` is pass-through, as in TraceLens) on the call's thread whose [start, end) holds the call's
+     START. Innermost = latest start, then shortest, then latest in file order (TraceLens pushes events
+     sorted by (ts, -dur), so of identical intervals the later one is the child).
+     Using the call's start makes a launch that overhangs its op's end still belong to the op; TraceLens
+     drops such events from the tree when the overhang is >= 1 µs (§12 "event bleed") and turns them into
+     siblings below 1 µs.
+  3. no enclosing cpu_op: the API call itself is the launcher (TraceLens: the runtime event), kind
+     'runtime' ('graph' for graph launches);
+  4. no launching call in the profile (launched = false, or no call with that correlation id): kind
+     'unlinked' — counted, never dropped.
+Every GPU op has exactly one launcher, so direct times partition the GPU work (MECE).
+
+Subtree: a cpu_op's subtree GPU ops are those whose launching call starts inside it on the same thread.
+
+Node tree (`node_parents`): parent of a cpu_op / python_function / user annotation = innermost node of
+the same thread that encloses it (p.start <= c.start, c.end <= p.end + BLEED_NS). TraceLens pops an event
+that overhangs by < 1 µs to a sibling and drops larger overhangs; here an overhang below BLEED_NS keeps
+the child under its parent (timestamp rounding in µs traces), a larger one makes it a child of the next
+node that does enclose it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..model.trace import Trace
+from .comm_patterns import is_comm_sql
+
+SHIFT = "18446744073709551616"  # 2^64
+BLEED_NS = 1_000                 # tolerated overhang of a child past its parent's end (node tree only)
+PASS_THROUGH = ("execute",)      # cpu_ops that never launch on their own (TraceLens get_kernel_launchers)
+
+
+def with_sql() -> str:
+    """WITH clause defining
+        thr(pid, tid, k)  threads numbered from 0;
+        op(op_id, pid, tid, start_ns, end_ns, dur_ns, name, ks, ke)  launcher candidates (cpu_op, not execute);
+        launch(pid, correlation_id, tid, start_ns, end_ns, name)      the launching call per (pid, correlation);
+        gop(gop_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, name, pid, launched,
+            call_tid, call_start_ns, call_end_ns, call_name, ks)      every GPU op with its launching call."""
+    return f"""
+    WITH thr AS (
+        SELECT pid, tid, (row_number() OVER (ORDER BY pid, tid) - 1)::HUGEINT AS k FROM (
+            SELECT DISTINCT pid, tid FROM cpu_ops WHERE pid IS NOT NULL AND tid IS NOT NULL
+            UNION SELECT DISTINCT pid, tid FROM api_calls WHERE pid IS NOT NULL AND tid IS NOT NULL)),
+    op AS (
+        SELECT c.rowid AS op_id, c.pid, c.tid, c.start_ns, c.end_ns, c.dur_ns, c.name,
+               thr.k * {SHIFT} + c.start_ns AS ks, thr.k * {SHIFT} + c.end_ns AS ke
+        FROM cpu_ops c JOIN thr ON thr.pid = c.pid AND thr.tid = c.tid
+        WHERE c.category = 'cpu_op' AND c.name NOT IN ({", ".join(f"'{n}'" for n in PASS_THROUGH)})),
+    launch AS (
+        SELECT pid, correlation_id, arg_min(tid, (start_ns, end_ns)) AS tid, min(start_ns) AS start_ns,
+               arg_min(end_ns, (start_ns, end_ns)) AS end_ns, arg_min(name, (start_ns, end_ns)) AS name
+        FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
+        GROUP BY pid, correlation_id),
+    gpu AS (
+        SELECT rowid * 2 AS gop_id, 'kernel' AS op, device_id, stream_id, start_ns, end_ns, dur_ns, name,
+               pid, correlation_id, launched FROM kernels
+        UNION ALL
+        SELECT rowid * 2 + 1, op, device_id, stream_id, start_ns, end_ns, dur_ns,
+               CASE WHEN op = 'set' THEN 'Memset (' || coalesce(dst_kind, 'Device') || ')'
+                    ELSE 'Memcpy ' || kind || ' (' || coalesce(src_kind, '?') || ' -> ' || coalesce(dst_kind, '?') || ')' END,
+               pid, correlation_id, launched FROM memops),
+    gop AS (
+        SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name, g.pid,
+               l.tid IS NOT NULL AS linked, l.tid AS call_tid, l.start_ns AS call_start_ns, l.end_ns AS call_end_ns,
+               l.name AS call_name, thr.k * {SHIFT} + l.start_ns AS ks
+        FROM gpu g
+        LEFT JOIN launch l ON l.pid = g.pid AND l.correlation_id = g.correlation_id
+        LEFT JOIN thr ON thr.pid = l.pid AND thr.tid = l.tid)
+    """
+
+
+@dataclass(frozen=True)
+class Launchers:
+    """One row per GPU op (DataFrame `gops`) and the (ancestor cpu_op, GPU op) pairs of the op tree."""
+
+    gops: pd.DataFrame
+    # columns: gop_id, op ('kernel'|'copy'|'set'), device_id, stream_id, start_ns, end_ns, dur_ns, name,
+    #          is_comm, pid, linked, call_tid, call_start_ns, call_end_ns, call_name,
+    #          launcher_kind ('cpu_op'|'runtime'|'graph'|'unlinked'), launcher_id (cpu_ops.rowid or -1),
+    #          launcher_name, launcher_start_ns, launcher_end_ns, input_dims, input_types,
+    #          prev_end_ns (end of the previous GPU op on the same device/stream)
+    subtree: pd.DataFrame  # columns: op_id (cpu_ops.rowid, category cpu_op), gop_id
+
+
+def launchers(trace: Trace) -> Launchers:
+    """Memoized per trace: the launcher of every GPU op and the subtree pairs."""
+    return trace.memo(("op_tree.launchers",), lambda: _launchers(trace))
+
+
+def _launchers(trace: Trace) -> Launchers:
+    comm = is_comm_sql("g.name")
+    cur = trace.con.cursor()
+    try:
+        gops = cur.execute(f"""{with_sql()},
+            inner_op AS (
+                SELECT g.gop_id, arg_max(o.op_id, (o.start_ns, -o.dur_ns, o.op_id)) AS launcher_id
+                FROM gop g JOIN op o ON o.ks <= g.ks AND g.ks < o.ke
+                GROUP BY g.gop_id)
+            SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name,
+                   g.op = 'kernel' AND {comm} AS is_comm, g.pid, g.linked, g.call_tid, g.call_start_ns, g.call_end_ns,
+                   g.call_name,
+                   CASE WHEN i.launcher_id IS NOT NULL THEN 'cpu_op'
+                        WHEN g.linked AND regexp_matches(g.call_name, 'graph.?launch', 'i') THEN 'graph'
+                        WHEN g.linked THEN 'runtime' ELSE 'unlinked' END AS launcher_kind,
+                   coalesce(i.launcher_id, -1)::BIGINT AS launcher_id,
+                   CASE WHEN i.launcher_id IS NOT NULL THEN c.name WHEN g.linked THEN g.call_name
+                        ELSE '<unattributed>' END AS launcher_name,
+                   CASE WHEN i.launcher_id IS NOT NULL THEN c.start_ns ELSE g.call_start_ns END AS launcher_start_ns,
+                   CASE WHEN i.launcher_id IS NOT NULL THEN c.end_ns ELSE g.call_end_ns END AS launcher_end_ns,
+                   c.input_dims, c.input_types,
+                   lag(g.end_ns) OVER (PARTITION BY g.device_id, g.stream_id ORDER BY g.start_ns, g.end_ns, g.gop_id)
+                       AS prev_end_ns
+            FROM gop g LEFT JOIN inner_op i USING (gop_id) LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
+            ORDER BY g.start_ns, g.gop_id""").df()
+        subtree = cur.execute(f"""{with_sql()}
+            SELECT o.op_id, g.gop_id FROM gop g JOIN op o ON o.ks <= g.ks AND g.ks < o.ke""").df()
+    finally:
+        cur.close()
+    for col in ("linked", "is_comm"):
+        gops[col] = gops[col].fillna(False).astype(bool)
+    return Launchers(gops=gops, subtree=subtree)
+
+
+def node_parents(trace: Trace) -> pd.DataFrame:
+    """Parent of every host node: cpu_ops rows (cpu_op and python_function) and PyTorch annotations.
+    Columns: node ('cpu_ops' | 'markers'), row (rowid in that table), parent_node, parent_row (NULL at a
+    root), depth (enclosing nodes on the thread). Memoized per trace."""
+    return trace.memo(("op_tree.node_parents",), lambda: _node_parents(trace))
+
+
+def _node_parents(trace: Trace) -> pd.DataFrame:
+    cur = trace.con.cursor()
+    try:
+        return cur.execute(f"""
+            WITH thr AS (SELECT pid, tid, (row_number() OVER (ORDER BY pid, tid) - 1)::HUGEINT AS k FROM (
+                    SELECT DISTINCT pid, tid FROM cpu_ops WHERE pid IS NOT NULL AND tid IS NOT NULL
+                    UNION SELECT DISTINCT pid, tid FROM markers WHERE kind = 'annotation' AND pid IS NOT NULL AND tid IS NOT NULL)),
+            n0 AS (SELECT 'cpu_ops' AS node, rowid AS row, pid, tid, start_ns, end_ns FROM cpu_ops
+                   UNION ALL SELECT 'markers', rowid, pid, tid, start_ns, end_ns FROM markers WHERE kind = 'annotation'),
+            n AS (SELECT n0.*, row_number() OVER (ORDER BY n0.pid, n0.tid, n0.start_ns, n0.end_ns DESC, n0.node DESC, n0.row) AS ord,
+                         thr.k * {SHIFT} + n0.start_ns AS ks, thr.k * {SHIFT} + n0.end_ns AS ke
+                  FROM n0 JOIN thr ON thr.pid = n0.pid AND thr.tid = n0.tid),
+            par AS (SELECT c.ord, arg_max(p.ord, p.ord) AS parent_ord, count(*) AS depth
+                    FROM n c JOIN n p ON p.ks <= c.ks AND c.ke <= p.ke + {BLEED_NS} AND c.ks < p.ke
+                    WHERE p.ord < c.ord GROUP BY c.ord)
+            SELECT c.node, c.row, p.node AS parent_node, p.row AS parent_row, coalesce(par.depth, 0) AS depth
+            FROM n c LEFT JOIN par ON par.ord = c.ord LEFT JOIN n p ON p.ord = par.parent_ord
+            ORDER BY c.ord""").df()
+    finally:
+        cur.close()
+
+
+def union_ns(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Series:
+    """Per key, the length of the union of its intervals (touching intervals merge), ns. Vectorised:
+    sort by (key, start), running maximum of ends per key, each interval adds what reaches past it."""
+    if len(keys) == 0:
+        return pd.Series(dtype="int64")
+    df = pd.DataFrame({"k": keys, "s": np.asarray(start, dtype=np.int64), "e": np.asarray(end, dtype=np.int64)})
+    df = df.sort_values(["k", "s", "e"], kind="stable")
+    reach = df.groupby("k", sort=False)["e"].cummax()
+    prev = reach.groupby(df["k"], sort=False).shift(1, fill_value=np.iinfo(np.int64).min)
+    lo = np.maximum(df["s"].to_numpy(), prev.to_numpy(dtype=np.int64))
+    add = np.clip(df["e"].to_numpy() - lo, 0, None)
+    return pd.Series(add, index=df.index).groupby(df["k"], sort=False).sum()
