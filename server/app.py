@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from gpuscope import __version__
 from gpuscope.tools import analyses as A
 from gpuscope.tools.analyses.api_summary import ApiSummaryResult
+from gpuscope.tools.analyses.call_stack import CallStackResult
 from gpuscope.tools.analyses.comm_summary import CommSummaryResult
 from gpuscope.tools.analyses.gap_histogram import GapHistogramResult
 from gpuscope.tools.analyses.gpu_timeline import GpuTimelineResult
@@ -26,8 +27,10 @@ from gpuscope.tools.analyses.list_traces import ListTracesResult
 from gpuscope.tools.analyses.marker_summary import MarkerSummaryResult
 from gpuscope.tools.analyses.memcpy_summary import MemcpySummaryResult
 from gpuscope.tools.analyses.ops_summary import OpsSummaryResult
+from gpuscope.tools.analyses.perf_summary import PerfSummaryResult
 from gpuscope.tools.analyses.phases import PhasesResult
 from gpuscope.tools.analyses.rank_summary import RankSummaryResult
+from gpuscope.tools.analyses.replay_spec import ReplaySpecResult
 from gpuscope.tools.analyses.stream_summary import StreamSummaryResult
 from gpuscope.tools.analyses.sql_query import DescribeResult, SqlResult, TablesResult
 from gpuscope.tools.analyses.top_kernels import TopKernelsResult
@@ -326,6 +329,58 @@ async def ops_summary(
     return await _answer(ctx, "Operators", lambda: A.ops_summary(
         _open(trace, ctx), group_by=group_by, device=device, start_ns=start_ns, end_ns=end_ns,
         include_unlinked=include_unlinked, name_contains=name_contains, limit=limit))
+
+
+@server.tool(annotations=READ_ONLY, title="Operator FLOPs, bytes and achieved throughput")
+async def perf_summary(
+    trace: TracePath,
+    device: Device = None,
+    start_ns: StartNs = None,
+    end_ns: EndNs = None,
+    category: Annotated[str | None, Field(description="Only this op category (GEMM, SDPA_fwd, elementwise, reduce, ...)")] = None,
+    name_contains: Annotated[str | None, Field(description="Case-insensitive substring of the operator name")] = None,
+    limit: Annotated[int, Field(ge=1, le=500, description="Signatures returned")] = 15,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, PerfSummaryResult]:
+    """Per PyTorch operator signature (name, shapes, dtypes, strides, scalars): calls, direct kernel time, GFLOPs and
+    bytes per call from the performance models (MB = 10^6 bytes), arithmetic intensity, achieved TFLOP/s and TB/s, and
+    the model and formula used; operators without a model are listed with time only and counted."""
+    return await _answer(ctx, "Operator performance", lambda: A.perf_summary(
+        _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, category=category,
+        name_contains=name_contains, limit=limit))
+
+
+@server.tool(annotations=READ_ONLY, title="Where a kernel or op comes from")
+async def call_stack(
+    trace: TracePath,
+    kernel: Annotated[str | None, Field(description="Case-insensitive substring of the kernel name (give kernel or op)")] = None,
+    op: Annotated[str | None, Field(description="Host op / Python frame / module scope / annotation name")] = None,
+    instance: Annotated[int | None, Field(description="Which execution: n-th by start time (-1 = last); default the "
+                                                      "longest (kernel) or the call with most GPU time (op)")] = None,
+    depth: Annotated[int, Field(ge=1, le=200, description="Chain levels shown and subtree depth")] = 30,
+    limit: Annotated[int, Field(ge=1, le=500, description="Subtree entries")] = 20,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, CallStackResult]:
+    """Parent chain of one kernel or op instance — Python frames (file:line), nn.Module scopes, annotations, cpu ops
+    with shapes and dtypes, the launching API call — and the op's subtree with the kernels it launched, so an agent can
+    say where in the model code a hot kernel comes from. Nsight/rocpd: the NVTX/rocTX range stack of the launch."""
+    return await _answer(ctx, "Call stack", lambda: A.call_stack(
+        _open(trace, ctx), kernel=kernel, op=op, instance=instance, depth=depth, limit=limit))
+
+
+@server.tool(annotations=READ_ONLY, title="Reproducer spec for an op")
+async def replay_spec(
+    trace: TracePath,
+    op: Annotated[str, Field(description="PyTorch op name, e.g. aten::mm")],
+    shapes_index: Annotated[int, Field(ge=0, description="Which signature, ranked by total kernel time (0 = most expensive)")] = 0,
+    limit: Annotated[int, Field(ge=1, le=100, description="Signatures listed in the overview")] = 10,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, ReplaySpecResult]:
+    """Self-contained description of one op signature for a standalone reproducer: inputs (shapes, torch dtypes,
+    strides, contiguity, scalar values), calls, measured kernel time per call, kernels launched with grid/block, the
+    device, and a Python template (torch.empty_strided + torch.ops.aten) to check and run."""
+    return await _answer(ctx, "Replay spec", lambda: A.replay_spec(
+        _open(trace, ctx), op=op, shapes_index=shapes_index, limit=limit))
 
 
 @server.tool(annotations=READ_ONLY, title="Phases of a capture")

@@ -70,6 +70,14 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
         (("--group-by",), {"choices": ["name", "shapes", "category", "kernels"], "default": "name"}),
         (("--device",), {"type": int}), *_WINDOW, (("--linked-only",), {"dest": "include_unlinked", "action": "store_false"}),
         (("--name-contains",), {}), (("--limit",), {"type": int, "default": 20})]),
+    "perf-summary": (_with_trace(A.perf_summary), "Operator performance", [
+        (("--device",), {"type": int}), *_WINDOW, (("--category",), {}), (("--name-contains",), {}),
+        (("--limit",), {"type": int, "default": 15})]),
+    "call-stack": (_with_trace(A.call_stack), "Call stack", [
+        (("--kernel",), {}), (("--op",), {}), (("--instance",), {"type": int}),
+        (("--depth",), {"type": int, "default": 30}), (("--limit",), {"type": int, "default": 20})]),
+    "replay-spec": (_with_trace(A.replay_spec), "Replay spec", [
+        (("op",), {}), (("--shapes-index",), {"type": int, "default": 0}), (("--limit",), {"type": int, "default": 10})]),
     "phases": (_with_trace(A.phases), "Phases", [
         (("--device",), {"type": int}), *_WINDOW, (("--max-phases",), {"type": int, "default": 6}),
         (("--limit",), {"type": int, "default": 5})]),
@@ -87,6 +95,17 @@ COMMANDS["rank-summary"] = (_rank_summary, "Ranks", [
     (("--marker",), {}), (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}),
     (("--limit",), {"type": int, "default": 64})])
 MULTI_PROFILE = {"rank-summary"}
+
+
+def _report(trace: str, **kw) -> BaseModel:  # CLI only: writes the file the user names (MCP tools stay read-only)
+    from gpuscope.tools.report import write_report_for_cli
+
+    return write_report_for_cli(open_trace(trace), **kw)
+
+
+COMMANDS["report"] = (_report, "Report written", [
+    (("--xlsx",), {"required": True, "metavar": "OUT.xlsx", "help": "Excel workbook to write (TraceLens-style sheets)"}),
+    (("--linked-only",), {"dest": "include_unlinked", "action": "store_false"})])
 
 
 def build_parser() -> argparse.ArgumentParser:

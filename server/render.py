@@ -69,7 +69,7 @@ def _table(rows: list[dict]) -> list[str]:
     return out
 
 
-def _cell(value: Any, limit: int = MAX_CELL, key: str = "") -> str:
+def _cell(value: Any, limit: int = MAX_CELL, key: str = "", grouped: bool = True) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
@@ -78,9 +78,11 @@ def _cell(value: Any, limit: int = MAX_CELL, key: str = "") -> str:
         text = "yes" if value else "no"
     elif isinstance(value, int):
         # Quantities get thousands separators; identifiers (pid, device_id, ...) stay as written.
-        text = str(value) if key.split(".")[-1] in ("pid", "tid", "rank") or key.endswith("_id") else f"{value:,}"
+        plain = not grouped or key.split(".")[-1] in ("pid", "tid", "rank") or key.endswith("_id")
+        text = str(value) if plain else f"{value:,}"
     elif isinstance(value, list):
-        text = "[" + ", ".join(_cell(v) for v in value) + "]"
+        # Lists hold shapes, grids and ids: digits stay ungrouped so [30522, 512] reads as a shape.
+        text = "[" + ", ".join(_cell(v, grouped=False) for v in value) + "]"
     elif isinstance(value, dict):
         text = ", ".join(f"{k}={_cell(v)}" for k, v in value.items())
     else:
