@@ -234,6 +234,22 @@ class OpsSummaryResult(BaseModel):
 
 # -- computation --------------------------------------------------------------------------------------
 
+def selected_frame(trace: Trace, device: int | None, start_ns: int | None, end_ns: int | None):
+    """The attributed GPU ops (see _frame) on `device` that start inside [start_ns, end_ns)."""
+    g, sub, attribution = _frame(trace)
+    m = np.ones(len(g), dtype=bool)
+    if device is not None:
+        m &= (g["device_id"] == device).to_numpy()
+    if start_ns is not None:
+        m &= (g["start_ns"] >= start_ns).to_numpy()
+    if end_ns is not None:
+        m &= (g["start_ns"] < end_ns).to_numpy()
+    g = g[m]
+    if g.empty:
+        raise ProfileError("no GPU op starts in the selection (device / time window). Widen it; trace_info lists devices and spans.")
+    return g, sub, attribution
+
+
 def _frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """Every GPU op with its launcher instance (`inst`), launcher name/kind/category; memoized."""
     return trace.memo(("ops_summary.frame",), lambda: _build_frame(trace))
@@ -322,17 +338,7 @@ def ops_summary(
         raise ProfileError(f"group_by must be 'name', 'shapes', 'category' or 'kernels', not {group_by!r}.")
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 500))
-    g, sub, attribution = _frame(trace)
-    m = np.ones(len(g), dtype=bool)
-    if device is not None:
-        m &= (g["device_id"] == device).to_numpy()
-    if start_ns is not None:
-        m &= (g["start_ns"] >= start_ns).to_numpy()
-    if end_ns is not None:
-        m &= (g["start_ns"] < end_ns).to_numpy()
-    g = g[m]
-    if g.empty:
-        raise ProfileError("no GPU op starts in the selection (device / time window). Widen it; trace_info lists devices and spans.")
+    g, sub, attribution = selected_frame(trace, device, start_ns, end_ns)
     totals = _totals(g)
     if name_contains:
         g = g[g["launcher_name"].str.contains(name_contains, case=False, regex=False)]

@@ -34,7 +34,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from ..perf_models import model_for
 from .common import Window, clip_name, pct, resolve_selection
-from .ops_summary import _frame, _instances
+from .ops_summary import _instances, selected_frame
 from .op_tree import union_ns
 
 MB = 1_000_000  # 10^6 bytes
@@ -127,17 +127,7 @@ def perf_summary(
                            "trace_info says what the profile holds.")
     _, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 500))
-    g, sub, _ = _frame(trace)
-    m = np.ones(len(g), dtype=bool)
-    if device is not None:
-        m &= (g["device_id"] == device).to_numpy()
-    if start_ns is not None:
-        m &= (g["start_ns"] >= start_ns).to_numpy()
-    if end_ns is not None:
-        m &= (g["start_ns"] < end_ns).to_numpy()
-    g = g[m]
-    if g.empty:
-        raise ProfileError("no GPU op starts in the selection (device / time window). Widen it; trace_info lists devices and spans.")
+    g, sub, _ = selected_frame(trace, device, start_ns, end_ns)
     other = g[g["launcher_kind"] != "cpu_op"]
     other_t = int(union_ns(other["device_id"].to_numpy(), other["start_ns"].to_numpy(), other["end_ns"].to_numpy()).sum()) if len(other) else 0
     g = g[g["launcher_kind"] == "cpu_op"]

@@ -206,7 +206,6 @@ def replay_spec(trace: Trace, *, op: str, shapes_index: int = 0, limit: int = 10
     kinfo = pd.DataFrame(trace.sql_dicts(
         "SELECT rowid * 2 AS gop_id, grid_x, grid_y, grid_z, block_x, block_y, block_z FROM kernels"))
     p = p.merge(kinfo, on="gop_id", how="left") if len(p) else p
-    first_id = int(mine.iloc[0]["op_id"])
     kernels = []
     if len(p):
         order = p.sort_values(["op_id", "call_start_ns", "start_ns"]).drop_duplicates("name")["name"].tolist()
