@@ -7,12 +7,14 @@ results whose text says what is wrong and what to do.
 
 from __future__ import annotations
 
-from typing import Annotated, Callable, Literal
+from typing import Annotated, Any, Callable, Literal
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+import base64
+
+from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from gpuscope import __version__
@@ -31,6 +33,7 @@ from gpuscope.tools.analyses.perf_summary import PerfSummaryResult
 from gpuscope.tools.analyses.phases import PhasesResult
 from gpuscope.tools.analyses.rank_summary import RankSummaryResult
 from gpuscope.tools.analyses.replay_spec import ReplaySpecResult
+from gpuscope.tools.analyses.roofline import RooflineResult, roofline_plot
 from gpuscope.tools.analyses.stream_summary import StreamSummaryResult
 from gpuscope.tools.analyses.sql_query import DescribeResult, SqlResult, TablesResult
 from gpuscope.tools.analyses.top_kernels import TopKernelsResult
@@ -381,6 +384,35 @@ async def replay_spec(
     device, and a Python template (torch.empty_strided + torch.ops.aten) to check and run."""
     return await _answer(ctx, "Replay spec", lambda: A.replay_spec(
         _open(trace, ctx), op=op, shapes_index=shapes_index, limit=limit))
+
+
+@server.tool(annotations=READ_ONLY, title="Roofline: compute- or memory-bound, and the headroom")
+async def roofline(
+    trace: TracePath,
+    device: Annotated[int | None, Field(description="GPU to rate (required when several devices have GPU work)")] = None,
+    kernel_flops: Annotated[dict[str, dict[str, Any]] | None, Field(
+        description="Work per kernel for any format: {\"<kernel name substring>\": {\"gflop_per_call\": 68.72, "
+                    "\"bytes_per_call\": 1.2e8, \"dtype\": \"bf16\", \"unit\": \"matrix\"|\"vector\"}}; rows become per "
+                    "kernel")] = None,
+    peaks: Annotated[dict[str, Any] | None, Field(
+        description="Peak overrides, e.g. {\"<device name>\": {\"base\": \"h100-sxm5\"}} or the figures themselves")] = None,
+    dtype: Annotated[Literal["bf16", "fp16", "fp32", "tf32", "fp64", "fp8", "fp4", "int8"] | None, Field(
+        description="Force the precision whose compute roof is used (e.g. tf32 for fp32 GEMMs with TF32 on)")] = None,
+    limit: Annotated[int, Field(ge=1, le=500, description="Rows and impact rows returned")] = 8,
+    plot: Annotated[bool, Field(description="Also return a log-log roofline chart as a PNG image")] = False,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, RooflineResult]:
+    """Per PyTorch op signature (perf models) or per kernel (caller-supplied FLOPs/bytes, any format): arithmetic
+    intensity, ridge point, attainable vs achieved TFLOP/s, % of the binding roof, bound (compute or memory), roofline
+    time and headroom, and an impact table (time and end-to-end saving at 20/50/80 % of the roof, against GPU busy time
+    and span), ranked by potential saving. Peaks come from the built-in datasheet table; unknown GPUs say so."""
+    result = await _answer(ctx, "Roofline", lambda: A.roofline(
+        _open(trace, ctx), device=device, kernel_flops=kernel_flops, peaks=peaks, dtype=dtype, limit=limit, plot=plot))
+    if plot:
+        png = await anyio.to_thread.run_sync(lambda: roofline_plot(RooflineResult.model_validate(result.structured_content)))
+        if png:
+            result.content.append(ImageContent(type="image", data=base64.b64encode(png).decode(), mime_type="image/png"))
+    return result
 
 
 @server.tool(annotations=READ_ONLY, title="Phases of a capture")

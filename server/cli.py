@@ -7,7 +7,9 @@ structured result), so what a person sees is what the agent sees.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 from typing import Callable
 
 from pydantic import BaseModel
@@ -90,6 +92,30 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
 def _rank_summary(trace: list[str], **kw) -> BaseModel:
     return A.rank_summary([open_trace(t) for t in trace], **kw)
 
+
+def _roofline(trace: str, kernel_flops: str | None = None, peaks: str | None = None, plot: str | None = None, **kw) -> BaseModel:
+    try:
+        kf = json.loads(kernel_flops) if kernel_flops else None
+        pk = json.loads(peaks) if peaks else None
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"--kernel-flops / --peaks must be JSON objects ({exc}).") from None
+    result = A.roofline(open_trace(trace), kernel_flops=kf, peaks=pk, plot=plot is not None, **kw)
+    if plot:
+        from gpuscope.tools.analyses.roofline import roofline_plot
+
+        png = roofline_plot(result)
+        if png is None:
+            print("gpuscope: no chart written: " + (result.plot_note or "nothing rated"), file=sys.stderr)
+        else:
+            Path(plot).write_bytes(png)
+            print(f"roofline chart written to {plot}", file=sys.stderr)
+    return result
+
+
+COMMANDS["roofline"] = (_roofline, "Roofline", [
+    (("--device",), {"type": int}), (("--kernel-flops",), {"help": "JSON: {\"<kernel substring>\": {\"gflop_per_call\": ..., \"bytes_per_call\": ..., \"dtype\": \"bf16\"}}"}),
+    (("--peaks",), {"help": "JSON peak overrides"}), (("--dtype",), {"choices": ["bf16", "fp16", "fp32", "tf32", "fp64", "fp8", "fp4", "int8"]}),
+    (("--limit",), {"type": int, "default": 8}), (("--plot",), {"metavar": "PNG", "help": "write the roofline chart (needs gpuscope[plots])"})])
 
 COMMANDS["rank-summary"] = (_rank_summary, "Ranks", [
     (("--marker",), {}), (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}),

@@ -13,6 +13,7 @@
     rank_summary    per-rank comparison, imbalance, straggler    rank_summary.py
     ops_summary     GPU time per launching operator (TraceLens)  ops_summary.py (op_tree.py)
     perf_summary    FLOPs, bytes, TFLOP/s, TB/s per op signature perf_summary.py (tools/perf_models)
+    roofline        bound, % of roof, headroom, impact table     roofline.py (tools/hardware)
     call_stack      parent chain and subtree of a kernel or op    call_stack.py
     replay_spec     reproducer description of an op signature    replay_spec.py
     marker_summary  NVTX/rocTX/annotation ranges + GPU projection marker_summary.py (projection.py)
@@ -34,9 +35,10 @@ from .perf_summary import perf_summary
 from .phases import phases
 from .rank_summary import rank_summary
 from .replay_spec import replay_spec
+from .roofline import roofline
 from .sql_query import describe_table, list_tables, sql_query
 from .stream_summary import stream_summary
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["api_summary", "call_stack", "comm_summary", "describe_table", "gap_histogram", "gpu_timeline", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "sql_query", "stream_summary", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "call_stack", "comm_summary", "describe_table", "gap_histogram", "gpu_timeline", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "sql_query", "stream_summary", "top_kernels", "trace_info"]
