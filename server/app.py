@@ -463,6 +463,13 @@ async def describe_table(
     return await _answer(ctx, "Table", lambda: A.describe_table(_open(trace, ctx), table))
 
 
+# -- issue 5 anchors: skills/resources/prompts, diagnose, compare_traces, remote_context register below --
+# [anchor:skills]
+# [anchor:diagnose]
+# [anchor:compare]
+# [anchor:remote]
+
+
 def run(http: bool = False, port: int = 8765, host: str = "127.0.0.1") -> None:
     if http:
         server.run("streamable-http", host=host, port=port)

@@ -117,6 +117,11 @@ COMMANDS["roofline"] = (_roofline, "Roofline", [
     (("--peaks",), {"help": "JSON peak overrides"}), (("--dtype",), {"choices": ["bf16", "fp16", "fp32", "tf32", "fp64", "fp8", "fp4", "int8"]}),
     (("--limit",), {"type": int, "default": 8}), (("--plot",), {"metavar": "PNG", "help": "write the roofline chart (needs gpuscope[plots])"})])
 
+# [anchor:cli-diagnose]
+# [anchor:cli-compare]
+# [anchor:cli-remote]
+# [anchor:cli-install]
+
 COMMANDS["rank-summary"] = (_rank_summary, "Ranks", [
     (("--marker",), {}), (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}),
     (("--limit",), {"type": int, "default": 64})])
