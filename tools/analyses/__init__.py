@@ -15,6 +15,8 @@
     perf_summary    FLOPs, bytes, TFLOP/s, TB/s per op signature perf_summary.py (tools/perf_models)
     roofline        bound, % of roof, headroom, impact table     roofline.py (tools/hardware)
     call_stack      parent chain and subtree of a kernel or op    call_stack.py
+    diagnose        ranked findings with bottleneck class         diagnose.py
+    compare_traces  two profiles side by side                     compare_traces.py
     replay_spec     reproducer description of an op signature    replay_spec.py
     marker_summary  NVTX/rocTX/annotation ranges + GPU projection marker_summary.py (projection.py)
     iterations      repeated steps, warm-up vs steady state      iterations.py
@@ -24,6 +26,8 @@
 from .api_summary import api_summary
 from .call_stack import call_stack
 from .comm_summary import comm_summary
+from .compare_traces import compare_traces
+from .diagnose import diagnose
 from .gap_histogram import gap_histogram
 from .gpu_timeline import gpu_timeline
 from .iterations import iterations
@@ -41,4 +45,4 @@ from .stream_summary import stream_summary
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["api_summary", "call_stack", "comm_summary", "describe_table", "gap_histogram", "gpu_timeline", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "sql_query", "stream_summary", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "call_stack", "comm_summary", "compare_traces", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "sql_query", "stream_summary", "top_kernels", "trace_info"]

@@ -1,0 +1,132 @@
+"""compare_traces: a before/after fixture pair (one kernel 2x slower, one new, one removed) in three
+formats with exact expected deltas; the real cross-platform Qwen pair (H100 vs MI300X) runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuscope.fixtures import truth as T
+from gpuscope.fixtures.scenarios_compare import EXPECTED_KERNELS, EXPECTED_OPS, GROSS_NS, compare_pair
+from gpuscope.fixtures.writers import kineto, nsys, rocpd
+from gpuscope.tools.analyses.compare_traces import compare_traces
+from gpuscope.tools.model.errors import ProfileError
+from gpuscope.tools.model.trace import load_trace
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+QWEN = [DATA / "pytorch" / f"{p}_qwen1.5-0.5b_infer_tracelens.json.gz" for p in ("nv_h100", "amd_mi300x")]
+needs_qwen = pytest.mark.skipif(not all(p.is_file() for p in QWEN), reason="../shared/data Qwen pair is not present")
+WRITERS = {"nsys": (nsys, ".sqlite"), "rocpd": (rocpd, "_results.db"), "kineto": (kineto, ".pt.trace.json")}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("compare")
+    opened = []
+
+    def get(fmt_b: str, fmt_c: str):
+        out = []
+        for s, fmt in zip(compare_pair(), (fmt_b, fmt_c)):
+            w, ext = WRITERS[fmt]
+            path = root / f"{s.name}{ext}"
+            if not path.exists():
+                w.write(s, path)
+            t = load_trace(path)
+            opened.append(t)
+            out.append(t)
+        return out
+
+    yield get
+    for t in opened:
+        t.close()
+
+
+def _span_and_busy(s):
+    iv = [(k.start_ns, k.end_ns) for k in s.kernels]
+    return max(e for _, e in iv) - min(b for b, _ in iv), T.busy_ns(iv), sum(e - b for b, e in iv)
+
+
+@pytest.mark.parametrize("fmts", [("nsys", "nsys"), ("kineto", "kineto"), ("rocpd", "rocpd"), ("nsys", "kineto")])
+def test_known_regression(pair, fmts):
+    b, c = pair(*fmts)
+    res = compare_traces(b, c)
+    sb, sc = compare_pair()
+    totals = {t.figure: t for t in res.totals}
+    for side, s in (("baseline_ns", sb), ("candidate_ns", sc)):
+        span, busy, summed = _span_and_busy(s)
+        assert getattr(totals["gpu_span_ns"], side) == span
+        assert getattr(totals["busy_ns"], side) == busy
+        assert getattr(totals["computation_ns"], side) == busy
+        assert getattr(totals["idle_ns"], side) == span - busy
+        assert getattr(totals["summed_kernel_time_ns"], side) == summed
+    assert totals["busy_ns"].delta_ns == 2 * (100 + 30 - 10) * 1000
+    assert not res.platform.cross_platform and res.platform.memory_bandwidth_ratio is None
+
+    k = {e.key: e for e in res.kernels.entries}
+    assert {n: (e.status, e.delta_ns) for n, e in k.items()} == EXPECTED_KERNELS
+    assert res.kernels.gross_change_ns == GROSS_NS
+    assert res.kernels.counts["unchanged"] == 1  # the elementwise add
+    assert k["gemm_kernel"].change_pct == 100.0
+    assert k["gemm_kernel"].pct_of_gross_change == round(100 * 200_000 / GROSS_NS, 2)
+    assert [e.key for e in res.kernels.entries] == ["gemm_kernel", "reduce_kernel", "softmax_warp_forward"]
+
+    if fmts != ("kineto", "kineto"):  # Nsight/rocpd hold no PyTorch cpu_ops: ops are not compared
+        assert res.ops is None and any("cpu_ops" in n for n in res.notes)
+        return
+    assert res.ops is not None
+    o = {e.key: e for e in res.ops.entries}
+    assert {n: (e.status, e.delta_ns) for n, e in o.items()} == EXPECTED_OPS
+    assert res.ops.gross_change_ns == GROSS_NS
+    assert o["aten::mm"].input_dims is not None
+
+
+def test_full_name_and_device_pair(pair):
+    b, c = pair("nsys", "nsys")
+    res = compare_traces(b, c, match="name", device=[0, 0], limit=1)
+    assert res.devices == [0, 0]
+    assert res.kernels.matched_by == "kernel name"
+    assert len(res.kernels.entries) == 1 and res.kernels.truncated
+    assert res.kernels.remainder_entries == 2
+    assert res.kernels.remainder_delta_ns == 60_000 - 20_000
+    with pytest.raises(ProfileError):
+        compare_traces(b, c, device=3)
+    with pytest.raises(ProfileError):
+        compare_traces(b, c, match="bogus")
+
+
+@needs_qwen
+def test_real_cross_platform_pair():
+    b, c = (load_trace(p) for p in QWEN)
+    try:
+        res = compare_traces(b, c)
+        assert res.platform.cross_platform
+        assert "H100" in res.platform.baseline_device and "MI300X" in res.platform.candidate_device
+        assert res.platform.memory_bandwidth_ratio and res.platform.matrix_ratios.get("bf16")
+        assert len(res.model_dump_json()) < 20_000
+        assert res.ops is not None and res.ops.entries
+        deltas = [abs(e.delta_ns) for e in res.ops.entries]
+        assert deltas == sorted(deltas, reverse=True)
+        assert any(e.bound in ("memory", "compute") and e.expected_ratio for e in res.ops.entries)
+        for e in res.ops.entries:
+            if e.expected_ratio and e.measured_ratio:
+                r = e.measured_ratio / e.expected_ratio
+                assert e.off_expected == (not (1 / 1.5 <= r <= 1.5))
+        tot = {t.figure: t for t in res.totals}
+        assert tot["busy_ns"].baseline_ns > 0 and tot["busy_ns"].candidate_ns > 0
+        assert any("cross-platform" in n for n in res.notes)
+    finally:
+        b.close()
+        c.close()
+
+
+def test_cli_compare(pair, capsys):
+    import json
+
+    from gpuscope.server.cli import main
+
+    b, c = pair("kineto", "kineto")
+    main(["compare-traces", str(b.path), str(c.path), "--device", "0", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["devices"] == [0, 0]
+    assert {e["key"]: e["delta_ns"] for e in out["kernels"]["entries"]}["gemm_kernel"] == 200_000

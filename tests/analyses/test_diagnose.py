@@ -1,0 +1,134 @@
+"""diagnose: each one-cause scenario is diagnosed as that class first, with the right evidence; Amdahl bounds;
+no-API abstention; every real profile under shared/data runs without error and stays under 20,000 characters."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuscope.fixtures import scenarios_diagnose as SD
+from gpuscope.fixtures.writers import kineto, nsys
+from gpuscope.tools.analyses.diagnose import _amdahl, diagnose
+from gpuscope.tools.model.trace import load_trace
+
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    root = tmp_path_factory.mktemp("diag")
+    out = {}
+    for name, build in SD.SCENARIOS.items():
+        fmt = SD.FORMAT[name]
+        writer = kineto if fmt == "kineto" else nsys
+        path = root / (name + (".pt.trace.json" if fmt == "kineto" else ".sqlite"))
+        out[name] = load_trace(writer.write(build(), path))
+    yield out
+    for t in out.values():
+        t.close()
+
+
+def _fields(f):
+    return {(e.tool, e.field.split("[")[0]) for e in f.evidence}
+
+
+@pytest.mark.parametrize("name", list(SD.SCENARIOS))
+def test_scenario_class_first(traces, name):
+    r = diagnose(traces[name])
+    assert r.findings, r.verdict
+    top = r.findings[0]
+    assert top.bottleneck == SD.EXPECTED[name], [(f.bottleneck, f.share_pct) for f in r.findings]
+    assert r.verdict.startswith(SD.EXPECTED[name])
+    assert [f.rank for f in r.findings] == list(range(1, len(r.findings) + 1))
+    assert all(a.time_at_stake_ns >= b.time_at_stake_ns for a, b in zip(r.findings, r.findings[1:]))
+    assert len({f.bottleneck for f in r.findings}) == len(r.findings)  # duplicates merged
+    assert r.rules and top.next_step and top.confidence_reason
+    assert len(r.model_dump_json()) < 20_000
+
+
+def test_compute_evidence(traces):
+    top = diagnose(traces["compute_bound"]).findings[0]
+    # 2*4096^3 FLOP at 989.5 TFLOP/s = 138.9 µs per call of 1000 µs -> ~13.9 % of roof; headroom ~861 µs x 5
+    assert ("roofline", "rows") in _fields(top)
+    assert top.time_at_stake_ns == pytest.approx(5 * (1_000_000 - 2 * 4096 ** 3 / 989.5e12 * 1e9), rel=0.01)
+    assert top.share_pct == pytest.approx(100 * top.time_at_stake_ns / 5_000_000, abs=0.01)
+    assert "Nsight Compute" in top.next_step and "gemm_kernel" in top.next_step  # dominant kernel merged in
+    assert ("top_kernels", "kernels") in _fields(top)
+
+
+def test_memory_evidence(traces):
+    top = diagnose(traces["memory_bound"]).findings[0]
+    # 3 * 4 B * 2^24 = 201 MB at 3.35 TB/s = 60.1 µs of 600 µs per call
+    assert top.time_at_stake_ns == pytest.approx(5 * (600_000 - 12 * (1 << 24) / 3.35e12 * 1e9), rel=0.01)
+    assert "DRAM" in top.next_step
+
+
+def test_launch_evidence(traces):
+    r = diagnose(traces["launch_bound"])
+    top = r.findings[0]
+    ev = {e.field: e.value for e in top.evidence}
+    assert ev["launches[device].tiny_pct_of_single_kernel_launches"] == 100.0
+    assert top.time_at_stake_ns == r.gpu_span_ns - 200 * 1000  # idle = span - 200 kernels of 1 µs
+    assert top.share_pct > 75
+
+
+def test_sync_evidence(traces):
+    r = diagnose(traces["sync_bound"])
+    top = r.findings[0]
+    assert "cudaDeviceSynchronize" in top.title
+    assert any("synchronize" in e.field and e.value == 10 * 104_000 for e in top.evidence)
+    assert top.time_at_stake_ns == r.gpu_span_ns - 10 * 100_000
+
+
+def test_comm_evidence(traces):
+    r = diagnose(traces["comm_bound"])
+    top = r.findings[0]
+    ev = {e.field: e.value for e in top.evidence}
+    assert ev["timelines[device_id=0].exposed_comm_ns"] == 5 * 400_000 == top.time_at_stake_ns
+    assert any(e.tool == "comm_summary" for e in top.evidence)
+    # NCCL is not a 'dominant compute kernel'; the GEMM (1/5 of the busy time) is not dominant either
+    assert all(f.bottleneck != "compute" for f in r.findings)
+
+
+def test_amdahl():
+    assert _amdahl(0.5) == (round(1 / 0.75, 3), 2.0)
+    assert _amdahl(1.0) == (2.0, None)
+    assert _amdahl(None) == (None, None)
+
+
+def test_no_api_calls_abstains(tmp_path):
+    s = SD.sync_bound()
+    s.api_calls, s.cpu_ops = [], []
+    for k in s.kernels:
+        k.correlation_id = None
+    tr = load_trace(nsys.write(s, tmp_path / "noapi.sqlite"))
+    try:
+        r = diagnose(tr)
+    finally:
+        tr.close()
+    idle = [f for f in r.findings if "idle" in f.title]
+    assert idle and idle[0].bottleneck == "other" and idle[0].confidence == "low"
+    assert "cannot be told apart" in idle[0].title
+    assert any(n.tool == "api_summary" for n in r.not_applicable)
+
+
+def test_window_skips_roofline(traces):
+    r = diagnose(traces["compute_bound"], start_ns=0, end_ns=10**12)
+    assert any(n.tool == "roofline" for n in r.not_applicable)
+
+
+REAL = sorted(p for p in DATA.rglob("*") if p.suffix in (".sqlite", ".rpd", ".gz", ".db")) if DATA.is_dir() else []
+
+
+@pytest.mark.skipif(not REAL, reason="shared/data not present")
+@pytest.mark.parametrize("path", REAL, ids=[p.name for p in REAL])
+def test_real_profiles(path):
+    tr = load_trace(path)
+    try:
+        r = diagnose(tr)
+    finally:
+        tr.close()
+    assert len(r.model_dump_json()) < 20_000
+    assert r.verdict
+    for f in r.findings:
+        assert f.share_pct is None or 2.0 <= f.share_pct <= 100.0

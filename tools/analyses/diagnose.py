@@ -1,0 +1,324 @@
+"""diagnose: a deterministic (rule-based, no LLM) first-pass diagnosis of one GPU of a profile.
+
+Runs the analyses that apply (gpu_timeline, api_summary, memcpy_summary, comm_summary, top_kernels,
+roofline), turns their figures into findings of one bottleneck class each, merges duplicates and
+ranks them by time at stake. Each finding names the tool and field behind every number, its share of
+the GPU span, Amdahl speedup bounds, a confidence with its reason, and the next measurement to take.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, Field
+
+from ..model.errors import ProfileError
+from ..model.trace import Trace
+from .api_summary import api_summary
+from .comm_patterns import comm_patterns
+from .common import Window, clip_name, pct
+from .comm_summary import comm_summary
+from .gpu_timeline import gpu_timeline
+from .memcpy_summary import memcpy_summary
+from .roofline import roofline
+from .top_kernels import top_kernels
+
+BottleneckClass = Literal["compute", "memory", "launch_overhead", "communication", "sync", "idle_host", "copies", "other"]
+
+MIN_SHARE_PCT = 2.0          # findings below this share of the GPU span are dropped
+IDLE_MIN_PCT = 5.0           # GPU idle share that opens an idle finding
+SYNC_SHARE_OF_IDLE = 0.3     # host blocked in sync calls >= 30 % of the GPU idle time -> sync
+TINY_PCT = 50.0              # >= 50 % of single-kernel launches are shorter than their launch call -> launch overhead
+HOST_WAIT_PCT = 50.0         # >= 50 % of stream idle is host-wait gaps -> idle_host
+FAR_BELOW_ROOF_PCT = 50.0    # a rated op below 50 % of its binding roof is 'far below'
+DOMINANT_KERNEL_PCT = 40.0   # one kernel >= 40 % of the device's kernel busy time is 'dominant'
+
+RULES = [
+    "Time at stake is ns of GPU time the cause accounts for; share = time at stake / GPU span of the analysed device "
+    "(gpu_timeline total_ns: first to last GPU op). Findings under 2 % are dropped; findings are ranked by time at stake.",
+    "Speedup bounds (Amdahl, as multipliers of the whole run): halved = 1/(1-0.5F), removed = 1/(1-F), F = share/100. "
+    "Upper bounds: they assume the time at stake shrinks and nothing else grows.",
+    "GPU idle >= 5 % of the span and host threads blocked in synchronize / event-query spin calls for >= 30 % of the idle "
+    "time -> sync.",
+    "GPU idle >= 5 % and >= 50 % of single-kernel launches shorter than their launch call (tiny kernels) -> launch_overhead.",
+    "GPU idle >= 5 % and >= 50 % of stream idle is host-wait gaps (next launch issued after the stream drained) -> idle_host.",
+    "GPU idle without host API calls in the profile -> other: sync, launch overhead and host work cannot be told apart.",
+    "Exposed communication (gpu_timeline exposed_comm_ns: comm kernels with no computation running) -> communication.",
+    "Exposed copies (gpu_timeline exposed_memcpy_ns) -> copies; pageable copies (memcpy_summary) are named in the evidence.",
+    "Rated ops (roofline) below 50 % of their binding roof: compute-bound -> compute, memory-bound -> memory; time at stake = "
+    "their total headroom (measured - roofline time).",
+    "One non-communication kernel >= 40 % of the device's kernel busy time -> compute ('profile it with Nsight Compute'); "
+    "when roofline findings exist the kernel is merged into the largest of them instead of a separate finding.",
+    "Duplicates (same class) are merged: evidence joined, time at stake = the largest of them (never summed).",
+    "Confidence: high = measured directly and the linking data is complete; medium = inferred from a heuristic threshold "
+    "or partial data; low = the profile lacks data needed to separate causes.",
+]
+
+
+class Evidence(BaseModel):
+    tool: str = Field(description="analysis that gives the number")
+    field: str = Field(description="field of that analysis's result")
+    value: float | int | str | None
+    note: str | None = None
+
+
+class Finding(BaseModel):
+    rank: int = Field(description="1 = most time at stake")
+    bottleneck: BottleneckClass
+    title: str
+    evidence: list[Evidence]
+    time_at_stake_ns: int = Field(description="GPU time this cause accounts for, ns")
+    share_pct: float | None = Field(description="time_at_stake_ns / denominator_ns, %")
+    denominator: str = Field(description="what share_pct divides by")
+    speedup_if_halved: float | None = Field(description="Amdahl 1/(1-0.5F), whole-run multiplier")
+    speedup_if_removed: float | None = Field(description="Amdahl 1/(1-F), whole-run multiplier; null when F >= 1")
+    confidence: Literal["high", "medium", "low"]
+    confidence_reason: str
+    next_step: str = Field(description="the next measurement to take")
+
+
+class NotApplicable(BaseModel):
+    tool: str
+    reason: str
+
+
+class DiagnoseResult(BaseModel):
+    trace: str
+    window: Window = Field(description="the window analysed (capture span unless given)")
+    device_id: int | None = Field(description="GPU analysed (the busiest unless `device` was given)")
+    device_name: str | None = None
+    other_devices: list[int] = Field(description="devices with GPU work not analysed: pass device= for them")
+    gpu_span_ns: int | None = Field(description="denominator: first to last GPU op of the device in the window, ns")
+    gpu_busy_ns: int | None = Field(description="union of the device's GPU ops, ns")
+    verdict: str = Field(description="one line: the decisive finding, or why there is none")
+    findings: list[Finding] = Field(description="ranked by time at stake")
+    dropped_findings: int = Field(description="findings cut by `limit` or below 2 % share")
+    not_applicable: list[NotApplicable] = Field(description="analyses that could not run, with the reason")
+    rules: list[str]
+
+
+def _amdahl(f: float | None) -> tuple[float | None, float | None]:
+    if f is None:
+        return None, None
+    f = max(0.0, f)
+    halved = round(1.0 / (1.0 - 0.5 * min(f, 1.0)), 3)
+    removed = round(1.0 / (1.0 - f), 3) if f < 1.0 else None
+    return halved, removed
+
+
+def _ev(tool: str, field: str, value: Any, note: str | None = None) -> Evidence:
+    if isinstance(value, float):
+        value = round(value, 3)
+    return Evidence(tool=tool, field=field, value=value, note=note)
+
+
+def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = None, end_ns: int | None = None,
+             limit: int = 8) -> DiagnoseResult:
+    limit = max(1, min(int(limit), 20))
+    na: list[NotApplicable] = []
+
+    def run(tool: str, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except ProfileError as exc:
+            na.append(NotApplicable(tool=tool, reason=f"not applicable: {exc}"))
+            return None
+
+    tl = gpu_timeline(trace, device=device, start_ns=start_ns, end_ns=end_ns)  # ProfileError propagates: nothing to diagnose
+    timelines = [t for t in tl.timelines if t.device_id is not None]
+    if not timelines:
+        raise ProfileError(f"{trace.path.name}: no GPU operations in the selection; there is nothing to diagnose.")
+    main = max(timelines, key=lambda t: (t.busy_ns, -(t.device_id or 0)))
+    dev = main.device_id
+    others = sorted({t.device_id for t in timelines if t.device_id != dev})
+    span = main.total_ns
+    denom = f"GPU span of device {dev} (gpu_timeline.timelines[].total_ns = {span} ns)"
+    tl_field = f"timelines[device_id={dev}]"
+
+    api = run("api_summary", lambda: api_summary(trace, device=dev, start_ns=start_ns, end_ns=end_ns))
+    mem = run("memcpy_summary", lambda: memcpy_summary(trace, device=dev, start_ns=start_ns, end_ns=end_ns)) if main.memcpy_ops else None
+    if not main.memcpy_ops:
+        na.append(NotApplicable(tool="memcpy_summary", reason="not applicable: no memory copies on the device in the window"))
+    comm = run("comm_summary", lambda: comm_summary(trace, device=dev, start_ns=start_ns, end_ns=end_ns)) if main.comm_ops else None
+    if not main.comm_ops:
+        na.append(NotApplicable(tool="comm_summary", reason="not applicable: no communication kernels on the device in the window"))
+    top = run("top_kernels", lambda: top_kernels(trace, device=dev, start_ns=start_ns, end_ns=end_ns, limit=5))
+    roof = None
+    if start_ns is not None or end_ns is not None:
+        na.append(NotApplicable(tool="roofline", reason="not applicable: roofline covers the whole profile and takes no time window"))
+    else:
+        roof = run("roofline", lambda: roofline(trace, device=dev, limit=20))
+
+    found: list[dict] = []
+
+    def add(cls: str, title: str, evidence: list[Evidence], stake: int, conf: str, why: str, step: str) -> None:
+        if stake > 0:
+            found.append(dict(bottleneck=cls, title=title, evidence=evidence, stake=int(stake), conf=conf, why=why, step=step))
+
+    # -- idle: sync / launch overhead / host / undecidable --------------------------------------------
+    idle_pct = main.idle_pct_of_total or 0.0
+    if idle_pct >= IDLE_MIN_PCT:
+        ev = [_ev("gpu_timeline", f"{tl_field}.idle_ns", main.idle_ns), _ev("gpu_timeline", f"{tl_field}.idle_pct_of_total", idle_pct)]
+        streams = [s for s in tl.streams if s.device_id == dev]
+        s_idle = sum(s.idle_ns for s in streams)
+        host_wait = sum(s.host_wait_ns for s in streams)
+        unknown = sum(s.launch_unknown_ns for s in streams)
+        host_wait_pct = pct(host_wait, s_idle)
+        if streams:
+            ev.append(_ev("gpu_timeline", "streams[].host_wait_ns (sum)", host_wait, f"{host_wait_pct} % of summed stream idle"))
+        if api is None:
+            add("other", f"GPU idle {idle_pct:.1f} % of the span; cause undetermined: the profile holds no host API calls, so sync, "
+                "launch overhead and host-side work cannot be told apart", ev, main.idle_ns, "low",
+                "no host API calls: the host side of the idle gaps is not recorded",
+                "capture with the host side traced (nsys -t cuda,nvtx,osrt; torch.profiler with CPU activities) to see what the host did")
+        else:
+            sync_ns, sync_thread, contributors = 0, None, []
+            for th in api.blocked_threads:
+                cat = th.blocked_by_category_ns
+                v = min(th.blocked_ns, cat.get("synchronize", 0) + cat.get("event_query_spin", 0))
+                if v > sync_ns:
+                    sync_ns, sync_thread = v, th
+                    contributors = [c.name for c in th.contributors if c.category in ("synchronize", "event_query_spin")][:3]
+            launch = next((r for r in (api.launches or []) if r.device_id == dev and r.stream_id is None), None)
+            tiny_pct = launch.tiny_pct_of_single_kernel_launches if launch else None
+            if sync_thread is not None:
+                ev.append(_ev("api_summary", f"blocked_threads[tid={sync_thread.tid}].blocked_by_category_ns[synchronize+event_query_spin]",
+                              sync_ns, f"calls: {', '.join(contributors) or '-'}"))
+            if launch is not None:
+                ev += [_ev("api_summary", "launches[device].tiny_pct_of_single_kernel_launches", tiny_pct),
+                       _ev("api_summary", "launches[device].launch_latency.median_ns", launch.launch_latency.median_ns),
+                       _ev("api_summary", "launches[device].api_duration.median_ns", launch.api_duration.median_ns)]
+            partial = unknown > 0.5 * max(s_idle, 1)
+            conf_adj = "; more than half of the stream idle precedes ops whose launch is not in the profile" if partial else ""
+            if sync_ns >= SYNC_SHARE_OF_IDLE * main.idle_ns and (tiny_pct or 0) < TINY_PCT:
+                add("sync", f"GPU idle {idle_pct:.1f} % of the span while the host blocks in synchronization "
+                    f"({', '.join(contributors) or 'sync calls'})", ev, main.idle_ns, "low" if partial else "medium",
+                    "host blocked in sync calls for >= 30 % of the GPU idle time; that the gaps follow the syncs is inferred" + conf_adj,
+                    "find the sync sites (call_stack / marker_summary around the blocking calls; torch: .item(), .cpu(), "
+                    "non_blocking=False copies) and remove or defer them so the host can run ahead")
+            elif tiny_pct is not None and tiny_pct >= TINY_PCT:
+                add("launch_overhead", f"GPU idle {idle_pct:.1f} % of the span: kernels finish faster than the host launches them "
+                    f"({tiny_pct:.0f} % of launches are tiny)", ev, main.idle_ns, "low" if partial else "medium",
+                    "tiny kernels shorter than their launch call measured directly; their share of the idle time is inferred" + conf_adj,
+                    "count launches per step (api_summary launches) and try CUDA graphs / torch.compile / kernel fusion; "
+                    "capture with -t cuda,nvtx to see the launching host code")
+            elif host_wait_pct is not None and host_wait_pct >= HOST_WAIT_PCT:
+                add("idle_host", f"GPU idle {idle_pct:.1f} % of the span waiting on the host (next op launched after the stream drained)",
+                    ev, main.idle_ns, "low" if partial else "medium",
+                    f"{host_wait_pct} % of stream idle is host-wait gaps (HTA classification)" + conf_adj,
+                    "sample the host during the gaps (nsys --sample=cpu / py-spy; marker_summary on NVTX ranges) to find the CPU work")
+            else:
+                add("other", f"GPU idle {idle_pct:.1f} % of the span with ops launched in time (waiting on events, other streams "
+                    "or dependencies)", ev, main.idle_ns, "low",
+                    "neither sync, tiny launches nor host-wait gaps explain the idle time",
+                    "inspect the largest gaps (gap_histogram top gaps) and the cross-stream waits around them")
+
+    # -- communication -------------------------------------------------------------------------------
+    if main.exposed_comm_ns > 0:
+        ev = [_ev("gpu_timeline", f"{tl_field}.exposed_comm_ns", main.exposed_comm_ns),
+              _ev("gpu_timeline", f"{tl_field}.exposed_comm_pct_of_total", main.exposed_comm_pct_of_total),
+              _ev("gpu_timeline", f"{tl_field}.comm_comp_overlap_pct_of_comm", main.comm_comp_overlap_pct_of_comm)]
+        if comm is not None:
+            for c in sorted((c for c in comm.collectives if c.device_id == dev), key=lambda c: -c.total_ns)[:2]:
+                ev.append(_ev("comm_summary", f"collectives[{c.collective}].total_ns", c.total_ns, f"{c.count} calls"))
+        add("communication", f"Exposed communication: {main.exposed_comm_pct_of_total or 0:.1f} % of the span has communication with no "
+            "computation running", ev, main.exposed_comm_ns, "high" if main.unlinked_ops == 0 else "medium",
+            "interval algebra over communication kernels (name patterns) and computation",
+            "check message sizes and bandwidth (comm_summary messages), overlap comm with compute (bucket sizes, async "
+            "collectives), and compare ranks (rank_summary) for stragglers")
+
+    # -- copies --------------------------------------------------------------------------------------
+    if main.exposed_memcpy_ns > 0:
+        ev = [_ev("gpu_timeline", f"{tl_field}.exposed_memcpy_ns", main.exposed_memcpy_ns),
+              _ev("gpu_timeline", f"{tl_field}.exposed_memcpy_pct_of_total", main.exposed_memcpy_pct_of_total)]
+        pageable = []
+        if mem is not None:
+            for g in sorted((g for g in mem.groups if g.device_id == dev), key=lambda g: -g.exposed_ns)[:3]:
+                ev.append(_ev("memcpy_summary", f"groups[{g.direction},{g.src_kind}->{g.dst_kind}].exposed_ns", g.exposed_ns,
+                              f"{g.count} ops, {g.gb_per_s_over_wall} GB/s" + (", pageable" if g.pageable else "")))
+                if g.pageable:
+                    pageable.append(g.direction)
+        add("copies", f"Exposed copies: {main.exposed_memcpy_pct_of_total or 0:.1f} % of the span copies run with no kernel running"
+            + (f" (pageable {'/'.join(pageable)})" if pageable else ""), ev, main.exposed_memcpy_ns, "high",
+            "interval algebra over copies, computation and communication",
+            "use pinned memory and non_blocking copies on a side stream; check bandwidth per direction (memcpy_summary)")
+
+    # -- roofline: compute / memory ------------------------------------------------------------------
+    if roof is not None:
+        if not roof.peaks_known:
+            na.append(NotApplicable(tool="roofline", reason=f"not applicable: {roof.message or 'unknown GPU peaks'}"))
+        rated = [r for r in roof.rows if r.rated and r.pct_of_roof is not None and r.total_headroom_ns]
+        if roof.peaks_known and not rated:
+            na.append(NotApplicable(tool="roofline", reason="not applicable: no op could be rated (no op shapes / perf model); "
+                                    "compute vs memory cannot be judged"))
+        for cls in ("compute", "memory"):
+            rows = sorted((r for r in rated if r.bound == cls and r.pct_of_roof < FAR_BELOW_ROOF_PCT),
+                          key=lambda r: -(r.total_headroom_ns or 0))
+            if not rows:
+                continue
+            stake = int(sum(r.total_headroom_ns for r in rows))
+            ev = [_ev("roofline", f"rows[{clip_name(r.name, 60)}].total_headroom_ns", int(r.total_headroom_ns),
+                      f"{r.pct_of_roof} % of {r.compute_roof_field if cls == 'compute' else 'memory roof'}, "
+                      f"{r.count} calls, {r.total_time_ns} ns measured") for r in rows[:3]]
+            ev.append(_ev("roofline", f"rows[bound={cls}, pct_of_roof<50].count", len(rows)))
+            add(cls, f"{cls.capitalize()}-bound ops far below their roof: {clip_name(rows[0].name, 60)} at "
+                f"{rows[0].pct_of_roof:.1f} % of roof" + (f" (+{len(rows) - 1} more)" if len(rows) > 1 else ""), ev, stake,
+                "medium" if roof.peaks_confidence != "low" else "low",
+                "analytic FLOP/byte models against datasheet peaks (perfect-cache bytes); time at stake is the headroom to the roof",
+                f"profile {clip_name(rows[0].name, 60)}'s kernels with Nsight Compute (SOL %, "
+                + ("tensor-pipe utilisation, occupancy)" if cls == "compute" else "DRAM throughput, L2 hit rate, coalescing)"))
+
+    # -- dominant kernel -----------------------------------------------------------------------------
+    if top is not None:
+        rx = re.compile("|".join(f"(?:{p})" for p in comm_patterns()), re.I)
+        kern = [k for k in top.kernels if k.device_id == dev and not rx.search(k.name)]
+        if kern and (kern[0].pct_of_device_busy_time or 0) >= DOMINANT_KERNEL_PCT:
+            k = kern[0]
+            ev = [_ev("top_kernels", f"kernels[{clip_name(k.name, 60)}].total_ns", k.total_ns, f"{k.count} calls, avg {k.avg_ns:.0f} ns"),
+                  _ev("top_kernels", f"kernels[{clip_name(k.name, 60)}].pct_of_device_busy_time", k.pct_of_device_busy_time)]
+            step = f"profile kernel {clip_name(k.name, 60)} with Nsight Compute (ncu --set full) for SOL %, occupancy and stall reasons"
+            roof_f = [f for f in found if f["bottleneck"] in ("compute", "memory")]
+            if roof_f:
+                tgt = max(roof_f, key=lambda f: f["stake"])
+                tgt["evidence"] += ev
+                tgt["step"] += f"; dominant kernel: {clip_name(k.name, 60)}"
+            else:
+                add("compute", f"Dominant kernel: {clip_name(k.name, 60)} takes {k.pct_of_device_busy_time:.1f} % of the kernel busy time",
+                    ev, k.total_ns, "medium" if roof is None or not roof.peaks_known else "low",
+                    "time share measured; whether it is below its roof is unknown (no roofline rating for it)", step)
+
+    # -- merge, rank, cut ----------------------------------------------------------------------------
+    merged: dict[str, dict] = {}
+    for f in found:
+        m = merged.get(f["bottleneck"])
+        if m is None:
+            merged[f["bottleneck"]] = f
+        else:
+            keep, other = (f, m) if f["stake"] > m["stake"] else (m, f)
+            keep["evidence"] = keep["evidence"] + other["evidence"]
+            keep["title"] += f"; also: {other['title']}"
+            merged[f["bottleneck"]] = keep
+    ranked = sorted(merged.values(), key=lambda f: -f["stake"])
+    findings: list[Finding] = []
+    dropped = 0
+    for f in ranked:
+        share = pct(f["stake"], span)
+        if share is not None and share < MIN_SHARE_PCT or len(findings) >= limit:
+            dropped += 1
+            continue
+        F = None if share is None else min(share, 100.0) / 100.0
+        h, r = _amdahl(F)
+        findings.append(Finding(rank=len(findings) + 1, bottleneck=f["bottleneck"], title=f["title"], evidence=f["evidence"][:8],
+                                time_at_stake_ns=f["stake"], share_pct=share, denominator=denom, speedup_if_halved=h,
+                                speedup_if_removed=r, confidence=f["conf"], confidence_reason=f["why"], next_step=f["step"]))
+    if findings:
+        top_f = findings[0]
+        verdict = (f"{top_f.bottleneck}: {top_f.title} — {top_f.share_pct} % of the GPU span at stake "
+                   f"(≤ {top_f.speedup_if_halved}× if halved, ≤ {top_f.speedup_if_removed or '∞'}× if removed)")
+    else:
+        verdict = ("no bottleneck reaches 2 % of the GPU span with the data available; the GPU is busy "
+                   f"{main.busy_pct_of_total} % of its span — rate kernels with roofline (needs op shapes) or Nsight Compute")
+    return DiagnoseResult(trace=tl.trace, window=tl.window, device_id=dev, device_name=main.device_name, other_devices=others,
+                          gpu_span_ns=span, gpu_busy_ns=main.busy_ns, verdict=verdict, findings=findings, dropped_findings=dropped,
+                          not_applicable=na, rules=RULES)
