@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench serve clean
+.PHONY: install demo test bench serve clean e2e
 
 install: $(STAMP)
 
@@ -22,6 +22,9 @@ test: install
 
 bench: install
 	$(PY) -m gpuscope.fixtures.bench
+
+e2e: install
+	bash e2e/run.sh
 
 serve: install
 	$(VENV)/bin/gpuscope serve

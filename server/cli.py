@@ -118,9 +118,62 @@ COMMANDS["roofline"] = (_roofline, "Roofline", [
     (("--limit",), {"type": int, "default": 8}), (("--plot",), {"metavar": "PNG", "help": "write the roofline chart (needs gpuscope[plots])"})])
 
 # [anchor:cli-diagnose]
+from gpuscope.tools.analyses.diagnose import diagnose as _diagnose_fn  # noqa: E402
+COMMANDS["diagnose"] = (_with_trace(_diagnose_fn), "Diagnosis", [
+    (("--device",), {"type": int}), *_WINDOW, (("--limit",), {"type": int, "default": 8})])
 # [anchor:cli-compare]
+def _compare_traces(trace: str, candidate: str, device: int | None = None, candidate_device: int | None = None,
+                    **kw) -> BaseModel:
+    from gpuscope.tools.analyses.compare_traces import compare_traces
+
+    dev = device if candidate_device is None else [device if device is not None else candidate_device, candidate_device]
+    return compare_traces(open_trace(trace), open_trace(candidate), device=dev, **kw)
+
+
+COMMANDS["compare-traces"] = (_compare_traces, "Comparison", [
+    (("candidate",), {"help": "profile compared against the first (baseline)"}),
+    (("--device",), {"type": int, "help": "device id (both sides, or the baseline side with --candidate-device)"}),
+    (("--candidate-device",), {"type": int}), (("--limit",), {"type": int, "default": 15}),
+    (("--match",), {"choices": ["name", "short_name"], "default": "short_name"})])
+
 # [anchor:cli-remote]
+# Subcommands outside the trace-tool table: name -> (help, add_arguments(subparser), run(args)).
+EXTRA_COMMANDS: dict[str, tuple[str, Callable, Callable]] = {}
+
+
+def _remote_context_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("cluster", nargs="?", help="cluster name in ~/.config/gpuscope/clusters.toml (env GPUSCOPE_CLUSTERS)")
+    for flag in ("--login-host", "--partition", "--account", "--time", "--container-image", "--workdir"):
+        p.add_argument(flag)
+    p.add_argument("--launcher", choices=["srun", "sbatch"])
+    p.add_argument("--nodes", type=int)
+    p.add_argument("--gpus-per-node", type=int)
+    for flag in ("--ssh-option", "--container-mount", "--module"):
+        p.add_argument(flag, dest=flag[2:].replace("-", "_") + "s", action="append")
+
+
+def _remote_context_run(args: argparse.Namespace) -> None:
+    from gpuscope.tools.remote_context import remote_context
+
+    kw = {k: v for k, v in vars(args).items() if k not in ("command", "cluster")}
+    print(remote_context(args.cluster, **kw).markdown, end="")
+
+
+EXTRA_COMMANDS["remote-context"] = ("Remote Execution Context block for a cluster", _remote_context_args, _remote_context_run)
 # [anchor:cli-install]
+def _install_args(p: argparse.ArgumentParser) -> None:
+    from .install import add_arguments
+
+    add_arguments(p)
+
+
+def _install_run(args: argparse.Namespace) -> None:
+    from .install import run_cli
+
+    run_cli(args)
+
+
+EXTRA_COMMANDS["install"] = ("register the MCP server with Claude Code or Cursor and copy the skills", _install_args, _install_run)
 
 COMMANDS["rank-summary"] = (_rank_summary, "Ranks", [
     (("--marker",), {}), (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}),
@@ -155,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
         for flags, kwargs in extra:
             p.add_argument(*flags, **kwargs)
         p.add_argument("--json", action="store_true", help="print the structured result as JSON")
+    for name, (help_, add_args, _) in EXTRA_COMMANDS.items():
+        add_args(sub.add_parser(name, help=help_))
     return parser
 
 
@@ -164,6 +219,13 @@ def main(argv: list[str] | None = None) -> None:
         from .app import run
 
         run(http=args.http, port=args.port)
+        return
+    if args.command in EXTRA_COMMANDS:
+        try:
+            EXTRA_COMMANDS[args.command][2](args)
+        except ProfileError as exc:
+            print(f"gpuscope: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
         return
     fn, title, _ = COMMANDS[args.command]
     kwargs = {k: v for k, v in vars(args).items() if k not in ("command", "json")}

@@ -18,7 +18,7 @@ DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 REAL = (sorted((DATA / "nsys").glob("*.sqlite")) + sorted((DATA / "pytorch").glob("*.json.gz"))
         + sorted((DATA / "rocpd_legacy").glob("*.rpd"))) if DATA.is_dir() else []
 SINGLE_PROFILE_TOOLS = ["trace_info", "top_kernels", "gap_histogram", "memcpy_summary", "stream_summary",
-                        "marker_summary", "iterations", "api_summary", "gpu_timeline", "comm_summary", "phases", "ops_summary", "perf_summary", "roofline",
+                        "marker_summary", "iterations", "api_summary", "gpu_timeline", "comm_summary", "phases", "ops_summary", "perf_summary", "roofline", "diagnose",
                         "list_tables"]
 # A refusal must say what is missing or what to pass instead.
 MISSING_WORDS = ("no ", "not ", "lacks", "without", "absent", "cannot", "pass ")

@@ -32,7 +32,9 @@ pytestmark = pytest.mark.anyio
 TOOLS = {"list_traces", "trace_info", "top_kernels", "gap_histogram", "sql_query", "list_tables", "describe_table",
          "phases", "api_summary", "marker_summary", "iterations",
          "memcpy_summary", "stream_summary", "gpu_timeline", "comm_summary", "rank_summary",
-         "ops_summary", "perf_summary", "call_stack", "replay_spec", "roofline"}
+         "ops_summary", "perf_summary", "call_stack", "replay_spec", "roofline", "get_guide",
+         "diagnose", "compare_traces"}
+TOOLS |= {"remote_context"}
 MAX_RESULT_CHARS = 20_000
 FORMATS = ["nsys", "rocpd", "kineto", "kineto_gz"]
 
@@ -82,7 +84,10 @@ async def test_tool_list_annotations_and_schemas(client):
         props = t.input_schema["properties"]
         assert "ctx" not in props, name
         assert t.description and len(t.description.encode()) <= 2048, name
-        first = {"list_traces": "path", "rank_summary": "traces"}.get(name, "trace")
+        if name == "remote_context":
+            continue  # every argument is optional: settings come from clusters.toml and/or arguments
+        first = {"list_traces": "path", "rank_summary": "traces", "get_guide": "topic",
+                 "compare_traces": "baseline"}.get(name, "trace")
         assert first in t.input_schema.get("required", []), name
         assert props[first]["type"] == ("array" if name == "rank_summary" else "string")
     tk = tools["top_kernels"].input_schema["properties"]

@@ -1,0 +1,93 @@
+"""`gpuscope install claude|cursor`: JSON merge path (no `claude` on PATH), idempotent, keeps user servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuscope.server import install
+from gpuscope.server.cli import main
+from gpuscope.tools.model.errors import ProfileError
+
+REPO = Path(__file__).resolve().parents[2]
+USER = {"mcpServers": {"mine": {"command": "/usr/bin/my-server", "args": ["--x"]}}, "other": {"keep": True}}
+
+
+def _run_cli(argv, project: Path, monkeypatch, capsys) -> str:
+    monkeypatch.setenv("PATH", str(project / "empty-bin"))  # no `claude` here
+    main(["install", *argv, "--project", str(project)])
+    return capsys.readouterr().out
+
+
+def test_claude_project_merge_twice(tmp_path, monkeypatch, capsys):
+    (tmp_path / ".mcp.json").write_text(json.dumps(USER))
+    out1 = _run_cli(["claude"], tmp_path, monkeypatch, capsys)
+    first = (tmp_path / ".mcp.json").read_text()
+    out2 = _run_cli(["claude", "--scope", "project"], tmp_path, monkeypatch, capsys)
+    assert "added" in out1 and "unchanged" in out2 and "not on PATH" in out1
+    data = json.loads((tmp_path / ".mcp.json").read_text())
+    assert (tmp_path / ".mcp.json").read_text() == first
+    assert data["mcpServers"]["mine"] == USER["mcpServers"]["mine"] and data["other"] == {"keep": True}
+    entry = data["mcpServers"]["gpuscope"]
+    assert entry["args"] == ["serve"] and Path(entry["command"]).is_absolute() and entry["command"].endswith("gpuscope")
+    skills = sorted(p.name for p in (REPO / "skills").iterdir() if (p / "SKILL.md").is_file())
+    for name in skills:
+        assert (tmp_path / ".claude" / "skills" / name / "SKILL.md").is_file()
+
+
+def test_claude_user_scope_merges_claude_json(tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".claude.json").write_text(json.dumps({"numStartups": 3, "mcpServers": {"mine": {"command": "x"}}}))
+    monkeypatch.setenv("HOME", str(home))
+    _run_cli(["claude", "--scope", "user"], tmp_path, monkeypatch, capsys)
+    _run_cli(["claude", "--scope", "user"], tmp_path, monkeypatch, capsys)
+    data = json.loads((home / ".claude.json").read_text())
+    assert data["numStartups"] == 3 and set(data["mcpServers"]) == {"mine", "gpuscope"}
+    assert not (tmp_path / ".mcp.json").exists()
+
+
+def test_cursor_merge_twice(tmp_path, monkeypatch, capsys):
+    (tmp_path / ".cursor").mkdir()
+    (tmp_path / ".cursor" / "mcp.json").write_text(json.dumps(USER))
+    _run_cli(["cursor"], tmp_path, monkeypatch, capsys)
+    out = _run_cli(["cursor"], tmp_path, monkeypatch, capsys)
+    assert "unchanged" in out
+    data = json.loads((tmp_path / ".cursor" / "mcp.json").read_text())
+    assert set(data["mcpServers"]) == {"mine", "gpuscope"} and data["other"] == {"keep": True}
+    assert data["mcpServers"]["gpuscope"]["args"] == ["serve"]
+
+
+def test_cursor_fresh_project(tmp_path, monkeypatch, capsys):
+    _run_cli(["cursor"], tmp_path, monkeypatch, capsys)
+    assert set(json.loads((tmp_path / ".cursor" / "mcp.json").read_text())["mcpServers"]) == {"gpuscope"}
+
+
+@pytest.mark.parametrize("host,rel", [("claude", ".mcp.json"), ("cursor", ".cursor/mcp.json")])
+def test_invalid_json_refused_and_untouched(tmp_path, monkeypatch, capsys, host, rel):
+    path = tmp_path / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{not json")
+    with pytest.raises(SystemExit) as exc:
+        _run_cli([host], tmp_path, monkeypatch, capsys)
+    assert exc.value.code == 2
+    assert "not valid JSON" in capsys.readouterr().err and path.read_text() == "{not json"
+
+
+def test_claude_on_path_is_used(tmp_path, monkeypatch):
+    """With a (fake) `claude` on PATH, install runs `claude mcp remove` then `claude mcp add --scope project`."""
+    log = tmp_path / "calls.log"
+    fake = tmp_path / "bin" / "claude"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
+    fake.chmod(0o755)
+    lines = install.install_claude("project", tmp_path, claude=str(fake))
+    calls = log.read_text().splitlines()
+    assert calls[0] == "mcp remove --scope project gpuscope"
+    assert calls[1].startswith("mcp add --scope project gpuscope -- /") and calls[1].endswith("gpuscope serve")
+    assert lines[0].startswith("ran:")
