@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Callable, Literal
 
+import base64
+
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-import base64
-
 from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
@@ -22,6 +22,10 @@ from gpuscope.tools import analyses as A
 from gpuscope.tools.analyses.api_summary import ApiSummaryResult
 from gpuscope.tools.analyses.call_stack import CallStackResult
 from gpuscope.tools.analyses.comm_summary import CommSummaryResult
+from gpuscope.tools.analyses.compare_traces import CompareResult
+from gpuscope.tools.analyses.compare_traces import compare_traces as _compare_traces
+from gpuscope.tools.analyses.diagnose import DiagnoseResult
+from gpuscope.tools.analyses.diagnose import diagnose as _diagnose
 from gpuscope.tools.analyses.gap_histogram import GapHistogramResult
 from gpuscope.tools.analyses.gpu_timeline import GpuTimelineResult
 from gpuscope.tools.analyses.iterations import IterationsResult
@@ -41,7 +45,10 @@ from gpuscope.tools.analyses.trace_info import TraceInfoResult
 from gpuscope.tools.model.cache import open_trace
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import Trace
+from gpuscope.tools.remote_context import RemoteContextResult
+from gpuscope.tools.remote_context import remote_context as _remote_context
 
+from . import skills as _skills
 from .render import render
 
 INSTRUCTIONS = """gpuscope: read-only performance analysis of GPU profiles — Nsight Systems SQLite exports \
@@ -464,12 +471,7 @@ async def describe_table(
     return await _answer(ctx, "Table", lambda: A.describe_table(_open(trace, ctx), table))
 
 
-# -- issue 5 anchors: skills/resources/prompts, diagnose, compare_traces, remote_context register below --
-# [anchor:skills]
-from . import skills as _skills  # noqa: E402
 _skills.register(server, READ_ONLY)
-# [anchor:diagnose]
-from gpuscope.tools.analyses.diagnose import DiagnoseResult, diagnose as _diagnose  # noqa: E402
 
 
 @server.tool(annotations=READ_ONLY, title="Diagnosis")
@@ -490,8 +492,6 @@ async def diagnose(
         _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, limit=limit))
 
 
-# [anchor:compare]
-from gpuscope.tools.analyses.compare_traces import CompareResult, compare_traces as _compare_traces  # noqa: E402
 
 
 @server.tool(annotations=READ_ONLY, title="Compare two profiles")
@@ -513,8 +513,6 @@ async def compare_traces(
         _open(baseline, ctx), _open(candidate, ctx), device=device, limit=limit, match=match))
 
 
-# [anchor:remote]
-from gpuscope.tools.remote_context import RemoteContextResult, remote_context as _remote_context  # noqa: E402
 
 
 @server.tool(annotations=READ_ONLY)

@@ -117,11 +117,9 @@ COMMANDS["roofline"] = (_roofline, "Roofline", [
     (("--peaks",), {"help": "JSON peak overrides"}), (("--dtype",), {"choices": ["bf16", "fp16", "fp32", "tf32", "fp64", "fp8", "fp4", "int8"]}),
     (("--limit",), {"type": int, "default": 8}), (("--plot",), {"metavar": "PNG", "help": "write the roofline chart (needs gpuscope[plots])"})])
 
-# [anchor:cli-diagnose]
 from gpuscope.tools.analyses.diagnose import diagnose as _diagnose_fn  # noqa: E402
 COMMANDS["diagnose"] = (_with_trace(_diagnose_fn), "Diagnosis", [
     (("--device",), {"type": int}), *_WINDOW, (("--limit",), {"type": int, "default": 8})])
-# [anchor:cli-compare]
 def _compare_traces(trace: str, candidate: str, device: int | None = None, candidate_device: int | None = None,
                     **kw) -> BaseModel:
     from gpuscope.tools.analyses.compare_traces import compare_traces
@@ -136,7 +134,6 @@ COMMANDS["compare-traces"] = (_compare_traces, "Comparison", [
     (("--candidate-device",), {"type": int}), (("--limit",), {"type": int, "default": 15}),
     (("--match",), {"choices": ["name", "short_name"], "default": "short_name"})])
 
-# [anchor:cli-remote]
 # Subcommands outside the trace-tool table: name -> (help, add_arguments(subparser), run(args)).
 EXTRA_COMMANDS: dict[str, tuple[str, Callable, Callable]] = {}
 
@@ -160,7 +157,6 @@ def _remote_context_run(args: argparse.Namespace) -> None:
 
 
 EXTRA_COMMANDS["remote-context"] = ("Remote Execution Context block for a cluster", _remote_context_args, _remote_context_run)
-# [anchor:cli-install]
 def _install_args(p: argparse.ArgumentParser) -> None:
     from .install import add_arguments
 
