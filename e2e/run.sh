@@ -18,7 +18,13 @@ fail=0
 run() {  # run CMD..., print it and its output; remember failures
   echo "+ $*"
   if ! out=$("$@" 2>&1); then echo "$out"; echo "e2e: FAILED: $*"; fail=1; return 1; fi
-  echo "$out"; printf '%s' "$out" > "$WORK/last"
+  printf '%s' "$out" > "$WORK/last"
+  # Long JSON (tools/list is ~12k lines) is summarised: its first lines and the line count.
+  if [ "$(printf '%s\n' "$out" | wc -l)" -gt 40 ]; then
+    printf '%s\n' "$out" | head -20; echo "... ($(printf '%s\n' "$out" | wc -l) lines in all)"
+  else
+    echo "$out"
+  fi
 }
 
 PROFILE="$WORK/e2e.sqlite"
@@ -27,6 +33,7 @@ run "$PY" -c "from gpuscope.fixtures.catalog import SCENARIOS; from gpuscope.fix
 INSPECTOR=(npx -y @modelcontextprotocol/inspector --cli "$GPUSCOPE" serve)
 if run "${INSPECTOR[@]}" --method tools/list; then
   grep -q '"name": "trace_info"' "$WORK/last" || { echo "e2e: FAILED: tools/list lacks trace_info"; fail=1; }
+  echo "tools listed: $(grep -c '"inputSchema"' "$WORK/last")"
 fi
 if run "${INSPECTOR[@]}" --method tools/call --tool-name trace_info --tool-arg "trace=$PROFILE"; then
   grep -q '"isError": true' "$WORK/last" && { echo "e2e: FAILED: trace_info returned an error"; fail=1; }
