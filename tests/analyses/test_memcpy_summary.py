@@ -7,11 +7,11 @@ import gzip
 import importlib
 import json
 import sqlite3
-from pathlib import Path
 
 import pytest
 
 from gpuscope.fixtures import truth as T
+from gpuscope.fixtures.samples import SHARED_DATA, real_profiles
 from gpuscope.fixtures.scenarios_memcpy_summary import memcpy_mix, memcpy_truth
 from gpuscope.tools.analyses.memcpy_summary import memcpy_summary
 from gpuscope.tools.model.cache import open_trace
@@ -20,9 +20,8 @@ from gpuscope.tools.model.trace import load_trace
 
 FORMATS = ("nsys", "rocpd", "kineto")
 SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-REAL = sorted([*(DATA / "nsys").glob("*.sqlite"), *(DATA / "pytorch").glob("*.json.gz"), *(DATA / "rocpd_legacy").glob("*.rpd")]) \
-    if DATA.is_dir() else []
+DATA = SHARED_DATA
+REAL = real_profiles()
 US, MiB = 1000, 1 << 20
 # Only Nsight exports state the DRAM bandwidth (rocpd agents and Kineto deviceProperties do not).
 STATES_BANDWIDTH = {"nsys": True, "rocpd": False, "kineto": False}

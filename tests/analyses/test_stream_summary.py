@@ -6,11 +6,11 @@ from __future__ import annotations
 import importlib
 import sqlite3
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from gpuscope.fixtures import truth as T
+from gpuscope.fixtures.samples import SHARED_DATA, real_profiles
 from gpuscope.fixtures.catalog import SCENARIOS as CATALOG
 from gpuscope.fixtures.scenarios_stream_summary import stream_concurrency, stream_truth
 from gpuscope.tools.analyses.stream_summary import stream_summary
@@ -20,9 +20,8 @@ from gpuscope.tools.model.trace import load_trace
 
 FORMATS = ("nsys", "rocpd", "kineto")
 SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-REAL = sorted([*(DATA / "nsys").glob("*.sqlite"), *(DATA / "pytorch").glob("*.json.gz"), *(DATA / "rocpd_legacy").glob("*.rpd")]) \
-    if DATA.is_dir() else []
+DATA = SHARED_DATA
+REAL = real_profiles()
 US = 1000
 
 

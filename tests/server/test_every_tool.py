@@ -10,13 +10,12 @@ from pathlib import Path
 import pytest
 from mcp import Client
 
+from gpuscope.fixtures.samples import real_profiles
 from gpuscope.server.app import server
 
 pytestmark = pytest.mark.anyio
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-REAL = (sorted((DATA / "nsys").glob("*.sqlite")) + sorted((DATA / "pytorch").glob("*.json.gz"))
-        + sorted((DATA / "rocpd_legacy").glob("*.rpd"))) if DATA.is_dir() else []
+REAL = real_profiles()
 SINGLE_PROFILE_TOOLS = ["trace_info", "top_kernels", "gap_histogram", "memcpy_summary", "stream_summary",
                         "marker_summary", "iterations", "api_summary", "gpu_timeline", "comm_summary", "phases", "ops_summary", "perf_summary", "roofline", "diagnose",
                         "list_tables"]
