@@ -119,6 +119,24 @@ def rich(tmp_path_factory):
     assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, "the reader modified the profile"
 
 
+def test_rocpd_damaged_pages_refused(rich, tmp_path):
+    """A page overwritten anywhere in the file either still loads or raises ProfileError: SQLite
+    reports damage only when a reader reaches the page (sqlite3.DatabaseError mid-read), and a
+    damaged schema page gives an error message that is not valid UTF-8."""
+    _, path, _ = rich
+    data = path.read_bytes()
+    refused = 0
+    for offset in range(4096, len(data), 4096):
+        broken = tmp_path / f"damaged_{offset}.db"
+        broken.write_bytes(data[:offset] + b"\xff" * 512 + data[offset + 512:])
+        try:
+            load_trace(broken).close()
+        except ProfileError as exc:
+            refused += 1
+            assert broken.name in str(exc)
+    assert refused, "no damaged page was noticed"
+
+
 # -- rocpd v3 round trip ---------------------------------------------------------------------------
 
 

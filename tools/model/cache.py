@@ -45,17 +45,20 @@ def open_trace(path: str | Path, progress: Progress = _no_progress) -> Trace:
             return hit
         lock = _loading.setdefault(key, threading.Lock())
     with lock:  # two concurrent first calls load the file once
-        with _guard:
-            hit = _cache.get(key)
-            if hit is not None:
-                return hit
-        trace = load_trace(resolved, progress)
-        with _guard:
-            for stale in [k for k in _cache if k[0] == key[0]]:
-                _cache.pop(stale).close()
-            _cache[key] = trace
-            _loading.pop(key, None)
-            _evict()
+        try:
+            with _guard:
+                hit = _cache.get(key)
+                if hit is not None:
+                    return hit
+            trace = load_trace(resolved, progress)
+            with _guard:
+                for stale in [k for k in _cache if k[0] == key[0]]:
+                    _cache.pop(stale).close()
+                _cache[key] = trace
+                _evict()
+        finally:
+            with _guard:  # a failed load leaves no lock behind (the same bad file is retried often)
+                _loading.pop(key, None)
     return trace
 
 

@@ -90,7 +90,8 @@ def _sqlite_format(path: Path) -> str:
                     version = None
         finally:
             conn.close()
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        # A damaged schema page makes SQLite's own error message carry raw bytes, which Python fails to decode.
         raise ProfileError(f"{path} looks like SQLite but cannot be read ({exc}); it may be truncated or corrupt. Re-export it.") from None
     if "StringIds" in names and any(n.startswith(("CUPTI_", "NVTX_EVENTS", "TARGET_INFO_", "OSRT_API")) for n in names):
         return "nsys"

@@ -109,11 +109,6 @@ class SqliteSource:
     def has_column(self, table: str, column: str) -> bool:
         return column in self.columns(table)
 
-    def row_count(self, table: str) -> int:
-        if not self.has(table):
-            return 0
-        return int(self.sqlite.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
-
     def query(self, sql: str, params: tuple = ()) -> list[tuple]:
         """Run a small SQLite-dialect query through sqlite3 (lenient text)."""
         return self.sqlite.execute(sql, params).fetchall()

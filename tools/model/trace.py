@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ SCHEMA_SQL = (Path(__file__).parent / "schema.sql").read_text()
 MODEL_TABLES = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops")
 
 Progress = Callable[[float, str], None]
+MEMO_ENTRIES = 256  # memoized figures kept per open profile
 
 
 def _no_progress(fraction: float, message: str) -> None:
@@ -72,6 +74,9 @@ class Trace:
                 return self._memo[key]
         value = compute()
         with self.lock:
+            # Bounded: a long-running server sees many distinct filters; the oldest answers go first.
+            while len(self._memo) >= MEMO_ENTRIES:
+                self._memo.pop(next(iter(self._memo)))
             self._memo[key] = value
         return value
 
@@ -113,6 +118,16 @@ def load_trace(path: Path, progress: Progress = _no_progress) -> Trace:
             f"{path} could not be read as a {FORMAT_NAMES.get(found.format, found.format)}: {exc}. "
             "The file may be truncated or from an unsupported version."
         ) from None
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        # Readers page through the SQLite file lazily, so a damaged page deep inside only shows up mid-read.
+        con.close()
+        raise ProfileError(
+            f"{path} could not be read as a {FORMAT_NAMES.get(found.format, found.format)}: {exc}. "
+            "The file is damaged (truncated, or copied while still being written); re-export or copy it again."
+        ) from None
+    except BaseException:
+        con.close()
+        raise
     meta_rows = con.execute("SELECT key, value FROM trace_meta").fetchall()
     meta = {k: v for k, v in meta_rows if k != "warning"}
     warnings = [v for k, v in meta_rows if k == "warning"]

@@ -571,7 +571,7 @@ def _build(con, top: dict) -> None:
     con.execute("CREATE TEMP TABLE kin_names AS SELECT name::VARCHAR AS name, short::VARCHAR AS short FROM kin_names_df")
     con.unregister("kin_names_df")
     one_cpu = "(SELECT CASE WHEN count(*) = 1 THEN min(pid) END FROM kin_pids)"
-    gpu_from = f"""FROM kin_gpu g LEFT JOIN kin_link l USING (idx) LEFT JOIN kin_piddev p ON p.pid = g.pid"""
+    gpu_from = """FROM kin_gpu g LEFT JOIN kin_link l USING (idx) LEFT JOIN kin_piddev p ON p.pid = g.pid"""
     con.execute(
         f"""INSERT INTO kernels
             SELECT coalesce(g.device, p.dev, g.pid), g.stream, g.ts, g.ts + g.dur, g.dur, g.name, coalesce(n.short, g.name),

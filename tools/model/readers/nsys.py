@@ -195,7 +195,7 @@ class _Reader:
                 f"""LEFT JOIN _copykind ck ON ck.id = k.copyKind LEFT JOIN _memkind sk ON sk.id = {c('srcKind')}
                     LEFT JOIN _memkind dk ON dk.id = {c('dstKind')}""")
         if self.src.has(MEMSET):
-            self._gpu_rows(MEMSET, "memory sets", "memops", f"""
+            self._gpu_rows(MEMSET, "memory sets", "memops", """
                 k.deviceId, k.streamId, k.start, k."end", k."end" - k.start, 'set', 'memset', k.bytes, NULL, mk.label, NULL, NULL""",
                 f"LEFT JOIN _memkind mk ON mk.id = {self.col(MEMSET, 'memKind', 'k')}")
 

@@ -111,19 +111,9 @@ class _Tables:
         return self._rel[key]
 
     def _select(self, name: str, text: bool) -> str:
-        """A SELECT over one SQLite object; lenient copies get their declared types back, since a
-        copy infers types from the values (an empty or all-NULL column would come out as INTEGER)."""
-        if not text and self.src.objects[name] == "table":
-            return f"SELECT * FROM {self.src.relation(name)}"
-        rel = self.src.relation(name, text=True)
-        cols = []
-        for _, col, decl, *_ in self.src.query(f'PRAGMA table_info("{name}")'):
-            decl = (decl or "").upper()
-            typ = "BIGINT" if "INT" in decl else "DOUBLE" if any(t in decl for t in ("REAL", "FLOA", "DOUB")) else (
-                "VARCHAR" if any(t in decl for t in ("CHAR", "CLOB", "TEXT", "JSON")) else None)
-            q = '"' + col.replace('"', '""') + '"'
-            cols.append(f"TRY_CAST({q} AS {typ}) AS {q}" if typ else q)
-        return f"SELECT {', '.join(cols)} FROM {rel}"
+        """A SELECT over one SQLite object. SqliteSource.relation picks the native scan or the
+        lenient copy, and the copy already gives columns their declared SQLite types."""
+        return f"SELECT * FROM {self.src.relation(name, text=text)}"
 
 
 def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected: Detected) -> None:
