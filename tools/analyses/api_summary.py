@@ -23,7 +23,6 @@ Three sections, each with its own denominators:
 
 from __future__ import annotations
 
-
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
@@ -217,7 +216,7 @@ def api_summary(
     # -- (b) host-blocked time ------------------------------------------------------------------------
     absent: list[str] = []
     blocked_threads, blocked_procs = _blocked(trace, pid_sql, pid_params, lo, hi, window, spin_min_calls,
-                                                         spin_max_gap_ns, absent)
+                                              spin_max_gap_ns, absent)
     if len(blocked_threads) > limit:
         truncated_lists.append("blocked_threads")
     blocked_threads = blocked_threads[:limit]
@@ -255,18 +254,18 @@ def _starts_in(lo: int | None, hi: int | None) -> tuple[str, list]:
     return " AND ".join(clauses), params
 
 
-def _clip(lo: int | None, hi: int | None, alias: str = "") -> tuple[str, str, list]:
-    """(overlap predicate, clipped start/end select list, params) for a window; no window: unclipped."""
+def _clip(lo: int | None, hi: int | None, alias: str = "") -> tuple[str, str]:
+    """(overlap predicate, clipped start/end select list) for a window; no window: unclipped."""
     p = f"{alias}." if alias else ""
     if lo is None:
-        return "TRUE", f"{p}start_ns AS start_ns, {p}end_ns AS end_ns", []
+        return "TRUE", f"{p}start_ns AS start_ns, {p}end_ns AS end_ns"
     return (f"{p}end_ns > {int(lo)} AND {p}start_ns < {int(hi)}",
-            f"greatest({p}start_ns, {int(lo)}) AS start_ns, least({p}end_ns, {int(hi)}) AS end_ns", [])
+            f"greatest({p}start_ns, {int(lo)}) AS start_ns, least({p}end_ns, {int(hi)}) AS end_ns")
 
 
 def _blocking_sql(pid_sql: str, lo: int | None, hi: int | None, spin_min_calls: int, spin_max_gap_ns: int) -> str:
     """Blocking intervals: pid, tid, category code, label, start_ns, end_ns (clipped to the window)."""
-    overlap, clipped, _ = _clip(lo, hi)
+    overlap, clipped = _clip(lo, hi)
     cat = {c: i for i, c in enumerate(CATEGORIES)}
     return f"""
         WITH a AS (SELECT * FROM api_calls WHERE {pid_sql} AND api <> 'hsa'),
@@ -302,7 +301,7 @@ def _blocking_sql(pid_sql: str, lo: int | None, hi: int | None, spin_min_calls: 
 
 def _blocked(trace: Trace, pid_sql: str, pid_params: list, lo, hi, window: Window, spin_min_calls: int,
              spin_max_gap_ns: int, absent: list[str]) -> tuple[list[ThreadBlocked], list[ProcessBlocked]]:
-    overlap, clipped, _ = _clip(lo, hi)
+    overlap, clipped = _clip(lo, hi)
     calls_sql = f"SELECT pid, tid, {clipped} FROM api_calls WHERE {pid_sql} AND {overlap}"
     threads = trace.sql_dicts(
         f"SELECT pid, tid, count(*) AS n, min(start_ns) AS s, max(end_ns) AS e FROM ({calls_sql}) GROUP BY ALL", pid_params)

@@ -38,9 +38,8 @@ def list_traces(path: str, limit: int = 100, recursive: bool = True) -> ListTrac
     for f in files:
         try:
             found = detect(f)
-            summary = FORMAT_NAMES.get(found.format, "Nsight Systems report (.nsys-rep): needs `nsys export --type sqlite`")
-            if found.format == "nsys-rep":
-                summary = "Nsight Systems report; gpuscope exports it to SQLite with nsys when nsys is installed"
+            summary = ("Nsight Systems report; gpuscope exports it to SQLite with nsys when nsys is installed"
+                       if found.format == "nsys-rep" else FORMAT_NAMES.get(found.format, found.format))
             entries.append(TraceEntry(path=str(f), format=found.format, size_bytes=f.stat().st_size,
                                       summary=summary + _peek(f, found.format)))
         except ProfileError as exc:
@@ -49,14 +48,23 @@ def list_traces(path: str, limit: int = 100, recursive: bool = True) -> ListTrac
                 entries.append(TraceEntry(path=str(f), format=None, size_bytes=f.stat().st_size, summary=str(exc)))
     entries.sort(key=lambda e: e.path)
     limit = max(1, min(int(limit), 500))
-    truncated = len(entries) > limit
-    return ListTracesResult(folder=str(root), traces=entries[:limit], skipped=skipped, truncated=truncated,
-                            hint=f"{len(entries)} profiles found; raise limit or list a sub-folder" if truncated else None)
+    # The scan stops at MAX_SCAN candidate files; say so rather than present a partial list as whole.
+    scan_capped = len(files) >= MAX_SCAN
+    truncated = len(entries) > limit or scan_capped
+    hint = None
+    if scan_capped:
+        hint = f"the scan stopped after {MAX_SCAN} candidate files, so more profiles may exist; list a sub-folder"
+    elif truncated:
+        hint = f"{len(entries)} profiles found; raise limit or list a sub-folder"
+    return ListTracesResult(folder=str(root), traces=entries[:limit], skipped=skipped, truncated=truncated, hint=hint)
 
 
 def _candidates(root: Path, recursive: bool) -> list[Path]:
     out: list[Path] = []
-    walker = os.walk(root) if recursive else [(str(root), [], os.listdir(root))]
+    try:
+        walker = os.walk(root) if recursive else [(str(root), [], os.listdir(root))]
+    except OSError as exc:
+        raise ProfileError(f"cannot list {root}: {exc.strerror or exc}. Pass a folder you can read.") from None
     for folder, dirs, names in walker:
         dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("node_modules", "__pycache__", ".venv")]
         for n in names:

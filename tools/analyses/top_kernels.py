@@ -45,7 +45,8 @@ class DeviceKernelTotals(BaseModel):
     kernel_count: int = Field(description="kernels in the selection on this device")
     kernel_names: int = Field(description="distinct groups (names) on this device")
     summed_kernel_time_ns: int = Field(description="sum of kernel durations (work; concurrent kernels counted twice), ns")
-    kernel_busy_ns: int = Field(description="union of kernel intervals (wall time with >= 1 kernel running), ns")
+    kernel_busy_ns: int = Field(description="union of kernel intervals (wall time with >= 1 kernel running), ns; "
+                                "0 when every selected kernel of the device has zero length (pct_of_device_busy_time is then null)")
     remainder_groups: int = Field(description="groups beyond the limit")
     remainder_count: int = Field(description="executions in the groups beyond the limit")
     remainder_total_ns: int = Field(description="summed duration of the groups beyond the limit, ns")
@@ -129,6 +130,8 @@ def top_kernels(
         dev_rows = [r for r in rows if r["device_id"] == dev]
         shown, rest = dev_rows[:limit], dev_rows[limit:]
         truncated |= bool(rest)
+        # The device has selected kernels (it has rows), so no union means they all have zero length:
+        # a measured 0 ns of busy time, not absent data.
         b = busy.get(dev)
         dev_total = int(dev_rows[0]["dev_total"])
         totals.append(DeviceKernelTotals(

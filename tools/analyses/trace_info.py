@@ -20,9 +20,9 @@ class DeviceInfo(BaseModel):
     compute_capability: str | None
     kernels: int
     memops: int = Field(description="memory copies + sets on this device")
-    gpu_first_ns: int | None = Field(description="start of the first kernel/copy/set, ns")
-    gpu_last_ns: int | None = Field(description="end of the last kernel/copy/set, ns")
-    busy_ns: int | None = Field(description="union of kernel/copy/set intervals, ns")
+    gpu_first_ns: int | None = Field(description="start of the first kernel/copy/set of non-zero length, ns; null when the device has none")
+    gpu_last_ns: int | None = Field(description="end of the last kernel/copy/set of non-zero length, ns; null when the device has none")
+    busy_ns: int | None = Field(description="union of kernel/copy/set intervals, ns; null when the device has no op of non-zero length")
     busy_pct_of_gpu_span: float | None = Field(description="busy_ns / (gpu_last_ns - gpu_first_ns), %")
 
 
