@@ -59,7 +59,8 @@ def is_comm_sql(column: str = "name", extra: list[str] | None = None) -> str:
     return f"regexp_matches({column}, '{alternation}', 'i')"
 
 
-def collective_sql(column: str = "name") -> str:
-    """SQL expression: the collective type of a communication kernel name ('Other' when unknown)."""
-    cases = " ".join(f"WHEN regexp_matches({column}, '{rx}', 'i') THEN '{label}'" for label, rx in COLLECTIVES)
-    return f"CASE {cases} ELSE 'Other' END"
+def collective_index_sql(column: str = "name") -> str:
+    """SQL expression: the index in COLLECTIVES of a communication kernel name's collective type
+    (len(COLLECTIVES) = 'Other' when unknown). An integer, so it can partition interval unions."""
+    cases = " ".join(f"WHEN regexp_matches({column}, '{rx}', 'i') THEN {i}" for i, (_, rx) in enumerate(COLLECTIVES))
+    return f"CASE {cases} ELSE {len(COLLECTIVES)} END"

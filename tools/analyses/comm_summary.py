@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .comm_patterns import COLLECTIVES
+from .comm_patterns import COLLECTIVES, collective_index_sql
 from .comm_patterns import comm_patterns as active_patterns
 from .common import Window, clip_name, pct, resolve_selection
 from .gpu_timeline import COMM, COMP, timeline_ops_sql
@@ -108,8 +108,8 @@ class MpiGroup(BaseModel):
     table: str = Field(description="p2p, collective, start/wait or other")
     ranks: int = Field(description="distinct MPI ranks (threads) issuing it")
     calls: int
-    total_ns: int = Field(description="summed call duration (host side), ns")
-    max_ns: int
+    total_ns: int | None = Field(description="summed call duration (host side), ns; null when no call has an end time")
+    max_ns: int | None = Field(description="longest call, ns; null when no call has an end time")
     bytes_total: int | None = Field(description="summed `size` (send bytes), bytes")
     recv_bytes_total: int | None = Field(description="summed `recvSize` (collectives), bytes")
 
@@ -131,11 +131,6 @@ class CommSummaryResult(BaseModel):
     hint: str | None = None
 
 
-def _collective_index_sql(column: str) -> str:
-    cases = " ".join(f"WHEN regexp_matches({column}, '{rx}', 'i') THEN {i}" for i, (_, rx) in enumerate(COLLECTIVES))
-    return f"CASE {cases} ELSE {len(COLLECTIVES)} END"
-
-
 def comm_summary(
     trace: Trace,
     *,
@@ -155,7 +150,7 @@ def comm_summary(
     ops = timeline_ops_sql(trace, where, window.start_ns, window.end_ns, True, comm_patterns)
     p2 = params * 2
     by_cls = unions(trace, f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", p2, ("device_id", "owner", "cls"))
-    coll = _collective_index_sql("name")
+    coll = collective_index_sql("name")
     base = f"SELECT *, {coll} AS coll FROM ({ops}) WHERE cls = {COMM} AND end_ns > start_ns"
     by_coll = unions(trace, f"SELECT device_id, owner, coll, start_ns, end_ns FROM ({base})", p2, ("device_id", "owner", "coll"))
     names = dict(trace.sql("SELECT device_id, name FROM devices"))
@@ -307,5 +302,6 @@ def _mpi(trace: Trace, window: Window, notes: list[str]) -> list[MpiGroup]:
     except duckdb.Error as exc:
         notes.append(f"MPI tables could not be read: {exc}")
         return []
-    return [MpiGroup(name=clip_name(r[0]), table=r[1], ranks=r[2], calls=r[3], total_ns=int(r[4] or 0), max_ns=int(r[5] or 0),
+    return [MpiGroup(name=clip_name(r[0]), table=r[1], ranks=r[2], calls=r[3], total_ns=None if r[4] is None else int(r[4]),
+                     max_ns=None if r[5] is None else int(r[5]),
                      bytes_total=r[6], recv_bytes_total=r[7]) for r in rows]

@@ -175,7 +175,7 @@ def gpu_timeline(
         timelines.append(_timeline(sets, key[0], names.get(key[0]), key[1], ranks.get(key[1]), n))
     all_devices = None
     if len(keys) > 1:
-        sets = {c: _merge_across(v) for c, v in sets_all.items()}
+        sets = {c: union_of(*v) for c, v in sets_all.items()}
         tot = tuple(sum(t[i] for t in counts.values()) for i in range(5))
         all_devices = _timeline(sets, None, None, None, None, tot)
     streams, truncated = _stream_idle(trace, ops, params2, kernel_wait_threshold_ns, limit)
@@ -185,10 +185,6 @@ def gpu_timeline(
         kernel_wait_threshold_ns=int(kernel_wait_threshold_ns), streams=streams, truncated=truncated,
         hint=f"only the {limit} most idle streams are shown; raise limit (max 200) or pass device=" if truncated else None,
     )
-
-
-def _merge_across(sets: list) -> tuple[np.ndarray, np.ndarray]:
-    return union_of(*sets)
 
 
 def _timeline(sets: dict, device_id, device_name, pid, rank, n) -> Timeline:

@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, gpu_activity_sql, pct, resolve_selection
-from .intervals import unions
+from .intervals import merged, unions
 
 TARGET_BINS = 400
 MIN_BIN_NS = 100
@@ -155,9 +155,7 @@ def phases(
     dev_acts = f"SELECT * FROM ({acts}) WHERE device_id = ? AND end_ns >= start_ns"
     dev_params = acts_params + [dev]
 
-    # Merged busy intervals of the device (from the union's gaps).
-    m_start = np.concatenate(([t0], u.gap_end_ns)).astype(np.int64)
-    m_end = np.concatenate((u.gap_start_ns, [t1])).astype(np.int64)
+    m_start, m_end = merged(u)  # the device's busy intervals
 
     width = max(MIN_BIN_NS, -(-span // TARGET_BINS))
     nbins = max(1, -(-span // width))

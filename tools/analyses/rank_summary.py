@@ -37,6 +37,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
+from .common import pct
 from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
 from .intervals import measure, merged, subtract, union_of, unions
 from .iterations import iterations
@@ -378,20 +379,14 @@ def _rank_row(u: _Unit, comm_sql: str, patterns: list[str] | None, marker: str |
     row = RankRow(
         rank=u.rank, rank_source=u.rank_source, trace=t.path.name, pid=u.pid, process_name=u.name, hostname=u.hostname,
         devices=devices, kernels=int(kernels), comm_kernels=int(comm_kernels), **vals,
-        busy_pct_of_gpu_span=_pct(busy, span),
-        comm_overlapped_pct_of_comm=_pct(comm - exposed, comm) if comm else None,
+        busy_pct_of_gpu_span=pct(busy, span),
+        comm_overlapped_pct_of_comm=pct(comm - exposed, comm) if comm else None,
         steps=len(wall) or None, step_names=step_names,
         mean_step_ns=round(sum(wall) / len(wall), 1) if wall else None,
         min_step_ns=min(wall) if wall else None, max_step_ns=max(wall) if wall else None,
         per_device=mine if len(mine) > 1 else None, notes=notes,
     )
     return row, steps
-
-
-def _pct(part, whole) -> float | None:
-    if part is None or not whole:
-        return None
-    return round(100.0 * part / whole, 2)
 
 
 # -- steps -----------------------------------------------------------------------------------------
