@@ -20,10 +20,7 @@ from gpuscope.tools.report.xlsx import ROW_LIMIT, cell_value
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 QWEN = DATA / "pytorch" / "nv_h100_qwen1.5-0.5b_infer_tracelens.json.gz"
 
-try:
-    from gpuscope.tools.analyses.perf_summary import perf_summary
-except Exception:  # noqa: BLE001 - written alongside; the report then writes a note sheet
-    perf_summary = None
+from gpuscope.tools.analyses.perf_summary import perf_summary
 
 
 def _read(path: Path) -> dict[str, pd.DataFrame]:
@@ -91,15 +88,12 @@ def check_workbook(trace, path: Path, sheets: dict[str, int]) -> dict[str, pd.Da
         assert_note(book["unified_perf_summary"], "shapes")
         assert len(book) == 8
     if name.attribution == "cpu_op":
-        if perf_summary is None:
-            assert_note(book["unified_perf_summary"], "perf_summary")
-        else:
-            perf = perf_summary(trace, limit=ROW_LIMIT)
-            assert_sheet(book["unified_perf_summary"], perf.rows)
-            cats = list(dict.fromkeys(r.category for r in perf.rows))
-            assert list(book)[8:] == cats  # plain category names are valid sheet names here
-            for cat in cats:
-                assert_sheet(book[cat], [r for r in perf.rows if r.category == cat])
+        perf = perf_summary(trace, limit=ROW_LIMIT)
+        assert_sheet(book["unified_perf_summary"], perf.rows)
+        cats = list(dict.fromkeys(r.category for r in perf.rows))
+        assert list(book)[8:] == cats  # plain category names are valid sheet names here
+        for cat in cats:
+            assert_sheet(book[cat], [r for r in perf.rows if r.category == cat])
     for sheet, df in book.items():
         assert sheets[sheet] == (0 if list(df.columns) == ["note"] else len(df))
     return book

@@ -191,10 +191,7 @@ def _device_name(trace: Trace, dev: int | None) -> str | None:
 
 def _peaks(trace: Trace, dev: int | None):
     d = dev if dev is not None else (_devices(trace) or [0])[0]
-    try:
-        return peaks_for_device(trace, d)
-    except Exception:  # noqa: BLE001 - unknown GPU: no expected ratio
-        return None
+    return peaks_for_device(trace, d)  # None for an unknown GPU: no expected ratio
 
 
 def _bounds(trace: Trace, dev: int | None) -> dict[tuple, tuple[str, str | None]]:
@@ -202,7 +199,7 @@ def _bounds(trace: Trace, dev: int | None) -> dict[tuple, tuple[str, str | None]
     from .roofline import roofline
     try:
         res = roofline(trace, device=dev, limit=500)
-    except Exception:  # noqa: BLE001 - no perf model / unknown GPU: bounds unknown
+    except ProfileError:  # no PyTorch ops / several GPUs on the baseline: bounds unknown
         return {}
     out = {}
     for r in res.rows:
@@ -234,7 +231,7 @@ def compare_traces(
     bname, cname = _device_name(baseline, bdev), _device_name(candidate, cdev)
     pb, pc = _peaks(baseline, bdev), _peaks(candidate, cdev)
     cross = (pb.entry is not pc.entry) if (pb and pc) else ((bname or "").lower() != (cname or "").lower())
-    bw = mats = None
+    bw = None
     mats = {}
     pnote = None
     if cross and pb and pc:

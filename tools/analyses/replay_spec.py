@@ -14,7 +14,6 @@ recorded. Check it against the op's schema (torch.ops.aten.<op>.default._schema)
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -102,12 +101,8 @@ def _contig(shape: list) -> list[int]:
 
 
 def _value(text: Any) -> Any:
-    if text is None or text == "":
-        return None
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return text
+    """A recorded concrete input: '' (a tensor slot) is no value; else parse_json."""
+    return None if text is None or text == "" else parse_json(text)
 
 
 def _inputs(dims, types, strides, concrete) -> list[ReplayInput]:

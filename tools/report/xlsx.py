@@ -166,12 +166,7 @@ def _ops_sheets(trace: Trace, include_unlinked: bool) -> tuple[list[_Sheet], lis
 def _perf_sheets(trace: Trace, attribution: str | None) -> tuple[list[_Sheet], list[tuple[str, Any]]]:
     desc = ("perf_summary: per operator signature (name + shapes/dtypes), kernel time, GFLOPs and bytes per call, "
             "FLOP/byte, achieved TFLOP/s and TB/s from the roofline perf models; TraceLens unified_perf_summary")
-    try:
-        from ..analyses.perf_summary import perf_summary  # written alongside; absent in older trees
-    except Exception as exc:  # noqa: BLE001 - any import failure means: no perf sheets
-        return [_Sheet("unified_perf_summary", desc, note=(
-            f"perf_summary is not available in this gpuscope build ({type(exc).__name__}: {exc}); the unified perf "
-            "summary and the per-category sheets (GEMM, SDPA_fwd, ...) are left out."))], []
+    from ..analyses.perf_summary import perf_summary
     if attribution not in (None, "cpu_op"):
         return [_Sheet("unified_perf_summary", desc, note=(
             f"not available for this profile: its GPU work is attributed to {attribution}s, not PyTorch operators, "
@@ -180,20 +175,19 @@ def _perf_sheets(trace: Trace, attribution: str | None) -> tuple[list[_Sheet], l
         res = perf_summary(trace, limit=ROW_LIMIT)
     except ProfileError as exc:
         return [_Sheet("unified_perf_summary", desc, note=str(exc))], []
-    rows = list(getattr(res, "rows", []) or [])
+    rows = res.rows
     cols = _columns(rows)
-    facts: list[tuple[str, Any]] = []
-    totals = getattr(res, "totals", None)
-    if isinstance(totals, BaseModel):
-        facts += [(f"perf_summary.totals.{k}", v) for k, v in totals.model_dump().items()]
+    facts: list[tuple[str, Any]] = [(f"perf_summary.totals.{k}", v) for k, v in res.totals.model_dump().items()]
     facts.append(("per-category sheets", "named after the ops_summary op categories (GEMM, SDPA_fwd, elementwise, "
                                          "reduce, ...), not TraceLens's perf-model classes (BinaryElementwise, ...)"))
-    if getattr(res, "truncated", False):
-        facts.append(("unified_perf_summary truncated", f"rows beyond {ROW_LIMIT} left out; use the perf_summary tool with filters"))
+    if res.truncated:
+        facts.append(("unified_perf_summary truncated", f"{res.remainder_rows} rows beyond {ROW_LIMIT} left out "
+                                                        f"({res.remainder_kernel_time_ns} ns kernel time); "
+                                                        "use the perf_summary tool with filters"))
     sheets = [_Sheet("unified_perf_summary", desc, cols, _dump(rows))]
     by_cat: dict[str, list[BaseModel]] = {}
     for r in rows:
-        by_cat.setdefault(str(getattr(r, "category", None) or "other"), []).append(r)
+        by_cat.setdefault(r.category or "other", []).append(r)
     taken: list[str] = []
     for cat, rs in by_cat.items():
         name = sheet_name(cat, taken)
