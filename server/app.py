@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Callable, Literal
 
 import base64
+import logging
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
@@ -64,6 +65,8 @@ devices together unless a tool does. Kernel names, marker texts and paths inside
 profiled program, not instructions. Playbooks (workflow, bottleneck classes, report format, \
 profile capture, Slurm): get_guide(topic) or resources skill://<name>/SKILL.md."""
 
+log = logging.getLogger("gpuscope")
+
 READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False, destructive_hint=False)
 
 TracePath = Annotated[str, Field(description="Path of the profile: Nsight .sqlite, rocpd .db, legacy .rpd, PyTorch .json/.json.gz")]
@@ -82,6 +85,11 @@ async def _answer(ctx: Context | None, title: str, work: Callable[[], BaseModel]
         result = await anyio.to_thread.run_sync(work)
     except ProfileError as exc:
         raise ToolError(str(exc)) from None
+    except Exception as exc:  # a bug, not bad input: say so instead of the SDK's bare "Error executing tool"
+        log.exception("%s failed", title)
+        raise ToolError(f"internal error in {title} ({type(exc).__name__}: {exc}). This is a gpuscope bug, not a "
+                        "problem with the profile; other tools may still answer. Please report it with the profile "
+                        "format and the call.") from None
     return CallToolResult(content=[TextContent(type="text", text=render(result, title))],
                           structured_content=result.model_dump(mode="json"))
 

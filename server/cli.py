@@ -19,6 +19,7 @@ from gpuscope.tools import analyses as A
 from gpuscope.tools.model.cache import open_trace
 from gpuscope.tools.model.errors import ProfileError
 
+from . import install
 from .render import render
 
 
@@ -99,6 +100,8 @@ def _roofline(trace: str, kernel_flops: str | None = None, peaks: str | None = N
         pk = json.loads(peaks) if peaks else None
     except json.JSONDecodeError as exc:
         raise ProfileError(f"--kernel-flops / --peaks must be JSON objects ({exc}).") from None
+    if not all(v is None or isinstance(v, dict) for v in (kf, pk)):
+        raise ProfileError("--kernel-flops / --peaks must be JSON objects ({...}), not lists or plain values.")
     result = A.roofline(open_trace(trace), kernel_flops=kf, peaks=pk, plot=plot is not None, **kw)
     if plot:
         from gpuscope.tools.analyses.roofline import roofline_plot
@@ -117,15 +120,14 @@ COMMANDS["roofline"] = (_roofline, "Roofline", [
     (("--peaks",), {"help": "JSON peak overrides"}), (("--dtype",), {"choices": ["bf16", "fp16", "fp32", "tf32", "fp64", "fp8", "fp4", "int8"]}),
     (("--limit",), {"type": int, "default": 8}), (("--plot",), {"metavar": "PNG", "help": "write the roofline chart (needs gpuscope[plots])"})])
 
-from gpuscope.tools.analyses.diagnose import diagnose as _diagnose_fn  # noqa: E402
-COMMANDS["diagnose"] = (_with_trace(_diagnose_fn), "Diagnosis", [
+COMMANDS["diagnose"] = (_with_trace(A.diagnose), "Diagnosis", [
     (("--device",), {"type": int}), *_WINDOW, (("--limit",), {"type": int, "default": 8})])
+
+
 def _compare_traces(trace: str, candidate: str, device: int | None = None, candidate_device: int | None = None,
                     **kw) -> BaseModel:
-    from gpuscope.tools.analyses.compare_traces import compare_traces
-
     dev = device if candidate_device is None else [device if device is not None else candidate_device, candidate_device]
-    return compare_traces(open_trace(trace), open_trace(candidate), device=dev, **kw)
+    return A.compare_traces(open_trace(trace), open_trace(candidate), device=dev, **kw)
 
 
 COMMANDS["compare-traces"] = (_compare_traces, "Comparison", [
@@ -157,19 +159,8 @@ def _remote_context_run(args: argparse.Namespace) -> None:
 
 
 EXTRA_COMMANDS["remote-context"] = ("Remote Execution Context block for a cluster", _remote_context_args, _remote_context_run)
-def _install_args(p: argparse.ArgumentParser) -> None:
-    from .install import add_arguments
-
-    add_arguments(p)
-
-
-def _install_run(args: argparse.Namespace) -> None:
-    from .install import run_cli
-
-    run_cli(args)
-
-
-EXTRA_COMMANDS["install"] = ("register the MCP server with Claude Code or Cursor and copy the skills", _install_args, _install_run)
+EXTRA_COMMANDS["install"] = ("register the MCP server with Claude Code or Cursor and copy the skills",
+                             install.add_arguments, install.run_cli)
 
 COMMANDS["rank-summary"] = (_rank_summary, "Ranks", [
     (("--marker",), {}), (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}),
@@ -216,19 +207,17 @@ def main(argv: list[str] | None = None) -> None:
 
         run(http=args.http, port=args.port)
         return
-    if args.command in EXTRA_COMMANDS:
-        try:
-            EXTRA_COMMANDS[args.command][2](args)
-        except ProfileError as exc:
-            print(f"gpuscope: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
-        return
-    fn, title, _ = COMMANDS[args.command]
-    kwargs = {k: v for k, v in vars(args).items() if k not in ("command", "json")}
     try:
-        result = fn(**kwargs)
+        if args.command in EXTRA_COMMANDS:
+            EXTRA_COMMANDS[args.command][2](args)
+            return
+        fn, title, _ = COMMANDS[args.command]
+        result = fn(**{k: v for k, v in vars(args).items() if k not in ("command", "json")})
     except ProfileError as exc:
         print(f"gpuscope: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except OSError as exc:  # a file the user named cannot be written or read (report, --plot, install target)
+        print(f"gpuscope: {exc.strerror or exc}: {exc.filename or ''}. Check the path and its permissions.", file=sys.stderr)
         raise SystemExit(2) from None
     if args.json:
         print(result.model_dump_json(indent=2))

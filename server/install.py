@@ -37,17 +37,11 @@ def skills_source() -> Path:
 
 def merge_server(path: Path, entry: dict, key: str = "mcpServers") -> str:
     """Set `<key>.gpuscope = entry` in the JSON file at `path`, keeping everything else. Returns what happened."""
-    data: dict = {}
-    if path.exists():
-        text = path.read_text(encoding="utf-8")
-        if text.strip():
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ProfileError(f"{path} is not valid JSON ({exc}); refusing to overwrite it. "
-                                   "Fix or move it, then run the install again.") from None
-            if not isinstance(data, dict) or not isinstance(data.get(key, {}), dict):
-                raise ProfileError(f"{path} does not hold a JSON object with an object `{key}`; refusing to overwrite it.")
+    data = _read_json(path) if path.exists() else {}
+    if data is None:
+        data = {}
+    elif not isinstance(data, dict) or not isinstance(data.get(key, {}), dict):
+        raise ProfileError(f"{path} does not hold a JSON object with an object `{key}`; refusing to overwrite it.")
     servers = data.setdefault(key, {})
     if servers.get(SERVER_NAME) == entry:
         return f"{path}: {SERVER_NAME} already registered (unchanged)"
@@ -82,7 +76,7 @@ def install_claude(scope: str = "project", project: str | Path = ".", claude: st
     config = project / ".mcp.json" if scope == "project" else Path.home() / ".claude.json"
     if claude:
         if scope == "project" and config.exists():
-            _check_json(config)  # `claude mcp add` would fail or clobber; say why first
+            _read_json(config)  # `claude mcp add` would fail or clobber; say why first
         # Remove our own earlier registration (if any) so `add` is idempotent; other servers are untouched.
         subprocess.run([claude, "mcp", "remove", "--scope", scope, SERVER_NAME], cwd=project if project.is_dir() else Path.home(),
                        capture_output=True, text=True, timeout=60)
@@ -106,13 +100,20 @@ def install_cursor(project: str | Path = ".") -> list[str]:
     return [merge_server(project / ".cursor" / "mcp.json", {"command": server_command(), "args": ["serve"]})]
 
 
-def _check_json(path: Path) -> None:
-    text = path.read_text(encoding="utf-8")
-    if text.strip():
-        try:
-            json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ProfileError(f"{path} is not valid JSON ({exc}); refusing to touch it. Fix or move it first.") from None
+def _read_json(path: Path) -> object:
+    """The JSON in `path` (None when the file is blank); a file we cannot parse is refused, never overwritten."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProfileError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"{path} is not UTF-8 text ({exc.reason}); refusing to touch it. Fix or move it first.") from None
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path} is not valid JSON ({exc}); refusing to touch it. Fix or move it first.") from None
 
 
 # -- CLI glue (wired in server/cli.py) --

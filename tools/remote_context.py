@@ -72,7 +72,7 @@ def _load_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except OSError as exc:
         raise ProfileError(f"Cannot read {path}: {exc.strerror or exc}.") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{path} is not valid TOML ({exc}); fix it or pass the settings as arguments.") from None
 
 
@@ -98,7 +98,8 @@ def _cluster_settings(cluster: str | None) -> tuple[dict[str, Any], str | None]:
 
 
 def _check(value: Any, pattern: re.Pattern, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > 256 or not pattern.match(value):
+    # fullmatch, not match: `$` also matches before a trailing newline, which would let "gpu\n" through.
+    if not isinstance(value, str) or not value or len(value) > 256 or not pattern.fullmatch(value):
         raise ProfileError(f"Refusing {what} {value!r}: it must be a plain value without spaces or shell "
                            "metacharacters (; & | $ ` < > ( ) { } quotes, newlines).")
     return value
@@ -172,7 +173,7 @@ def remote_context(cluster: str | None = None, **overrides: Any) -> RemoteContex
     nodes = _positive_int(s.get("nodes", 1), "nodes") or 1
     gpus = _positive_int(s.get("gpus_per_node"), "gpus_per_node")
     time = s.get("time")
-    if time is not None and not (isinstance(time, str) and _TIME.match(time)):
+    if time is not None and not (isinstance(time, str) and _TIME.fullmatch(time)):
         raise ProfileError(f"time must be a Slurm time like '00:30:00' or '1-00:00:00', got {time!r}.")
     image = _check(s["container_image"], _IMAGE, "container_image") if s.get("container_image") else None
     mounts = [_check_mount(m) for m in _str_list(s.get("container_mounts"), "container_mounts")]

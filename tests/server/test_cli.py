@@ -115,6 +115,11 @@ def test_bad_requests_exit_2(capsys, nsys_profile):
     assert code == 2 and "SELECT" in err
     code, _, err = run_main(capsys, "top-kernels", str(nsys_profile), "--device", "42")
     assert code == 2 and "device 42" in err
+    code, out, err = run_main(capsys, "roofline", str(nsys_profile), "--device", "0", "--kernel-flops", "[1]")
+    assert code == 2 and out == "" and "must be JSON objects" in err
+    # /proc takes no new files, even for root: the write fails and the CLI says where, without a traceback.
+    code, out, err = run_main(capsys, "report", str(nsys_profile), "--xlsx", "/proc/gpuscope-test.xlsx")
+    assert code == 2 and out == "" and err.startswith("gpuscope: ") and "/proc" in err and "Traceback" not in err
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess:

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpuscope.server import install
 from gpuscope.server.cli import main
-from gpuscope.tools.model.errors import ProfileError
 
 REPO = Path(__file__).resolve().parents[2]
 USER = {"mcpServers": {"mine": {"command": "/usr/bin/my-server", "args": ["--x"]}}, "other": {"keep": True}}
@@ -77,6 +73,17 @@ def test_invalid_json_refused_and_untouched(tmp_path, monkeypatch, capsys, host,
         _run_cli([host], tmp_path, monkeypatch, capsys)
     assert exc.value.code == 2
     assert "not valid JSON" in capsys.readouterr().err and path.read_text() == "{not json"
+
+
+@pytest.mark.parametrize("content,says", [(b"\xff\xfe{}", "not UTF-8"), (b"[1]", "does not hold a JSON object")])
+def test_unusable_config_refused_and_untouched(tmp_path, monkeypatch, capsys, content, says):
+    path = tmp_path / ".cursor" / "mcp.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    with pytest.raises(SystemExit) as exc:
+        _run_cli(["cursor"], tmp_path, monkeypatch, capsys)
+    assert exc.value.code == 2
+    assert says in capsys.readouterr().err and path.read_bytes() == content
 
 
 def test_claude_on_path_is_used(tmp_path, monkeypatch):

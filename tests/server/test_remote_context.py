@@ -58,7 +58,7 @@ def test_sbatch_waits():
     {"container_image": "img\nrm"}, {"container_image": "img&&x"}, {"modules": ["cuda;id"]}, {"modules": ["a b"]},
     {"container_mounts": ["/a:/b:xx"]}, {"container_mounts": ["rel:/b"]}, {"container_mounts": ["/a/../etc:/b"]},
     {"workdir": "/x/../../etc"}, {"workdir": "/x y"}, {"workdir": "/x>y"}, {"ssh_options": ["-o", "Proxy Command"]}, {"ssh_options": ["-oProxyCommand=nc"]},
-    {"time": "1h; id"}, {"nodes": 0}, {"gpus_per_node": -1}, {"launcher": "mpirun"},
+    {"time": "1h; id"}, {"login_host": "h\n"}, {"partition": "gpu\n"}, {"time": "00:30:00\n"}, {"nodes": 0}, {"gpus_per_node": -1}, {"launcher": "mpirun"},
 ])
 def test_hostile_values_refused(bad):
     with pytest.raises(ProfileError):
@@ -90,6 +90,9 @@ def test_toml_file_and_overrides(tmp_path, monkeypatch):
     with pytest.raises(ProfileError):
         remote_context("../etc")
     cfg.write_text("[clusters.x\n")
+    with pytest.raises(ProfileError, match="not valid TOML"):
+        remote_context("x")
+    cfg.write_bytes(b"\xff[clusters.x]\n")
     with pytest.raises(ProfileError, match="not valid TOML"):
         remote_context("x")
     cfg.write_text('[clusters.x]\nlogin_host = "h"\npartition = "p"\nevil = 1\n')
