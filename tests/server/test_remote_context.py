@@ -123,3 +123,73 @@ def test_cli(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["remote-context", "--login-host", "me@h", "--partition", "g;p"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("opts", [
+    ["-qF/tmp/evil"], ["-F", "/tmp/evil"], ["-E/home/me/.bashrc"], ["-I/tmp/lib.so"], ["-oXAuthLocation=/tmp/x", "-X"],
+    ["-oSecurityKeyProvider=/tmp/lib.so"], ["-o", "PKCS11Provider=/tmp/l.so"], ["-o", "proxycommand=nc"],
+    ["-oLocalCommand=id", "-oPermitLocalCommand=yes"], ["-o", "KnownHostsCommand=/bin/x"], ["-oInclude=/tmp/cfg"],
+    ["-oRemoteCommand=id"], ["-W", "h:22"], ["-Oexit"], ["-fN"], ["otherhost"], ["--", "x"], ["-"], ["-o"], ["-p"],
+    ["-p", "22;id"], ["-p", "0"], ["-p", "99999"], ["-i", "$(id)"], ["-i", "`id`"], ["-i", "/x/../../etc/shadow"],
+    ["-J", "-oProxyCommand=x"], ["-p", "-oProxyCommand=x"], ["-l", "-x"], ["-l", "a b"], ["-o", "User=a;b"],
+    ["-o", "ForwardAgent=/tmp/sock"], ["-o", "Port"], ["-o", "Port=22\n"], ["-p", "２２"], ["-p 22"], [1],
+])
+def test_ssh_option_injection_refused(opts):
+    with pytest.raises(ProfileError, match="ssh option"):
+        remote_context(login_host="me@h", partition="gpu", ssh_options=opts)
+
+
+def test_ssh_options_allow_list_parsed_like_getopt():
+    r = remote_context(login_host="me@h", partition="gpu", ssh_options=[
+        "-4Cqp2222", "-l", "bob", "-A", "-J", "gw,me@gw2:2200", "-i", "~/.ssh/id-foo", "-oControlPath=~/.ssh/cm-%r@%h:%p",
+        "-o", "port=22", "-o", "StrictHostKeyChecking=accept-new"])
+    argv = shlex.split(r.command_prefix)
+    assert argv[:argv.index("me@h")] == [
+        "ssh", "-4", "-C", "-q", "-p", "2222", "-l", "bob", "-A", "-J", "gw,me@gw2:2200", "-i", "~/.ssh/id-foo",
+        "-o", "ControlPath=~/.ssh/cm-%r@%h:%p", "-o", "Port=22", "-o", "StrictHostKeyChecking=accept-new"]
+    scp = shlex.split(r.fetch_profiles.splitlines()[1].removeprefix("# or: "))
+    # scp: -P for the port, -l (a bandwidth limit there) as User=, -A as ForwardAgent=yes
+    assert scp[:8] == ["scp", "-4", "-C", "-q", "-P", "2222", "-o", "User=bob"] and "ForwardAgent=yes" in scp
+    rsync = shlex.split(r.fetch_profiles.splitlines()[0])
+    assert rsync[:3] == ["rsync", "-av", "-e"] and shlex.split(rsync[3])[:6] == ["ssh", "-4", "-C", "-q", "-p", "2222"]
+
+
+@pytest.mark.parametrize("field,value", [
+    ("login_host", "hôst"), ("login_host", "me@-oProxyCommand=x"), ("login_host", "-oProxyCommand=x"), ("login_host", "a@b@c"),
+    ("login_host", "h o"), ("login_host", 'h"'), ("partition", "gpü"), ("partition", "-x"), ("partition", "g&p"),
+    ("account", "$(id)"), ("account", "-x"), ("account", "a\nb"), ("container_image", "img|x"), ("container_image", "-img"),
+    ("container_image", "/scratch/../img.sqsh"), ("container_image", "img `id`"), ("modules", ["-x"]), ("modules", ["a$(id)"]),
+    ("modules", [1]), ("workdir", "-rf"), ("workdir", "/x;id"), ("workdir", "/x\n"), ("workdir", "/x'y"), ("workdir", "/ü"),
+    ("time", "٠٠:٣٠:٠٠"), ("time", "00:30:00;id"), ("nodes", True), ("nodes", "2"), ("container_mounts", ["~/d:/d"]),
+    ("container_mounts", ["/a:/b,/c:/d"]), ("container_mounts", ["/a:/b;id"]), ("container_mounts", "/a:-x"),
+])
+def test_hostile_fields_refused(field, value):
+    with pytest.raises(ProfileError):
+        remote_context(**{**FULL, field: value})
+
+
+def test_empty_required_values_are_incomplete():
+    with pytest.raises(ProfileError, match="Incomplete remote context: no login_host"):
+        remote_context(login_host="", partition="gpu")
+    with pytest.raises(ProfileError, match="Incomplete remote context: srun needs a partition"):
+        remote_context(login_host="h", partition="")
+
+
+def test_tilde_workdir_is_expanded_remotely_and_image_paths_work():
+    r = remote_context(login_host="h", partition="p", workdir="~/proj", container_image="/scratch/me/img.sqsh")
+    remote = shlex.split(r.command_prefix)[-1]
+    assert remote.startswith("cd ~/proj && ") and "'~" not in remote  # a quoted ~ would not be expanded
+    assert "--container-image /scratch/me/img.sqsh" in remote
+
+
+def test_unknown_cluster_lists_known_ones_and_default_path(tmp_path, monkeypatch):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(TOML)
+    monkeypatch.setenv("GPUSCOPE_CLUSTERS", str(cfg))
+    with pytest.raises(ProfileError, match=r"no \[clusters.nope\] table \(defined: alps, broken\)"):
+        remote_context("nope")
+    monkeypatch.delenv("GPUSCOPE_CLUSTERS")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".config" / "gpuscope").mkdir(parents=True)
+    (tmp_path / ".config" / "gpuscope" / "clusters.toml").write_text(TOML)
+    assert remote_context("alps").config_path == str(tmp_path / ".config" / "gpuscope" / "clusters.toml")
