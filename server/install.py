@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 from gpuscope.tools.model.errors import ProfileError
 
 SERVER_NAME = "gpuscope"
+CLAUDE_TIMEOUT_S = 60  # per `claude mcp ...` call
 
 
 def server_command() -> str:
@@ -64,30 +66,66 @@ def copy_skills(dest: Path) -> list[str]:
     return [f"skills copied to {dest}: {', '.join(names)}"]
 
 
-def install_claude(scope: str = "project", project: str | Path = ".", claude: str | None = None) -> list[str]:
+def _run_claude(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run a `claude mcp ...` command with no stdin and a time limit; a hang or a missing binary is a clear error."""
+    hint = ("Run the command yourself, or rerun `gpuscope install claude` with --no-claude-cli to write the "
+            "configuration file directly.")
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    except OSError as exc:
+        raise ProfileError(f"Cannot run `{argv[0]}`: {exc.strerror or exc}. {hint}") from None
+    try:
+        out, err = proc.communicate(timeout=CLAUDE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        # Kill the whole process group: a child holding our pipes open would otherwise block us forever.
+        try:
+            if hasattr(os, "killpg"):
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:  # pragma: no cover - Windows
+                proc.kill()
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        raise ProfileError(f"`{' '.join(argv)}` did not finish within {CLAUDE_TIMEOUT_S} s and was stopped (is "
+                           f"`claude` waiting for a login, an update or a prompt?). {hint}") from None
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def install_claude(scope: str = "project", project: str | Path = ".", claude: str | None = None,
+                   use_cli: bool = True) -> list[str]:
     if scope not in ("project", "user"):
         raise ProfileError("--scope must be project or user.")
     project = Path(project).expanduser().resolve()
     if scope == "project" and not project.is_dir():
         raise ProfileError(f"Project directory {project} does not exist.")
     cmd = server_command()
-    claude = claude if claude is not None else shutil.which("claude")
+    if not use_cli:
+        claude = None
+    elif claude is None:
+        claude = shutil.which("claude")
     lines: list[str] = []
     config = project / ".mcp.json" if scope == "project" else Path.home() / ".claude.json"
+    note = "(`claude` not on PATH: wrote the configuration file directly)" if use_cli \
+        else "(--no-claude-cli: wrote the configuration file directly)"
+    if claude and scope == "project" and config.exists():
+        data = _read_json(config)  # `claude mcp add` would fail or clobber an unparsable file; say why first
+        if isinstance(data, dict) and set(data) - {"mcpServers"}:
+            # `claude mcp add --scope project` (2.1) rewrites .mcp.json with mcpServers only: merge it ourselves.
+            claude = None
+            note = f"(`claude mcp add` would drop the other top-level keys of {config.name}: merged it directly)"
     if claude:
-        if scope == "project" and config.exists():
-            _read_json(config)  # `claude mcp add` would fail or clobber; say why first
         # Remove our own earlier registration (if any) so `add` is idempotent; other servers are untouched.
-        subprocess.run([claude, "mcp", "remove", "--scope", scope, SERVER_NAME], cwd=project if project.is_dir() else Path.home(),
-                       capture_output=True, text=True, timeout=60)
+        cwd = project if project.is_dir() else Path.home()
+        _run_claude([claude, "mcp", "remove", "--scope", scope, SERVER_NAME], cwd)
         add = [claude, "mcp", "add", "--scope", scope, SERVER_NAME, "--", cmd, "serve"]
-        res = subprocess.run(add, cwd=project if project.is_dir() else Path.home(), capture_output=True, text=True, timeout=60)
+        res = _run_claude(add, cwd)
         if res.returncode != 0:
             raise ProfileError(f"`{' '.join(add)}` failed ({res.returncode}): {(res.stderr or res.stdout).strip()}")
-        lines.append(f"ran: {' '.join(add)}  (in {project})")
+        lines.append(f"ran: {' '.join(add)}" + (f"  (in {project})" if scope == "project" else ""))
     else:
         lines.append(merge_server(config, {"type": "stdio", "command": cmd, "args": ["serve"], "env": {}}))
-        lines.append("(`claude` not on PATH: wrote the configuration file directly)")
+        lines.append(note)
     dest = project / ".claude" / "skills" if scope == "project" else Path.home() / ".claude" / "skills"
     lines += copy_skills(dest)
     return lines
@@ -123,11 +161,13 @@ def add_arguments(p) -> None:
     p.add_argument("--scope", choices=["project", "user"], default="project",
                    help="Claude Code scope: project (.mcp.json in --project) or user (default project)")
     p.add_argument("--project", default=".", help="project directory (default: current directory)")
+    p.add_argument("--no-claude-cli", dest="use_cli", action="store_false",
+                   help="Claude Code: merge the JSON file directly even when `claude` is on PATH")
 
 
 def run_cli(args) -> None:
     if args.host == "claude":
-        lines = install_claude(args.scope, args.project)
+        lines = install_claude(args.scope, args.project, use_cli=getattr(args, "use_cli", True))
     else:
         lines = install_cursor(args.project)
     print("\n".join(lines))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,93 @@ def test_claude_on_path_is_used(tmp_path, monkeypatch):
     assert calls[0] == "mcp remove --scope project gpuscope"
     assert calls[1].startswith("mcp add --scope project gpuscope -- /") and calls[1].endswith("gpuscope serve")
     assert lines[0].startswith("ran:")
+
+
+def _fake_claude(tmp_path: Path, body: str) -> Path:
+    fake = tmp_path / "bin" / "claude"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text("#!/bin/sh\n" + body)
+    fake.chmod(0o755)
+    return fake
+
+
+def test_claude_hang_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    """A `claude` that never returns (login prompt, update, ...) is stopped, with its children, and explained."""
+    fake = _fake_claude(tmp_path, "sleep 30 &\nsleep 30\n")  # the background child keeps the pipes open
+    monkeypatch.setattr(install, "CLAUDE_TIMEOUT_S", 1)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        main(["install", "claude", "--project", str(tmp_path)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "did not finish within 1 s" in err and "--no-claude-cli" in err and "Traceback" not in err
+    assert not (tmp_path / ".mcp.json").exists()
+
+
+def test_claude_failure_and_missing_binary_are_clear(tmp_path):
+    fake = _fake_claude(tmp_path, 'case "$2" in add) echo "boom: no such scope" >&2; exit 3;; esac\n')
+    with pytest.raises(install.ProfileError, match="failed \\(3\\): boom"):
+        install.install_claude("project", tmp_path, claude=str(fake))
+    with pytest.raises(install.ProfileError, match="Cannot run"):
+        install.install_claude("project", tmp_path, claude=str(tmp_path / "no-such-claude"))
+
+
+def test_no_claude_cli_merges_even_with_claude_on_path(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "calls.log"
+    fake = _fake_claude(tmp_path, f'echo "$@" >> {log}\n')
+    (tmp_path / ".mcp.json").write_text(json.dumps(USER))
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    for _ in range(2):
+        main(["install", "claude", "--no-claude-cli", "--project", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert not log.exists() and "--no-claude-cli" in out and "unchanged" in out
+    data = json.loads((tmp_path / ".mcp.json").read_text())
+    assert set(data["mcpServers"]) == {"mine", "gpuscope"} and data["other"] == {"keep": True}
+
+
+def test_user_scope_copies_skills_to_home(tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    project = tmp_path / "proj"
+    project.mkdir()
+    _run_cli(["claude", "--scope", "user"], project, monkeypatch, capsys)
+    assert (home / ".claude" / "skills" / "remote-slurm" / "SKILL.md").is_file()
+    assert not (project / ".claude").exists() and not (project / ".mcp.json").exists()
+
+
+def test_malformed_claude_project_file_refused_before_running_claude(tmp_path):
+    log = tmp_path / "calls.log"
+    fake = _fake_claude(tmp_path, f'echo "$@" >> {log}\n')
+    (tmp_path / ".mcp.json").write_text("{oops")
+    with pytest.raises(install.ProfileError, match="not valid JSON"):
+        install.install_claude("project", tmp_path, claude=str(fake))
+    assert not log.exists() and (tmp_path / ".mcp.json").read_text() == "{oops"
+
+
+@pytest.mark.skipif(shutil.which("claude") is None, reason="Claude Code (`claude`) not installed")
+@pytest.mark.parametrize("scope,extra_keys,says", [
+    ("project", False, "ran: "), ("user", True, "ran: "),
+    # `claude mcp add --scope project` rewrites .mcp.json with mcpServers only, so install merges it itself.
+    ("project", True, "would drop the other top-level keys"),
+])
+def test_real_claude_twice_keeps_user_servers(tmp_path, monkeypatch, capsys, scope, extra_keys, says):
+    """Through the real `claude`, in a throw-away HOME: twice, valid JSON, the user's servers and keys kept."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    project = tmp_path / "proj"
+    project.mkdir()
+    config = project / ".mcp.json" if scope == "project" else home / ".claude.json"
+    user = USER if extra_keys else {"mcpServers": USER["mcpServers"]}
+    config.write_text(json.dumps(user))
+    for _ in range(2):
+        main(["install", "claude", "--scope", scope, "--project", str(project)])
+    assert says in capsys.readouterr().out
+    data = json.loads(config.read_text())
+    assert data["mcpServers"]["mine"] == USER["mcpServers"]["mine"] and data.get("other") == user.get("other")
+    assert data["mcpServers"]["gpuscope"]["args"] == ["serve"]
+    assert data["mcpServers"]["gpuscope"]["command"] == install.server_command()
+    skills = (project if scope == "project" else home) / ".claude" / "skills"
+    assert (skills / "trace-analysis" / "SKILL.md").is_file()

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from gpuscope import __version__
 
@@ -28,6 +34,34 @@ def test_marketplace():
 def test_root_mcp_json():
     servers = json.loads((REPO / ".mcp.json").read_text())["mcpServers"]
     entry = servers["gpuscope"]
-    assert entry["command"] == "${CLAUDE_PLUGIN_ROOT}/.venv/bin/gpuscope" and entry["args"] == ["serve"]
-    # `make install` creates exactly this script (the venv lives at the repo root).
+    assert entry["command"] == "sh" and entry["args"] == ["${CLAUDE_PLUGIN_ROOT}/.claude-plugin/serve.sh"]
+    assert (REPO / ".claude-plugin" / "serve.sh").is_file()
+    # The launcher prefers the venv `make install` creates at the plugin root.
     assert "VENV := .venv" in (REPO / "Makefile").read_text()
+    assert '"$root/.venv/bin/gpuscope" serve' in (REPO / ".claude-plugin" / "serve.sh").read_text()
+
+
+@pytest.mark.skipif(shutil.which("sh") is None or sys.platform == "win32", reason="needs a POSIX sh")
+def test_launcher_uses_venv_then_path_then_explains(tmp_path):
+    script = (REPO / ".claude-plugin" / "serve.sh").read_text()
+    root = tmp_path / "plugin"
+    (root / ".claude-plugin").mkdir(parents=True)
+    (root / ".claude-plugin" / "serve.sh").write_text(script)
+    env = {"PATH": os.pathsep.join(p for p in ("/usr/bin", "/bin") if Path(p).is_dir())}
+    if any((Path(p) / "gpuscope").exists() for p in env["PATH"].split(os.pathsep)):
+        pytest.skip("a gpuscope is installed system-wide")
+    run = lambda: subprocess.run(["sh", str(root / ".claude-plugin" / "serve.sh")], env=env, capture_output=True,
+                                 text=True, timeout=30)
+    res = run()  # nothing installed: a clear message, not a bare "not found"
+    assert res.returncode == 127 and "make install" in res.stderr and str(root) in res.stderr
+    fake = "#!/bin/sh\necho {} \"$@\"\n"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "gpuscope").write_text(fake.format("from-path"))
+    (bindir / "gpuscope").chmod(0o755)
+    env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
+    assert run().stdout.strip() == "from-path serve"
+    (root / ".venv" / "bin").mkdir(parents=True)
+    (root / ".venv" / "bin" / "gpuscope").write_text(fake.format("from-venv"))
+    (root / ".venv" / "bin" / "gpuscope").chmod(0o755)
+    assert run().stdout.strip() == "from-venv serve"
