@@ -91,7 +91,8 @@ def register(server: MCPServer, read_only: ToolAnnotations | None = None) -> Non
     def compare_traces(baseline: str, candidate: str) -> str:
         """Compare a candidate profile against a baseline (reference) profile."""
         return (f"Compare the candidate profile `{candidate}` against the baseline `{baseline}` with the "
-                f"gpuscope tools. Use the same steady window definition on both, explain the step-time "
+                f"gpuscope tools: start with the `compare_traces` tool (baseline=`{baseline}`, candidate=`{candidate}`), "
+                f"then use the same steady window definition on both, explain the step-time "
                 f"delta by class and then by kernel/op, and keep the framing neutral.\n\n"
                 f"{body('trace-analysis')}\n\n{read('trace-analysis/comparison')}")
 
@@ -104,8 +105,15 @@ def register(server: MCPServer, read_only: ToolAnnotations | None = None) -> Non
                  "recipes or output paths.\n",
                  read("perf-analysis/delegation")]
         if cluster.strip():
-            parts += [f"Remote Execution Context (pass verbatim):\n{cluster}\n", body("remote-slurm")]
-        parts.append("The specialist captures the profile as follows:\n\n" + body("profile-capture"))
+            parts += [f"Remote Execution Context (pass verbatim):\n{cluster}\n"
+                      "If this is only a cluster name or a list of settings, render the block first with the "
+                      "`remote_context` tool (cluster=<name> from clusters.toml, or the fields as arguments) and pass "
+                      "its markdown.", body("remote-slurm")]
+        # The capture recipe (flags, exports, output names) is the specialist's: point to it, do not inline it,
+        # or it ends up in the delegation prompt against the rules above.
+        parts.append("The specialist owns the capture commands: tell it to follow the `profile-capture` playbook "
+                     "(Claude Code skill `profile-capture`, or the `get_guide` tool with topic 'profile-capture'), "
+                     "and ask for the profile path(s) back, checked with `trace_info` and `iterations`.")
         return "\n\n".join(parts)
 
     annotations = read_only or ToolAnnotations(read_only_hint=True, idempotent_hint=True,

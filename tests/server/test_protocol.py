@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import anyio
+
 import pytest
 from mcp import Client, StdioServerParameters
 
@@ -106,8 +108,15 @@ async def test_tool_list_annotations_and_schemas(client):
 
 async def test_instructions(client):
     text = client.instructions
-    assert text and "list_traces" in text and "trace_info" in text
     assert len(text.encode("utf-8")) <= 2048
+    # The entry tools and the guides are named; every tool and prompt named there exists.
+    assert "skill://" in text
+    tools = {t.name for t in (await client.list_tools()).tools}
+    prompts = {p.name for p in (await client.list_prompts()).prompts}
+    named = set(re.findall(r"\b[a-z]+_[a-z_]+\b", text)) - {"pct_of_device_busy_time"}
+    assert named and named <= tools | prompts, named - tools - prompts
+    assert {"list_traces", "trace_info", "diagnose", "compare_traces", "get_guide",
+            "analyze_trace", "delegate_profiling"} <= set(re.findall(r"\w+", text))
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
