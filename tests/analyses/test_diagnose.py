@@ -44,6 +44,15 @@ def test_scenario_class_first(traces, name):
     assert len({f.bottleneck for f in r.findings}) == len(r.findings)  # duplicates merged
     assert r.rules and top.next_step and top.confidence_reason
     assert len(r.model_dump_json()) < 20_000
+    for f in r.findings:  # share and Amdahl bounds from the stake and the named denominator (the GPU span)
+        F = f.time_at_stake_ns / r.gpu_span_ns
+        assert f.share_pct == pytest.approx(100 * F, abs=0.006)
+        assert f.speedup_if_halved == pytest.approx(1 / (1 - F / 2), abs=0.001)
+        assert f.speedup_if_removed == pytest.approx(1 / (1 - F), rel=1e-3)
+        assert f"total_ns = {r.gpu_span_ns} ns" in f.denominator
+        assert all(e.tool and e.field for e in f.evidence)
+    # no communication kernels in these scenarios except comm_bound: said so, not a silent zero
+    assert any(n.tool == "comm_summary" for n in r.not_applicable) == (name != "comm_bound")
 
 
 def test_compute_evidence(traces):
@@ -88,6 +97,33 @@ def test_comm_evidence(traces):
     assert any(e.tool == "comm_summary" for e in top.evidence)
     # NCCL is not a 'dominant compute kernel'; the GEMM (1/5 of the busy time) is not dominant either
     assert all(f.bottleneck != "compute" for f in r.findings)
+
+
+def test_dominant_kernel_without_rating_says_so(tmp_path):
+    """The compute-bound scenario without its PyTorch ops (Nsight): one kernel is all the GPU time, but nothing can say
+    whether it is compute- or memory-bound -> class 'other' that says so, never a guessed 'compute'."""
+    tr = load_trace(nsys.write(SD.compute_bound(), tmp_path / "noops.sqlite"))
+    try:
+        r = diagnose(tr)
+    finally:
+        tr.close()
+    top = r.findings[0]
+    assert top.bottleneck == "other" and top.confidence == "low"
+    assert "cannot be judged" in top.title and "gemm_kernel" in top.title
+    assert top.time_at_stake_ns == 5 * 1_000_000  # five 1000 µs kernels
+    assert "Nsight Compute" in top.next_step
+    assert all(f.bottleneck not in ("compute", "memory") for f in r.findings)
+    assert any(n.tool == "roofline" for n in r.not_applicable)
+
+
+def test_dominant_kernel_merged_only_into_its_op(traces):
+    """compute_bound: the GEMM launched by the rated aten::mm is merged into the compute finding (one finding, both
+    tools' evidence), not a second finding."""
+    r = diagnose(traces["compute_bound"])
+    assert [f.bottleneck for f in r.findings].count("compute") == 1
+    ev = {e.tool for e in r.findings[0].evidence}
+    assert {"roofline", "top_kernels", "op_tree"} <= ev
+    assert any(e.tool == "op_tree" and e.value == "aten::mm" for e in r.findings[0].evidence)
 
 
 def test_amdahl():

@@ -48,9 +48,15 @@ RULES = [
     "Exposed copies (gpu_timeline exposed_memcpy_ns) -> copies; pageable copies (memcpy_summary) are named in the evidence.",
     "Rated ops (roofline) below 50 % of their binding roof: compute-bound -> compute, memory-bound -> memory; time at stake = "
     "their total headroom (measured - roofline time).",
-    "One non-communication kernel >= 40 % of the device's kernel busy time -> compute ('profile it with Nsight Compute'); "
-    "when roofline findings exist the kernel is merged into the largest of them instead of a separate finding.",
-    "Duplicates (same class) are merged: evidence joined, time at stake = the largest of them (never summed).",
+    "One non-communication kernel >= 40 % of the device's kernel busy time (top_kernels) is 'dominant'. Its launching PyTorch "
+    "op (most of its time) is looked up in roofline: far below its roof -> merged into that compute/memory finding; rated "
+    "within 50 % of its roof -> a finding of that class with the op's headroom at stake; not rated (no ops, no shapes, "
+    "unknown peaks, time window) -> class 'other', saying compute vs memory cannot be judged, with the kernel time at stake.",
+    "Duplicates (same class; 'other' kept apart for idle and kernel causes) are merged: evidence joined, time at stake = "
+    "the largest of them (never summed).",
+    "Shares of different findings are not additive in general: idle, exposed communication and exposed copies are disjoint "
+    "parts of the span, but roofline headroom and kernel time are summed op time inside the busy time (a stake above the "
+    "span is capped at it, with the uncapped value in the evidence).",
     "Confidence: high = measured directly and the linking data is complete; medium = inferred from a heuristic threshold "
     "or partial data; low = the profile lacks data needed to separate causes.",
 ]
@@ -148,13 +154,15 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
     if start_ns is not None or end_ns is not None:
         na.append(NotApplicable(tool="roofline", reason="not applicable: roofline covers the whole profile and takes no time window"))
     else:
-        roof = run("roofline", lambda: roofline(trace, device=dev, limit=20))
+        roof = run("roofline", lambda: roofline(trace, device=dev, limit=200))
 
     found: list[dict] = []
 
-    def add(cls: str, title: str, evidence: list[Evidence], stake: int, conf: str, why: str, step: str) -> None:
+    def add(cls: str, title: str, evidence: list[Evidence], stake: int, conf: str, why: str, step: str, *,
+            key: str | None = None, rows: list | None = None) -> None:
         if stake > 0:
-            found.append(dict(bottleneck=cls, title=title, evidence=evidence, stake=int(stake), conf=conf, why=why, step=step))
+            found.append(dict(bottleneck=cls, key=key or cls, title=title, evidence=evidence, stake=int(stake), conf=conf, why=why,
+                              step=step, rows=rows or []))
 
     # -- idle: sync / launch overhead / host / undecidable --------------------------------------------
     idle_pct = main.idle_pct_of_total or 0.0
@@ -171,7 +179,8 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
             add("other", f"GPU idle {idle_pct:.1f} % of the span; cause undetermined: the profile holds no host API calls, so sync, "
                 "launch overhead and host-side work cannot be told apart", ev, main.idle_ns, "low",
                 "no host API calls: the host side of the idle gaps is not recorded",
-                "capture with the host side traced (nsys -t cuda,nvtx,osrt; torch.profiler with CPU activities) to see what the host did")
+                "capture with the host side traced (nsys -t cuda,nvtx,osrt; torch.profiler with CPU activities) to see what the host did",
+                key="other:idle")
         else:
             sync_ns, sync_thread, contributors = 0, None, []
             for th in api.blocked_threads:
@@ -212,7 +221,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                 add("other", f"GPU idle {idle_pct:.1f} % of the span with ops launched in time (waiting on events, other streams "
                     "or dependencies)", ev, main.idle_ns, "low",
                     "neither sync, tiny launches nor host-wait gaps explain the idle time",
-                    "inspect the largest gaps (gap_histogram top gaps) and the cross-stream waits around them")
+                    "inspect the largest gaps (gap_histogram top gaps) and the cross-stream waits around them", key="other:idle")
 
     # -- communication -------------------------------------------------------------------------------
     if main.exposed_comm_ns > 0:
@@ -232,17 +241,27 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
     if main.exposed_memcpy_ns > 0:
         ev = [_ev("gpu_timeline", f"{tl_field}.exposed_memcpy_ns", main.exposed_memcpy_ns),
               _ev("gpu_timeline", f"{tl_field}.exposed_memcpy_pct_of_total", main.exposed_memcpy_pct_of_total)]
-        pageable = []
+        pageable, dirs = [], []
         if mem is not None:
             for g in sorted((g for g in mem.groups if g.device_id == dev), key=lambda g: -g.exposed_ns)[:3]:
                 ev.append(_ev("memcpy_summary", f"groups[{g.direction},{g.src_kind}->{g.dst_kind}].exposed_ns", g.exposed_ns,
-                              f"{g.count} ops, {g.gb_per_s_over_wall} GB/s" + (", pageable" if g.pageable else "")))
+                              f"{g.count} ops, {g.gb_per_s_over_wall} GB/s over wall" + (", pageable" if g.pageable else "")))
+                if g.exposed_ns > 0:
+                    dirs.append(g.direction)
                 if g.pageable:
                     pageable.append(g.direction)
+        if pageable:
+            copy_step = (f"pin the host buffers of the pageable {'/'.join(pageable)} copies and issue them non_blocking on a side "
+                         "stream; check bandwidth per direction (memcpy_summary)")
+        elif dirs and all(d in ("DtoD", "memset", "PtoP") for d in dirs):
+            copy_step = ("find the device-side copies / memsets (ops_summary, call_stack: .contiguous(), .clone(), zero_()) and "
+                         "remove them or let them overlap with kernels on another stream")
+        else:
+            copy_step = ("overlap the copies with kernels (non_blocking copies on a side stream, prefetch the next batch); "
+                         "check bandwidth per direction against the link peak (memcpy_summary)")
         add("copies", f"Exposed copies: {main.exposed_memcpy_pct_of_total or 0:.1f} % of the span copies run with no kernel running"
             + (f" (pageable {'/'.join(pageable)})" if pageable else ""), ev, main.exposed_memcpy_ns, "high",
-            "interval algebra over copies, computation and communication",
-            "use pinned memory and non_blocking copies on a side stream; check bandwidth per direction (memcpy_summary)")
+            "interval algebra over copies, computation and communication", copy_step)
 
     # -- roofline: compute / memory ------------------------------------------------------------------
     if roof is not None:
@@ -258,16 +277,20 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
             if not rows:
                 continue
             stake = int(sum(r.total_headroom_ns for r in rows))
-            ev = [_ev("roofline", f"rows[{clip_name(r.name, 60)}].total_headroom_ns", int(r.total_headroom_ns),
-                      f"{r.pct_of_roof} % of {r.compute_roof_field if cls == 'compute' else 'memory roof'}, "
-                      f"{r.count} calls, {r.total_time_ns} ns measured") for r in rows[:3]]
-            ev.append(_ev("roofline", f"rows[bound={cls}, pct_of_roof<50].count", len(rows)))
+            ev = [_ev("roofline", f"rows[{roof.rows.index(r)}].total_headroom_ns", int(r.total_headroom_ns),
+                      f"{clip_name(r.name, 60)} {clip_name((r.signature or {}).get('input_dims') or '', 60)}: "
+                      f"{r.pct_of_roof:.1f} % of {r.compute_roof_field if cls == 'compute' else 'memory roof'} "
+                      f"(roofline time / measured time), {r.count} calls, {r.total_time_ns} ns measured") for r in rows[:3]]
+            ev.append(_ev("roofline", f"rows[bound={cls}, pct_of_roof<50].count", len(rows),
+                          f"roofline rows truncated at {len(roof.rows)}: smaller rows beyond are not counted"
+                          if roof.truncated else None))
             add(cls, f"{cls.capitalize()}-bound ops far below their roof: {clip_name(rows[0].name, 60)} at "
                 f"{rows[0].pct_of_roof:.1f} % of roof" + (f" (+{len(rows) - 1} more)" if len(rows) > 1 else ""), ev, stake,
                 "medium" if roof.peaks_confidence != "low" else "low",
                 "analytic FLOP/byte models against datasheet peaks (perfect-cache bytes); time at stake is the headroom to the roof",
-                f"profile {clip_name(rows[0].name, 60)}'s kernels with Nsight Compute (SOL %, "
-                + ("tensor-pipe utilisation, occupancy)" if cls == "compute" else "DRAM throughput, L2 hit rate, coalescing)"))
+                f"profile {clip_name(rows[0].name, 60)}'s kernels with Nsight Compute / rocprof-compute (SOL %, "
+                + ("tensor-pipe utilisation, occupancy)" if cls == "compute" else "DRAM throughput, L2 hit rate, coalescing)"),
+                rows=rows)
 
     # -- dominant kernel -----------------------------------------------------------------------------
     if top is not None:
@@ -275,30 +298,52 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
         kern = [k for k in top.kernels if k.device_id == dev and not rx.search(k.name)]
         if kern and (kern[0].pct_of_device_busy_time or 0) >= DOMINANT_KERNEL_PCT:
             k = kern[0]
-            ev = [_ev("top_kernels", f"kernels[{clip_name(k.name, 60)}].total_ns", k.total_ns, f"{k.count} calls, avg {k.avg_ns:.0f} ns"),
-                  _ev("top_kernels", f"kernels[{clip_name(k.name, 60)}].pct_of_device_busy_time", k.pct_of_device_busy_time)]
-            step = f"profile kernel {clip_name(k.name, 60)} with Nsight Compute (ncu --set full) for SOL %, occupancy and stall reasons"
-            roof_f = [f for f in found if f["bottleneck"] in ("compute", "memory")]
-            if roof_f:
-                tgt = max(roof_f, key=lambda f: f["stake"])
-                tgt["evidence"] += ev
-                tgt["step"] += f"; dominant kernel: {clip_name(k.name, 60)}"
-            else:
-                add("compute", f"Dominant kernel: {clip_name(k.name, 60)} takes {k.pct_of_device_busy_time:.1f} % of the kernel busy time",
-                    ev, k.total_ns, "medium" if roof is None or not roof.peaks_known else "low",
-                    "time share measured; whether it is below its roof is unknown (no roofline rating for it)", step)
+            kname = clip_name(k.name, 60)
+            ev = [_ev("top_kernels", f"kernels[{kname}].total_ns", k.total_ns, f"{k.count} calls, avg {k.avg_ns:.0f} ns"),
+                  _ev("top_kernels", f"kernels[{kname}].pct_of_device_busy_time", k.pct_of_device_busy_time,
+                      "of the device's summed kernel time")]
+            step = f"profile kernel {kname} with Nsight Compute (ncu --set full) / rocprof-compute for SOL %, occupancy and stall reasons"
+            row, launcher = _rated_row_of_kernel(trace, dev, k.name, roof) if roof is not None and roof.peaks_known else (None, None)
+            if launcher is not None:
+                ev.append(_ev("op_tree", "launcher of the kernel (most time)", launcher))
+            target = next((f for f in found if f["bottleneck"] == getattr(row, "bound", None) and row in f.get("rows", [])), None)
+            if target is not None:  # the kernel's op is one of the far-below-roof ops: same cause, merge
+                target["evidence"] += ev
+                target["step"] += f"; dominant kernel: {kname}"
+            elif row is not None:  # rated, but within 50 % of its roof: the headroom is what is at stake
+                add(row.bound, f"Dominant kernel: {kname} takes {k.pct_of_device_busy_time:.1f} % of the kernel busy time; its op "
+                    f"{clip_name(row.name, 60)} is {row.bound}-bound at {row.pct_of_roof:.1f} % of its roof",
+                    ev + [_ev("roofline", f"rows[{roof.rows.index(row)}].total_headroom_ns", int(row.total_headroom_ns or 0),
+                              f"{clip_name(row.name, 60)}: {row.pct_of_roof:.1f} % of its binding roof")],
+                    int(row.total_headroom_ns or 0), "medium",
+                    "time share measured; roofline rating of its op from analytic FLOP/byte models (time at stake = headroom to the roof)",
+                    step, rows=[row])
+            else:  # no rating: say so, do not guess compute vs memory
+                why = ("the profile has no roofline rating for it (" + (
+                    "analysis restricted to a time window" if roof is None and (start_ns is not None or end_ns is not None) else
+                    "roofline not applicable, see not_applicable" if roof is None else
+                    "unknown GPU peaks" if not roof.peaks_known else "its op has no shapes / perf model, or it has no PyTorch op") + ")")
+                add("other", f"Dominant kernel: {kname} takes {k.pct_of_device_busy_time:.1f} % of the kernel busy time; compute- vs "
+                    f"memory-bound cannot be judged: {why}", ev, k.total_ns, "low",
+                    "time share measured; its bottleneck class is unknown " + why, step, key="other:kernel")
 
     # -- merge, rank, cut ----------------------------------------------------------------------------
     merged: dict[str, dict] = {}
     for f in found:
-        m = merged.get(f["bottleneck"])
+        m = merged.get(f["key"])
         if m is None:
-            merged[f["bottleneck"]] = f
+            merged[f["key"]] = f
         else:
             keep, other = (f, m) if f["stake"] > m["stake"] else (m, f)
             keep["evidence"] = keep["evidence"] + other["evidence"]
             keep["title"] += f"; also: {other['title']}"
-            merged[f["bottleneck"]] = keep
+            keep["rows"] = keep["rows"] + other["rows"]
+            merged[f["key"]] = keep
+    for f in merged.values():
+        if span and f["stake"] > span:  # summed op time of concurrent ops can exceed the span: never claim more than all of it
+            f["evidence"].append(_ev("diagnose", "time_at_stake_ns before capping", f["stake"],
+                                     "summed op time exceeds the GPU span (ops overlap): capped at the span"))
+            f["stake"] = span
     ranked = sorted(merged.values(), key=lambda f: -f["stake"])
     findings: list[Finding] = []
     dropped = 0
@@ -309,7 +354,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
             continue
         F = None if share is None else min(share, 100.0) / 100.0
         h, r = _amdahl(F)
-        findings.append(Finding(rank=len(findings) + 1, bottleneck=f["bottleneck"], title=f["title"], evidence=f["evidence"][:8],
+        findings.append(Finding(rank=len(findings) + 1, bottleneck=f["bottleneck"], title=f["title"], evidence=f["evidence"][:10],
                                 time_at_stake_ns=f["stake"], share_pct=share, denominator=denom, speedup_if_halved=h,
                                 speedup_if_removed=r, confidence=f["conf"], confidence_reason=f["why"], next_step=f["step"]))
     if findings:
@@ -322,3 +367,24 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
     return DiagnoseResult(trace=tl.trace, window=tl.window, device_id=dev, device_name=main.device_name, other_devices=others,
                           gpu_span_ns=span, gpu_busy_ns=main.busy_ns, verdict=verdict, findings=findings, dropped_findings=dropped,
                           not_applicable=na, rules=RULES)
+
+
+def _rated_row_of_kernel(trace: Trace, dev: int, short_name: str, roof: Any) -> tuple[Any, str | None]:
+    """The rated roofline op row of the PyTorch op that launched most of this kernel's time, and that op's name."""
+    from .op_tree import launchers
+
+    names = [r[0] for r in trace.sql("SELECT DISTINCT name, short_name FROM kernels WHERE device_id = ?", [dev])
+             if clip_name(r[1] or r[0]) == short_name or clip_name(r[0]) == short_name]
+    if not names:
+        return None, None
+    g = launchers(trace).gops
+    g = g[(g.device_id == dev) & (g.op == "kernel") & g.name.isin(names) & (g.launcher_kind == "cpu_op")]
+    if g.empty:
+        return None, None
+    by = g.groupby(["launcher_name", g.input_dims.fillna("")], sort=False).dur_ns.sum().sort_values(ascending=False)
+    op, dims = by.index[0]
+    for r in roof.rows:
+        if r.source == "op" and r.rated and r.bound in ("compute", "memory") and r.name == op \
+                and ((r.signature or {}).get("input_dims") or "") == dims:
+            return r, op
+    return None, op
