@@ -26,12 +26,16 @@ from .ops_summary import ops_summary
 UNCHANGED_FRACTION = 0.02   # |delta| below 2 % of the baseline time (or 1 µs) counts as unchanged
 UNCHANGED_MIN_NS = 1_000
 RATIO_TOLERANCE = 1.5       # flag when measured/expected ratio is outside [1/1.5, 1.5]
-TOTAL_FIELDS = ("capture_span_ns", "gpu_span_ns", "busy_ns", "idle_ns", "computation_ns", "exposed_comm_ns",
-                "exposed_memcpy_ns", "summed_kernel_time_ns")
+TOTAL_FIELDS = ("capture_span_ns", "gpu_span_ns", "busy_ns", "idle_ns", "computation_ns", "total_comm_ns", "exposed_comm_ns",
+                "total_memcpy_ns", "exposed_memcpy_ns", "summed_kernel_time_ns")
+_TL_FIELDS = ("total_ns", "busy_ns", "idle_ns", "computation_ns", "total_comm_ns", "exposed_comm_ns", "total_memcpy_ns",
+              "exposed_memcpy_ns")
 
 
 class TotalDelta(BaseModel):
-    figure: str = Field(description="what is compared (ns)")
+    figure: str = Field(description="what is compared (ns): capture_span (first to last event of the profile), gpu_span "
+                                    "(first to last GPU op), busy / idle / computation / total_comm / exposed_comm / total_memcpy / "
+                                    "exposed_memcpy as in gpu_timeline, summed_kernel_time (Σ kernel durations)")
     baseline_ns: int
     candidate_ns: int
     delta_ns: int = Field(description="candidate - baseline, ns")
@@ -51,7 +55,8 @@ class Entry(BaseModel):
     delta_ns: int = Field(description="candidate - baseline, ns")
     change_pct: float | None = Field(description="delta / baseline, %; null for new entries")
     pct_of_gross_change: float | None = Field(description="delta / gross_change_ns of this list (Σ |delta| over all entries), %, signed")
-    bound: str | None = Field(None, description="cross-platform ops: 'memory' / 'compute' (roofline on baseline) or 'bound unknown'")
+    bound: str | None = Field(None, description="cross-platform: 'memory' / 'compute (<roof field>)' (roofline on the baseline's op) "
+                                                "or 'bound unknown' (kernels, unrated ops): then no expected ratio")
     expected_ratio: float | None = Field(None, description="cross-platform: candidate/baseline time expected from the peaks")
     measured_ratio: float | None = Field(None, description="candidate_ns / baseline_ns")
     off_expected: bool | None = Field(None, description="measured ratio outside the tolerance band around the expected one")
@@ -75,7 +80,8 @@ class PlatformRatio(BaseModel):
     candidate_device: str | None
     cross_platform: bool = Field(description="true: the device models differ")
     memory_bandwidth_ratio: float | None = Field(description="baseline bandwidth / candidate bandwidth: expected candidate/baseline time for memory-bound work")
-    matrix_ratios: dict[str, float] = Field(description="dtype -> baseline matrix peak / candidate matrix peak: expected time ratio for compute-bound work")
+    matrix_ratios: dict[str, float] = Field(description="dtype -> baseline matrix peak / candidate matrix peak: expected time ratio for "
+                                                        "compute-bound work on tensor cores (ops use the roof field roofline chose)")
     tolerance: str
     note: str | None = None
 
@@ -112,17 +118,14 @@ def _totals(trace: Trace, dev: int | None) -> dict[str, int]:
     t = tl.all_devices if dev is None and tl.all_devices is not None else None
     if t is None:
         rows = tl.timelines
-        agg = {f: sum(getattr(r, f) for r in rows) for f in ("total_ns", "busy_ns", "idle_ns", "computation_ns",
-                                                                "exposed_comm_ns", "exposed_memcpy_ns")}
+        agg = {f: sum(getattr(r, f) for r in rows) for f in _TL_FIELDS}
     else:
-        agg = {f: getattr(t, f) for f in ("total_ns", "busy_ns", "idle_ns", "computation_ns", "exposed_comm_ns", "exposed_memcpy_ns")}
+        agg = {f: getattr(t, f) for f in _TL_FIELDS}
     cap = capture_window(trace)
     where, params = ("WHERE device_id = ?", [dev]) if dev is not None else ("", [])
     summed = trace.sql(f"SELECT coalesce(sum(dur_ns), 0)::BIGINT FROM kernels {where}", params)[0][0]
     return {"capture_span_ns": int(cap.span_ns), "gpu_span_ns": agg["total_ns"],
-            "busy_ns": agg["busy_ns"], "idle_ns": agg["idle_ns"], "computation_ns": agg["computation_ns"],
-            "exposed_comm_ns": agg["exposed_comm_ns"], "exposed_memcpy_ns": agg["exposed_memcpy_ns"],
-            "summed_kernel_time_ns": int(summed)}
+            **{f: agg[f] for f in _TL_FIELDS if f != "total_ns"}, "summed_kernel_time_ns": int(summed)}
 
 
 def _kernel_groups(trace: Trace, dev: int | None, col: str) -> dict[tuple, tuple[int, int]]:
@@ -195,7 +198,7 @@ def _peaks(trace: Trace, dev: int | None):
 
 
 def _bounds(trace: Trace, dev: int | None) -> dict[tuple, tuple[str, str | None]]:
-    """(op name, input_dims) -> (bound, dtype) from roofline on the baseline; empty when not available."""
+    """(op name, input_dims) -> (bound, compute roof field) from roofline on the baseline; empty when not available."""
     from .roofline import roofline
     try:
         res = roofline(trace, device=dev, limit=500)
@@ -204,7 +207,7 @@ def _bounds(trace: Trace, dev: int | None) -> dict[tuple, tuple[str, str | None]
     out = {}
     for r in res.rows:
         if r.source == "op" and r.rated and r.bound:
-            out[(r.name, (r.signature or {}).get("input_dims"))] = (r.bound, r.dtype)
+            out[(r.name, (r.signature or {}).get("input_dims"))] = (r.bound, r.compute_roof_field)
     return out
 
 
@@ -260,19 +263,32 @@ def compare_traces(
     if baseline.count("cpu_ops") and candidate.count("cpu_ops"):
         ratio_for = None
         if cross and (bw or mats):
-            ratio_for = partial(_expected_ratio, _bounds(baseline, bdev), bw, mats)
+            ratio_for = partial(_expected_ratio, _bounds(baseline, bdev), bw, pb, pc)
         ops = _entries(_op_groups(baseline, bdev), _op_groups(candidate, cdev), "op name + input shapes + dtypes", limit, ratio_for)
     else:
-        notes.append("op comparison skipped: a side has no PyTorch cpu_ops.")
+        notes.append("op comparison skipped: a side has no PyTorch cpu_ops."
+                     + (" No entry gets an expected ratio: the bound (memory/compute) comes from roofline on the baseline's "
+                        "PyTorch ops (shapes), and kernels alone carry none." if cross else ""))
+    for lst, what in ((kernels, "kernels"), (ops, "ops")):
+        if lst is not None and lst.truncated:
+            notes.append(f"{what}: {lst.remainder_entries} more changed entries (Σ delta {lst.remainder_delta_ns} ns) beyond limit="
+                         f"{limit}; pass a larger limit to see them.")
     notes.append(f"'unchanged' = |delta| < max({UNCHANGED_MIN_NS} ns, {UNCHANGED_FRACTION:.0%} of baseline); "
                  "positive delta: takes longer on candidate.")
     return CompareResult(baseline=str(baseline.path), candidate=str(candidate.path), devices=[bdev, cdev], totals=totals,
                          platform=platform, kernels=kernels, ops=ops, notes=notes)
 
 
-def _expected_ratio(bounds: dict, bw: float | None, mats: dict, key: tuple) -> tuple[str, float | None]:
-    """(bound, expected candidate/baseline time ratio) of an op: bandwidth ratio if memory-bound, else the matrix peak ratio."""
+def _expected_ratio(bounds: dict, bw: float | None, pb, pc, key: tuple) -> tuple[str, float | None]:
+    """(bound, expected candidate/baseline time ratio) of an op: memory-bound -> baseline/candidate bandwidth; compute-bound
+    -> baseline/candidate peak of the compute roof the baseline roofline chose for it (e.g. tflops_bf16_matrix)."""
     b = bounds.get((key[0], key[1]))
     if b is None:
         return "bound unknown", None
-    return b[0], bw if b[0] == "memory" else mats.get(b[1] or "")
+    if b[0] == "memory":
+        return "memory", bw
+    field = b[1]
+    vb, vc = (pb.value(field), pc.value(field)) if field else (None, None)
+    if not vb or not vc:
+        return "compute", None
+    return f"compute ({field})", round(vb / vc, 3)
