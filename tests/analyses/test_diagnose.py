@@ -79,6 +79,19 @@ def test_launch_evidence(traces):
     assert ev["launches[device].tiny_pct_of_single_kernel_launches"] == 100.0
     assert top.time_at_stake_ns == r.gpu_span_ns - 200 * 1000  # idle = span - 200 kernels of 1 µs
     assert top.share_pct > 75
+    assert "slow" not in top.title and top.confidence == "medium"
+
+
+def test_slow_first_launches_are_not_called_per_launch_overhead(traces):
+    # 3 launch calls of 5 ms issuing 2 µs kernels: the idle is start-up cost (module loading), not launch rate.
+    r = diagnose(traces["first_launch"])
+    top = r.findings[0]
+    ev = {e.field: e.value for e in top.evidence}
+    assert top.bottleneck == "launch_overhead" and top.confidence == "low"
+    assert ev["launches[device].api_duration.median_ns"] == 5_000_000
+    assert "launch calls themselves are slow (median 5.0 ms" in top.title
+    assert "warm-up" in top.next_step
+    assert top.time_at_stake_ns == r.gpu_span_ns - 3 * 2_000
 
 
 def test_sync_evidence(traces):

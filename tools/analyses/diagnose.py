@@ -32,7 +32,8 @@ SYNC_SHARE_OF_IDLE = 0.3     # host blocked in sync calls >= 30 % of the GPU idl
 TINY_PCT = 50.0              # >= 50 % of single-kernel launches are shorter than their launch call -> launch overhead
 HOST_WAIT_PCT = 50.0         # >= 50 % of stream idle is host-wait gaps -> idle_host
 FAR_BELOW_ROOF_PCT = 50.0    # a rated op below 50 % of its binding roof is 'far below'
-DOMINANT_KERNEL_PCT = 40.0   # one kernel >= 40 % of the device's kernel busy time is 'dominant'
+DOMINANT_KERNEL_PCT = 40.0   # one kernel >= 40 % of the device's summed kernel time is 'dominant'
+SLOW_LAUNCH_NS = 1_000_000   # a median launch call >= 1 ms is first-call cost (module load, JIT), not per-launch overhead
 
 RULES = [
     "Time at stake is ns of GPU time the cause accounts for; share = time at stake / GPU span of the analysed device "
@@ -41,14 +42,16 @@ RULES = [
     "Upper bounds: they assume the time at stake shrinks and nothing else grows.",
     "GPU idle >= 5 % of the span and host threads blocked in synchronize / event-query spin calls for >= 30 % of the idle "
     "time -> sync.",
-    "GPU idle >= 5 % and >= 50 % of single-kernel launches shorter than their launch call (tiny kernels) -> launch_overhead.",
+    "GPU idle >= 5 % and >= 50 % of single-kernel launches shorter than their launch call (tiny kernels) -> launch_overhead; "
+    "when the median launch call itself takes >= 1 ms (normally a few us) the title says the cost is first-call work "
+    "(lazy module loading, JIT), not per-launch overhead, and confidence is low.",
     "GPU idle >= 5 % and >= 50 % of stream idle is host-wait gaps (next launch issued after the stream drained) -> idle_host.",
     "GPU idle without host API calls in the profile -> other: sync, launch overhead and host work cannot be told apart.",
     "Exposed communication (gpu_timeline exposed_comm_ns: comm kernels with no computation running) -> communication.",
     "Exposed copies (gpu_timeline exposed_memcpy_ns) -> copies; pageable copies (memcpy_summary) are named in the evidence.",
     "Rated ops (roofline) below 50 % of their binding roof: compute-bound -> compute, memory-bound -> memory; time at stake = "
     "their total headroom (measured - roofline time).",
-    "One non-communication kernel >= 40 % of the device's kernel busy time (top_kernels) is 'dominant'. Its launching PyTorch "
+    "One non-communication kernel >= 40 % of the device's summed kernel time (top_kernels pct_of_device_kernel_time) is 'dominant'. Its launching PyTorch "
     "op (most of its time) is looked up in roofline: far below its roof -> merged into that compute/memory finding; rated "
     "within 50 % of its roof -> a finding of that class with the op's headroom at stake; not rated (no ops, no shapes, "
     "unknown peaks, time window) -> class 'other', saying compute vs memory cannot be judged, with the kernel time at stake.",
@@ -206,6 +209,14 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                     "host blocked in sync calls for >= 30 % of the GPU idle time; that the gaps follow the syncs is inferred" + conf_adj,
                     "find the sync sites (call_stack / marker_summary around the blocking calls; torch: .item(), .cpu(), "
                     "non_blocking=False copies) and remove or defer them so the host can run ahead")
+            elif tiny_pct is not None and tiny_pct >= TINY_PCT and (launch.api_duration.median_ns or 0) >= SLOW_LAUNCH_NS:
+                add("launch_overhead", f"GPU idle {idle_pct:.1f} % of the span: the launch calls themselves are slow (median "
+                    f"{launch.api_duration.median_ns / 1e6:.1f} ms, normally a few us), i.e. first-call work such as lazy module "
+                    f"loading or JIT compilation rather than per-launch overhead", ev, main.idle_ns, "low",
+                    f"median launch call {launch.api_duration.median_ns:.0f} ns over {launch.launch_calls} launch calls: a one-off "
+                    "start-up cost in the window, which a steady-state run would not repeat" + conf_adj,
+                    "capture a steady window after warm-up steps (or set CUDA_MODULE_LOADING=EAGER) and diagnose that window; "
+                    "only then judge per-launch overhead")
             elif tiny_pct is not None and tiny_pct >= TINY_PCT:
                 add("launch_overhead", f"GPU idle {idle_pct:.1f} % of the span: kernels finish faster than the host launches them "
                     f"({tiny_pct:.0f} % of launches are tiny)", ev, main.idle_ns, "low" if partial else "medium",
@@ -296,11 +307,11 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
     if top is not None:
         rx = re.compile("|".join(f"(?:{p})" for p in comm_patterns()), re.I)
         kern = [k for k in top.kernels if k.device_id == dev and not rx.search(k.name)]
-        if kern and (kern[0].pct_of_device_busy_time or 0) >= DOMINANT_KERNEL_PCT:
+        if kern and (kern[0].pct_of_device_kernel_time or 0) >= DOMINANT_KERNEL_PCT:
             k = kern[0]
             kname = clip_name(k.name, 60)
             ev = [_ev("top_kernels", f"kernels[{kname}].total_ns", k.total_ns, f"{k.count} calls, avg {k.avg_ns:.0f} ns"),
-                  _ev("top_kernels", f"kernels[{kname}].pct_of_device_busy_time", k.pct_of_device_busy_time,
+                  _ev("top_kernels", f"kernels[{kname}].pct_of_device_kernel_time", k.pct_of_device_kernel_time,
                       "of the device's summed kernel time")]
             step = f"profile kernel {kname} with Nsight Compute (ncu --set full) / rocprof-compute for SOL %, occupancy and stall reasons"
             row, launcher = _rated_row_of_kernel(trace, dev, k.name, roof) if roof is not None and roof.peaks_known else (None, None)
@@ -311,7 +322,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                 target["evidence"] += ev
                 target["step"] += f"; dominant kernel: {kname}"
             elif row is not None:  # rated, but within 50 % of its roof: the headroom is what is at stake
-                add(row.bound, f"Dominant kernel: {kname} takes {k.pct_of_device_busy_time:.1f} % of the kernel busy time; its op "
+                add(row.bound, f"Dominant kernel: {kname} takes {k.pct_of_device_kernel_time:.1f} % of the device's summed kernel time; its op "
                     f"{clip_name(row.name, 60)} is {row.bound}-bound at {row.pct_of_roof:.1f} % of its roof",
                     ev + [_ev("roofline", f"rows[{roof.rows.index(row)}].total_headroom_ns", int(row.total_headroom_ns or 0),
                               f"{clip_name(row.name, 60)}: {row.pct_of_roof:.1f} % of its binding roof")],
@@ -323,7 +334,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                     "analysis restricted to a time window" if roof is None and (start_ns is not None or end_ns is not None) else
                     "roofline not applicable, see not_applicable" if roof is None else
                     "unknown GPU peaks" if not roof.peaks_known else "its op has no shapes / perf model, or it has no PyTorch op") + ")")
-                add("other", f"Dominant kernel: {kname} takes {k.pct_of_device_busy_time:.1f} % of the kernel busy time; compute- vs "
+                add("other", f"Dominant kernel: {kname} takes {k.pct_of_device_kernel_time:.1f} % of the device's summed kernel time; compute- vs "
                     f"memory-bound cannot be judged: {why}", ev, k.total_ns, "low",
                     "time share measured; its bottleneck class is unknown " + why, step, key="other:kernel")
 
@@ -352,7 +363,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
         if share is not None and share < MIN_SHARE_PCT or len(findings) >= limit:
             dropped += 1
             continue
-        F = None if share is None else min(share, 100.0) / 100.0
+        F = None if share is None else min(f["stake"] / span, 1.0)  # exact, not the rounded share
         h, r = _amdahl(F)
         findings.append(Finding(rank=len(findings) + 1, bottleneck=f["bottleneck"], title=f["title"], evidence=f["evidence"][:10],
                                 time_at_stake_ns=f["stake"], share_pct=share, denominator=denom, speedup_if_halved=h,
