@@ -200,8 +200,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _glue_option_values(argv: list[str]) -> list[str]:
+    """`--ssh-option -p` would read -p as a flag: glue each value to its option (`--ssh-option=-p`)."""
+    out, it = [], iter(argv)
+    for a in it:
+        nxt = next(it, None) if a == "--ssh-option" else None
+        out.append(a if nxt is None else f"{a}={nxt}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_glue_option_values(sys.argv[1:] if argv is None else argv))
     if args.command == "serve":
         from .app import run
 

@@ -125,6 +125,15 @@ def test_cli(capsys):
     assert exc.value.code == 2
 
 
+def test_cli_ssh_option_values_that_start_with_a_dash(capsys):
+    main(["remote-context", "--login-host", "h", "--partition", "gpu", "--ssh-option", "-p", "--ssh-option", "2222",
+          "--ssh-option=-J", "--ssh-option", "bastion"])
+    assert "ssh -p 2222 -J bastion h " in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        main(["remote-context", "--login-host", "h", "--partition", "gpu", "--ssh-option", "-oProxyCommand=nc"])
+    assert exc.value.code == 2 and "ProxyCommand" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("opts", [
     ["-qF/tmp/evil"], ["-F", "/tmp/evil"], ["-E/home/me/.bashrc"], ["-I/tmp/lib.so"], ["-oXAuthLocation=/tmp/x", "-X"],
     ["-oSecurityKeyProvider=/tmp/lib.so"], ["-o", "PKCS11Provider=/tmp/l.so"], ["-o", "proxycommand=nc"],
