@@ -3,9 +3,11 @@
 #  1. MCP Inspector CLI: tools/list, then tools/call trace_info and diagnose on a fixture.
 #  2. Claude Code CLI (the installed `claude`, else npx @anthropic-ai/claude-code):
 #     `claude mcp add` + `claude mcp list` in a temporary HOME must say Connected;
-#  3. then a headless session: `gpuscope install claude` into a temporary project, and
-#     `claude -p "analyze this trace ..."` against e2e/scripted_model.py, a local stand-in for the
-#     model API that plays the skill's opening moves. The check asserts on what Claude Code sent:
+#  3. then headless sessions after `gpuscope install claude` into a temporary project (the model picks
+#     the skill; the user types /trace-analysis and only the skill's allowed-tools approves our tools)
+#     and with the repository installed as a plugin (/gpuscope:trace-analysis): `claude -p` against
+#     e2e/scripted_model.py, a local stand-in for the model API that plays the skill's opening
+#     moves. The check asserts on what Claude Code sent:
 #     our skill listed and its SKILL.md loaded, our tools offered, trace_info and diagnose results
 #     returned without error, diagnose ranking the fixture's known bottleneck first.
 set -uo pipefail
@@ -59,21 +61,38 @@ if run env HOME="$CHOME" "${CLAUDE[@]}" --version; then
     grep -q 'gpuscope.*Connected' "$WORK/last" || { echo "e2e: FAILED: claude mcp list does not report gpuscope Connected"; fail=1; }
   fi
 
-  # Headless "analyze this trace" in a fresh project set up the way the README says.
-  PHOME="$WORK/phome"; PROJ="$WORK/project"; mkdir -p "$PHOME" "$PROJ"
-  TRACE="$PROJ/sync_bound.sqlite"
-  run "$PY" -c "from gpuscope.fixtures.scenarios_diagnose import SCENARIOS; from gpuscope.fixtures.writers import nsys; nsys.write(SCENARIOS['sync_bound'](), '$TRACE')"
+  # Headless "analyze this trace": session HOME PROJECT SKILL_MD PROMPT_PREFIX [ALLOWED_TOOLS], profile in PROJECT.
+  # Without ALLOWED_TOOLS our tools run only if the skill's own allowed-tools pre-approves them.
+  session() {
+    local home=$1 proj=$2 skill_md=$3 prefix=$4 allowed=${5:-} port model_pid log
+    log="$WORK/model-$((++SESSIONS)).jsonl"
+    port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    "$PY" "$REPO/e2e/scripted_model.py" serve "$port" "$log" "$proj/sync_bound.sqlite" & model_pid=$!
+    sleep 1
+    (cd "$proj" && run env HOME="$home" ANTHROPIC_BASE_URL="http://127.0.0.1:$port" ANTHROPIC_API_KEY=sk-e2e-offline \
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 timeout 300 "${CLAUDE[@]}" -p "${prefix}analyze this trace: $proj/sync_bound.sqlite" \
+        ${allowed:+--allowedTools "$allowed"}) || fail=1
+    kill "$model_pid" 2>/dev/null
+    run "$PY" "$REPO/e2e/scripted_model.py" check "$log" sync "$skill_md" || fail=1
+  }
+  SESSIONS=0
+  write_trace() { run "$PY" -c "from gpuscope.fixtures.scenarios_diagnose import SCENARIOS; from gpuscope.fixtures.writers import nsys; nsys.write(SCENARIOS['sync_bound'](), '$1/sync_bound.sqlite')"; }
+
+  # a) set up the way the README says: gpuscope install claude in a fresh project.
+  PHOME="$WORK/phome"; PROJ="$WORK/project"; mkdir -p "$PHOME" "$PROJ"; write_trace "$PROJ"
   (cd "$PROJ" && run env HOME="$PHOME" PATH="$(dirname "$(command -v "${CLAUDE[0]}")"):$PATH" "$GPUSCOPE" install claude --scope project) || fail=1
   # What approving the project's .mcp.json server in the interactive prompt writes.
   printf '{"enabledMcpjsonServers": ["gpuscope"]}\n' > "$PROJ/.claude/settings.local.json"
-  PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  "$PY" "$REPO/e2e/scripted_model.py" serve "$PORT" "$WORK/model.jsonl" "$TRACE" & MODEL_PID=$!
-  sleep 1
-  (cd "$PROJ" && run env HOME="$PHOME" ANTHROPIC_BASE_URL="http://127.0.0.1:$PORT" ANTHROPIC_API_KEY=sk-e2e-offline \
-      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 timeout 300 "${CLAUDE[@]}" -p "analyze this trace: $TRACE" \
-      --allowedTools "Skill mcp__gpuscope__trace_info mcp__gpuscope__diagnose") || fail=1
-  kill "$MODEL_PID" 2>/dev/null
-  run "$PY" "$REPO/e2e/scripted_model.py" check "$WORK/model.jsonl" sync "$PROJ/.claude/skills/trace-analysis/SKILL.md" || fail=1
+  # The model picks the skill from its description (tools allowed on the command line), then the user types
+  # /trace-analysis with nothing allowed: the skill's allowed-tools must pre-approve our tools.
+  session "$PHOME" "$PROJ" "$PROJ/.claude/skills/trace-analysis/SKILL.md" "" "Skill mcp__gpuscope__trace_info mcp__gpuscope__diagnose"
+  session "$PHOME" "$PROJ" "$PROJ/.claude/skills/trace-analysis/SKILL.md" "/trace-analysis "
+
+  # b) the repository as a Claude Code plugin: local marketplace, plugin install, a project with no gpuscope files.
+  GHOME="$WORK/ghome"; GPROJ="$WORK/plugin-project"; mkdir -p "$GHOME" "$GPROJ"; write_trace "$GPROJ"
+  (cd "$GPROJ" && run env HOME="$GHOME" "${CLAUDE[@]}" plugin marketplace add "$REPO" \
+     && run env HOME="$GHOME" "${CLAUDE[@]}" plugin install gpuscope@gpuscope) || fail=1
+  session "$GHOME" "$GPROJ" "$REPO/skills/trace-analysis/SKILL.md" "/gpuscope:trace-analysis "
 else
   echo "e2e: FAILED: Claude Code CLI unavailable (npm install -g @anthropic-ai/claude-code)"; fail=1
 fi

@@ -14,11 +14,12 @@ Code sends is appended to a JSONL log; `check` then asserts on what the host act
 from __future__ import annotations
 
 import json
+import re
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-SKILL = "trace-analysis"
-TOOLS = ("mcp__gpuscope__trace_info", "mcp__gpuscope__diagnose")
+SKILL = "trace-analysis"  # "gpuscope:trace-analysis" when it comes from the plugin
+TOOLS = ("trace_info", "diagnose")  # mcp__gpuscope__<tool>, or mcp__plugin_gpuscope_gpuscope__<tool> from the plugin
 
 
 def _texts(content) -> list[str]:
@@ -40,14 +41,26 @@ def _tool_uses(req: dict) -> list[str]:
             for b in m["content"] if b.get("type") == "tool_use"]
 
 
+def _our_tool(tools: set[str], short: str) -> str | None:
+    return next((t for t in sorted(tools) if re.fullmatch(rf"mcp__(gpuscope|plugin_gpuscope_gpuscope)__{short}", t)), None)
+
+
+def _skill_name(req: dict) -> str | None:
+    """The trace-analysis skill as Claude Code lists it to the model (plain, or plugin-namespaced)."""
+    listing = "\n".join(t for m in req.get("messages", []) for t in _texts(m.get("content")))
+    found = re.search(rf"^- ((?:gpuscope:)?{SKILL}): ", listing, re.M)
+    return found.group(1) if found else None
+
+
 def next_move(req: dict, profile: str) -> dict:
     """The next content block: a tool_use from the script, or the closing text."""
     tools = {t.get("name") for t in req.get("tools") or []}
     done = _tool_uses(req)
-    if "Skill" in tools and "Skill" not in done:
-        return {"type": "tool_use", "name": "Skill", "input": {"skill": SKILL}}
-    for name in TOOLS:
-        if name not in done and name in tools:
+    skill = _skill_name(req)
+    if "Skill" in tools and skill and "Skill" not in done:
+        return {"type": "tool_use", "name": "Skill", "input": {"skill": skill}}
+    for name in filter(None, (_our_tool(tools, short) for short in TOOLS)):
+        if name not in done:
             return {"type": "tool_use", "name": name, "input": {"trace": profile}}
     return {"type": "text", "text": f"scripted session finished after {len(done)} tool calls: {', '.join(done) or 'none'}"}
 
@@ -122,11 +135,10 @@ def check(log_path: str, expected_class: str, skill_md: str) -> list[str]:
         return ["Claude Code sent no request with tools"]
     last = max(main, key=lambda r: len(r.get("messages", [])))
     problems = []
-    listing = "\n".join(t for m in main[0].get("messages", []) for t in _texts(m.get("content")))
-    if f"- {SKILL}:" not in listing:
+    if _skill_name(main[0]) is None:
         problems.append(f"the {SKILL} skill is not in the skill list Claude Code gave the model")
     names = {t.get("name") for t in last.get("tools", [])}
-    problems += [f"{name} not offered to the model" for name in TOOLS if name not in names]
+    problems += [f"gpuscope's {short} not offered to the model" for short in TOOLS if _our_tool(names, short) is None]
     results = {}  # tool_use id -> (name, text, is_error)
     uses = {b["id"]: b["name"] for m in last["messages"] if m.get("role") == "assistant" and isinstance(m["content"], list)
             for b in m["content"] if b.get("type") == "tool_use"}
@@ -139,11 +151,11 @@ def check(log_path: str, expected_class: str, skill_md: str) -> list[str]:
     sent = "\n".join(t for m in last["messages"] for t in _texts(m.get("content")))
     if body[:400] not in sent:
         problems.append(f"the body of {skill_md} never reached the model")
-    for name in TOOLS:
-        text, err = results.get(name, ("", True))
+    for short in TOOLS:
+        text, err = results.get(_our_tool(names, short), ("", True))
         if err or not text:
-            problems.append(f"{name}: no successful result ({text[:300]!r})")
-    diag = results.get("mcp__gpuscope__diagnose", ("", True))[0]
+            problems.append(f"{short}: no successful result ({text[:300]!r})")
+    diag = results.get(_our_tool(names, "diagnose"), ("", True))[0]
     try:
         first = json.loads(diag)["findings"][0]["bottleneck"]
     except (ValueError, KeyError, IndexError, TypeError):

@@ -2,8 +2,9 @@
 
 Claude Code: through `claude mcp add` when `claude` is on PATH, else by merging the JSON file
 Claude Code reads (`<project>/.mcp.json` for project scope, `~/.claude.json` for user scope).
-Cursor: merge `<project>/.cursor/mcp.json`. Every merge keeps the user's other servers and keys,
-is idempotent, and refuses to touch a file that is not valid JSON.
+Cursor: merge `<project>/.cursor/mcp.json` (or `~/.cursor/mcp.json`) and copy the skills into the
+`skills/` folder beside it. Every merge keeps the user's other servers and keys, is idempotent, and
+refuses to touch a file that is not valid JSON.
 """
 
 from __future__ import annotations
@@ -131,11 +132,18 @@ def install_claude(scope: str = "project", project: str | Path = ".", claude: st
     return lines
 
 
-def install_cursor(project: str | Path = ".") -> list[str]:
-    project = Path(project).expanduser().resolve()
-    if not project.is_dir():
-        raise ProfileError(f"Project directory {project} does not exist.")
-    return [merge_server(project / ".cursor" / "mcp.json", {"command": server_command(), "args": ["serve"]})]
+def install_cursor(project: str | Path = ".", scope: str = "project") -> list[str]:
+    """Cursor reads `.cursor/mcp.json` and Agent Skills in `.cursor/skills/` (project), or both under `~/.cursor` (user)."""
+    if scope not in ("project", "user"):
+        raise ProfileError("--scope must be project or user.")
+    base = Path.home() / ".cursor"
+    if scope == "project":
+        project = Path(project).expanduser().resolve()
+        if not project.is_dir():
+            raise ProfileError(f"Project directory {project} does not exist.")
+        base = project / ".cursor"
+    lines = [merge_server(base / "mcp.json", {"command": server_command(), "args": ["serve"]})]
+    return lines + copy_skills(base / "skills")
 
 
 def _read_json(path: Path) -> object:
@@ -159,7 +167,7 @@ def _read_json(path: Path) -> object:
 def add_arguments(p) -> None:
     p.add_argument("host", choices=["claude", "cursor"], help="which MCP host to register with")
     p.add_argument("--scope", choices=["project", "user"], default="project",
-                   help="Claude Code scope: project (.mcp.json in --project) or user (default project)")
+                   help="project (files in --project) or user (your home: ~/.claude.json, ~/.cursor); default project")
     p.add_argument("--project", default=".", help="project directory (default: current directory)")
     p.add_argument("--no-claude-cli", dest="use_cli", action="store_false",
                    help="Claude Code: merge the JSON file directly even when `claude` is on PATH")
@@ -169,5 +177,5 @@ def run_cli(args) -> None:
     if args.host == "claude":
         lines = install_claude(args.scope, args.project, use_cli=getattr(args, "use_cli", True))
     else:
-        lines = install_cursor(args.project)
+        lines = install_cursor(args.project, args.scope)
     print("\n".join(lines))

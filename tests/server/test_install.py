@@ -63,6 +63,23 @@ def test_cursor_merge_twice(tmp_path, monkeypatch, capsys):
 def test_cursor_fresh_project(tmp_path, monkeypatch, capsys):
     _run_cli(["cursor"], tmp_path, monkeypatch, capsys)
     assert set(json.loads((tmp_path / ".cursor" / "mcp.json").read_text())["mcpServers"]) == {"gpuscope"}
+    # Cursor reads Agent Skills from .cursor/skills: the same files as the repository's skills/.
+    src = Path(__file__).resolve().parents[2] / "skills"
+    for name in ("perf-analysis", "trace-analysis", "remote-slurm", "profile-capture"):
+        assert (tmp_path / ".cursor" / "skills" / name / "SKILL.md").read_bytes() == (src / name / "SKILL.md").read_bytes()
+
+
+def test_cursor_user_scope(tmp_path, monkeypatch, capsys):
+    home = tmp_path / "home"
+    (home / ".cursor").mkdir(parents=True)
+    (home / ".cursor" / "mcp.json").write_text(json.dumps(USER))
+    monkeypatch.setenv("HOME", str(home))
+    for _ in range(2):
+        _run_cli(["cursor", "--scope", "user"], tmp_path, monkeypatch, capsys)
+    data = json.loads((home / ".cursor" / "mcp.json").read_text())
+    assert set(data["mcpServers"]) == {"mine", "gpuscope"} and data["other"] == {"keep": True}
+    assert (home / ".cursor" / "skills" / "trace-analysis" / "SKILL.md").is_file()
+    assert not (tmp_path / ".cursor").exists()
 
 
 @pytest.mark.parametrize("host,rel", [("claude", ".mcp.json"), ("cursor", ".cursor/mcp.json")])
