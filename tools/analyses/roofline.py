@@ -109,7 +109,7 @@ class RoofRow(BaseModel):
     pct_of_roof: float | None = Field(description="roofline time / measured time, % (= achieved / attainable); the binding roof")
     roofline_time_ns: float | None = Field(description="per call: max(FLOPs / P, bytes / B), ns")
     headroom_ns: float | None = Field(description="per call: measured - roofline time, ns")
-    total_headroom_ns: float | None = Field(description="count x headroom, ns")
+    total_headroom_ns: int | None = Field(description="total_time_ns - count x roofline_time_ns, rounded to ns")
     rated: bool = Field(description="false: not rated (no model, unknown bytes, no peak for the dtype); see why")
     why_not_rated: str | None = None
     notes: list[str] = Field(default_factory=list)
@@ -122,7 +122,7 @@ class Impact(BaseModel):
     bound: str
     pct_of_roof_now: float
     total_time_ns: int = Field(description="measured total, ns")
-    at_pct: dict[str, dict[str, float | None]] = Field(
+    at_pct: dict[str, dict[str, int | float | None]] = Field(
         description="per target ('20','50','80' % of the binding roof): time_ns (total at that fraction), saving_ns "
                     "(measured - time_ns, 0 if already there), saving_pct_of_gpu_busy, saving_pct_of_gpu_span")
 
@@ -252,8 +252,8 @@ def _rate(row: dict, peaks, bw: float | None, dtype_override: str | None) -> Roo
                              "or the peak is below what this device reached")
     return RoofRow(**base, compute_roof_field=field, compute_roof_tflops=None if peak is None else peak / 1e12,
                    ridge_flops_per_byte=_r(ridge), attainable_tflops=_r(attain / 1e12) if attain is not None else None,
-                   bound=bound, pct_of_roof=_r(100 * roof_s / secs), roofline_time_ns=_r(roof_s * 1e9),
-                   headroom_ns=_r(head), total_headroom_ns=_r(head * count), rated=True, why_not_rated=None)
+                   bound=bound, pct_of_roof=_r(100 * roof_s / secs), roofline_time_ns=round(roof_s * 1e9, 3),
+                   headroom_ns=round(head, 3), total_headroom_ns=round(total - roof_s * 1e9 * count), rated=True, why_not_rated=None)
 
 
 def _op_rows(trace: Trace, device: int) -> list[dict]:
@@ -357,7 +357,7 @@ def roofline(
         for t in TARGETS:
             tt = r.count * r.roofline_time_ns / (t / 100)
             sv = max(0.0, r.total_time_ns - tt)
-            at[str(t)] = {"time_ns": _r(tt), "saving_ns": _r(sv),
+            at[str(t)] = {"time_ns": round(tt), "saving_ns": round(sv),
                           "saving_pct_of_gpu_busy": pct(sv, busy, 3), "saving_pct_of_gpu_span": pct(sv, span, 3)}
         impact.append(Impact(name=r.name, source=r.source, row=index if index < limit else None, bound=r.bound,
                              pct_of_roof_now=r.pct_of_roof, total_time_ns=r.total_time_ns, at_pct=at))
