@@ -26,7 +26,6 @@ work; step time = the range's duration.
 
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -46,7 +45,6 @@ from .iterations import iterations
 # below it the collectives keep ranks in lockstep and step time cannot single out the slow rank.
 STEP_SPREAD_FOR_STRAGGLER = 0.02
 # Fallback step names when no ProfilerStep exists: step_3, iteration 7, train_step#2, iter-5, batch_1
-GENERIC_STEP = re.compile(r"^((?:train[_ ]?)?step|iteration|iter|batch)[ _#:-]?(\d+)$", re.IGNORECASE)
 MAX_LIMIT = 1024
 UNBOUNDED = 2**62  # no time window: ops are not clipped
 
@@ -393,15 +391,11 @@ def _rank_row(u: _Unit, comm_sql: str, patterns: list[str] | None, marker: str |
 
 def _steps(t: Trace, pid: int | None, marker: str | None, notes: list[str]) -> tuple[dict[str, int], str | None, list[int]]:
     """{step name: wall ns}, a description of the step ranges, and the wall times in time order — from
-    the iterations tool, so both pick the same steps; its own simpler rule only if that tool fails."""
+    the iterations tool, so both pick the same steps."""
     try:
         res = iterations(t, marker=marker, pid=pid, limit=1000)
     except ProfileError:
         return {}, None, []
-    except Exception as exc:  # noqa: BLE001 - keep the rank table even if step detection breaks
-        notes.append(f"step detection by the iterations tool failed ({type(exc).__name__}); ProfilerStep#N / step_N "
-                     "ranges were used instead")
-        return _own_steps(t, pid, marker)
     by_tid: dict[int, list] = {}
     for st in res.steps:
         if pid is None or st.pid == pid:
@@ -418,47 +412,6 @@ def _steps(t: Trace, pid: int | None, marker: str | None, notes: list[str]) -> t
     keys = list(out)
     desc = (f"{res.choice.how}: " + (keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]} ({len(keys)} ranges)"))
     return out, desc, [st.wall_ns for st in series]
-
-
-def _own_steps(t: Trace, pid: int | None, marker: str | None) -> tuple[dict[str, int], str | None, list[int]]:
-    where = "kind <> 'gpu_annotation'" + ("" if pid is None else " AND (pid = ? OR pid IS NULL)")
-    params = [] if pid is None else [pid]
-    if marker is not None:
-        rx = re.compile(rf"^{re.escape(marker)}[ _#:-]?(\d+)$")
-        rows = t.sql(f"SELECT DISTINCT name, start_ns, end_ns FROM markers WHERE {where} AND (name = ? OR starts_with(name, ?)) "
-                     "ORDER BY start_ns, end_ns", params + [marker, marker])
-        rows = [r for r in rows if r[0] == marker or rx.match(r[0])]
-    else:
-        rows = t.sql(f"SELECT DISTINCT name, start_ns, end_ns FROM markers WHERE {where} AND "
-                     r"regexp_matches(name, '^ProfilerStep#\d+$') ORDER BY start_ns, end_ns", params)
-        if not rows:
-            cand = t.sql(f"SELECT DISTINCT name, start_ns, end_ns FROM markers WHERE {where} AND "
-                         r"regexp_matches(name, '^((train[_ ]?)?step|iteration|iter|batch)[ _#:-]?\d+$', 'i') "
-                         "ORDER BY start_ns, end_ns", params)
-            # one family only: the most frequent prefix
-            fams: dict[str, list] = {}
-            for r in cand:
-                m = GENERIC_STEP.match(r[0])
-                if m:
-                    fams.setdefault(m.group(1).lower(), []).append(r)
-            if fams:
-                best = max(fams.values(), key=len)
-                rows = best if len(best) >= 2 else []
-    rows = [r for r in rows if r[2] > r[1]]  # unterminated ranges / marks have no duration
-    if not rows:
-        return {}, None, []
-    out: dict[str, int] = {}
-    counts: dict[str, int] = {}
-    for name, s, e in rows:
-        n = counts[name] = counts.get(name, 0) + 1
-        out[name if n == 1 else f"{name} [{n}]"] = e - s
-    # a name repeated without a number: key by occurrence so ranks align step by step
-    if len(counts) == 1 and len(rows) > 1:
-        (name,) = counts
-        out = {f"{name} [{i + 1}]": e - s for i, (_, s, e) in enumerate(rows)}
-    names = list(out)
-    desc = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]} ({len(names)} ranges)"
-    return out, desc, [e - s for _, s, e in rows]
 
 
 def _marker_suggestions(traces: list[Trace]) -> str:
