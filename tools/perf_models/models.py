@@ -599,7 +599,7 @@ _BINARY = {"add", "sub", "mul", "div", "rsub", "true_divide", "floor_divide", "m
            "bitwise_or", "bitwise_xor", "bitwise_left_shift", "bitwise_right_shift", "fmod", "remainder", "atan2",
            "hypot", "xlogy", "copysign", "threshold_backward", "sigmoid_backward", "tanh_backward",
            "gelu_backward", "silu_backward", "hardswish_backward", "hardsigmoid_backward", "leaky_relu_backward",
-           "elu_backward", "mse_loss"}
+           "elu_backward"}
 _TERNARY = {"where": 1, "addcmul": 3, "addcdiv": 3, "lerp": 3, "masked_fill": 1, "clamp": 1, "clip": 1}
 _BOOL_OUT = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
              "isnan", "isinf", "isfinite", "signbit"}
@@ -946,6 +946,372 @@ def _gather(base: str, a: _Args) -> OpModel:
                    by.notes(), {"n_out": n_out, "dtype": a.type(0)})
 
 
+# ----------------------------------------------------------------------------- normalisation backward
+
+def _mask3(s: str) -> list[bool]:
+    """output_mask '[True, True, False]' → 3 bools; not recorded / unparsable → unmodelled (never a default)."""
+    mask = [_parse_bool(t) for t in re.findall(r"True|False|1|0", s or "")]
+    if len(mask) != 3 or None in mask:
+        raise _Unmodelled("output_mask not recorded")
+    return mask
+
+
+def _batch_norm_bwd(base: str, a: _Args) -> OpModel:
+    if base in ("native_batch_norm_backward", "batch_norm_backward"):
+        # native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_invstd,
+        #                            train, eps, output_mask); batch_norm_backward(..., update, eps, output_mask, reserve)
+        dyi, xi = 0, 1
+        train = _parse_bool(a.c(7))
+        if train is None:
+            raise _Unmodelled("batch_norm_backward training flag not recorded")
+        mask = _mask3(a.c(9))
+        ri = 10 if base == "batch_norm_backward" else None
+    else:
+        # cudnn_batch_norm_backward(input, grad_output, weight, running_mean, running_var, save_mean, save_var,
+        #                           epsilon, reserveSpace); miopen_batch_norm_backward(... epsilon): training-mode
+        # gradients from the saved batch statistics, all three gradients computed
+        dyi, xi, train, mask = 1, 0, True, [True, True, True]
+        ri = 8 if base == "cudnn_batch_norm_backward" else None
+    dy, x = a.tensor(dyi, "grad_output"), a.tensor(xi, "input")
+    if len(x) < 2 or dy != x:
+        raise _Unmodelled("batch_norm_backward shapes")
+    N, C = _numel(x), x[1]
+    dX, dW, dB = mask
+    w = a.is_tensor(2)
+    if (dW or dB) and not w:
+        raise _Unmodelled("weight/bias gradient requested without a recorded weight")
+    # FLOPs/element: x−μ 1 (dX in training, or dW); Σdy 1 (dB, or dX in training); Σdy·(x−μ) 2 (same as x−μ);
+    # dX = (dy − mean(dy) − (x−μ)·k)·(invstd·γ) 4 in training, dy·(invstd·γ) 1 in inference; per-channel O(C) not counted
+    need_xmu = dW or (train and dX)
+    need_sdy = dB or (train and dX)
+    fpe = int(need_xmu) + int(need_sdy) + 2 * int(need_xmu) + ((4 if train else 1) if dX else 0)
+    by = _Bytes()
+    notes = []
+    if dX or dW or dB:
+        by.read(N, a.type(dyi))
+    if need_xmu:
+        by.read(N, a.type(xi))
+    if dX and w:
+        by.read(C, a.type(2))
+    if train:
+        si, ii = 5, 6
+        if need_xmu:
+            for i, what in ((si, "save_mean"), (ii, "save_invstd")):
+                if not a.is_tensor(i) or _numel(a.shape(i)) != C:
+                    raise _Unmodelled(f"{what} not recorded")
+                by.read(C, a.type(i))
+        notes.append("training: gradients through the batch statistics (saved mean / invstd read)")
+    else:
+        if dX or dW:
+            if not a.is_tensor(4) or (dW and not a.is_tensor(3)):
+                raise _Unmodelled("running statistics not recorded")
+            by.read(C, a.type(4))
+            if dW:
+                by.read(C, a.type(3))
+        notes.append("inference: running statistics are constants (dX = dy·γ·invstd)")
+    if ri is not None and a.is_tensor(ri):
+        by.read(_numel(a.shape(ri)), a.type(ri))
+        notes.append(f"reserve space {a.shape(ri)} read")
+    if dX:
+        by.write(N, a.type(xi))
+    if dW:
+        by.write(C, a.type(2))
+    if dB:
+        by.write(C, a.type(2))
+    parts = [p for p, on in (("dX", dX), ("dγ", dW), ("dβ", dB)) if on]
+    notes.append(f"gradients computed (output_mask): {', '.join(parts) or 'none'}")
+    return OpModel("batch_norm_bwd", fpe * N, by.r, by.w,
+                   f"{fpe}·N (x−μ 1, Σdy 1, Σdy·(x−μ) 2, dX {4 if train else 1} per element, each if needed); "
+                   "bytes = dy (+ x, γ, stats) read, dX (+ dγ, dβ) written",
+                   tuple(notes) + by.notes(), {"N": N, "C": C, "training": train, "output_mask": mask,
+                                               "dtype": a.type(xi)})
+
+
+def _layer_norm_bwd(a: _Args) -> OpModel:
+    # native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?, output_mask)
+    dy, x = a.tensor(0, "grad_out"), a.tensor(1, "input")
+    mean, rstd = a.tensor(3, "mean"), a.tensor(4, "rstd")
+    if dy != x:
+        raise _Unmodelled("layer_norm_backward shapes")
+    mask = _mask3(a.c(7))
+    N, rows = _numel(x), _numel(mean)
+    if rows == 0 or N % rows or _numel(rstd) != rows:
+        raise _Unmodelled("layer_norm_backward statistics shape")
+    C = N // rows
+    ns = _parse_int_list(a.c(2))
+    if ns is not None and _numel(ns) != C:
+        raise _Unmodelled("normalized_shape inconsistent with mean/rstd")
+    dX, dW, dB = mask
+    w, b = a.is_tensor(5), a.is_tensor(6)
+    if (dW and not w) or (dB and not (b or w)):
+        raise _Unmodelled("weight/bias gradient requested without a recorded weight/bias")
+    # FLOPs/element: x̂ = (x−μ)·rstd 2 (dX or dγ); g = dy·γ 1 (dX with γ); Σg, Σg·x̂ 3 (dX);
+    # dX = rstd·(g − mean(g) − x̂·mean(g·x̂)) 4; dγ = Σdy·x̂ 2; dβ = Σdy 1
+    fpe = 2 * int(dX or dW) + (int(w) + 3 + 4) * int(dX) + 2 * int(dW) + int(dB)
+    by = _Bytes()
+    if dX or dW or dB:
+        by.read(N, a.type(0))
+    if dX or dW:
+        by.read(N, a.type(1)); by.read(rows, a.type(3)); by.read(rows, a.type(4))
+    if dX and w:
+        by.read(C, a.type(5))
+    if dX:
+        by.write(N, a.type(1))
+    if dW:
+        by.write(C, a.type(5))
+    if dB:
+        by.write(C, a.type(6) if b else a.type(5))
+    parts = [p for p, on in (("dX", dX), ("dγ", dW), ("dβ", dB)) if on]
+    return OpModel("layer_norm_bwd", fpe * N, by.r, by.w,
+                   f"{fpe}·N (x̂ 2, γ·dy 1, row sums 3, dX 4, dγ 2, dβ 1 per element, each if computed); "
+                   "bytes = dy (+ x, mean/rstd per row, γ) read, dX (+ dγ, dβ) written",
+                   (f"gradients computed (output_mask): {', '.join(parts) or 'none'}",) + by.notes(),
+                   {"N": N, "C": C, "rows": rows, "affine": w, "output_mask": mask, "dtype": a.type(1)})
+
+
+# ----------------------------------------------------------------------------- pooling
+
+def _pool_ints(s: str, sp: int, what: str, empty_ok: bool = False) -> list[int] | None:
+    v = _parse_int_list(s)
+    if v is None:
+        raise _Unmodelled(f"pool {what} not recorded")
+    if not v:
+        if empty_ok:
+            return None
+        raise _Unmodelled(f"pool {what} empty")
+    if len(v) == 1:
+        v = v * sp
+    if len(v) != sp:
+        raise _Unmodelled(f"pool {what} length")
+    return v
+
+
+def _pool_out(n: int, k: int, s: int, p: int, d: int, ceil: bool) -> int:
+    """PyTorch pooling_output_shape (ceil mode: the last window must start inside the input or left padding)."""
+    o = (n + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil else 0)) // s + 1
+    if ceil and (o - 1) * s >= n + p:
+        o -= 1
+    return o
+
+
+def _window_taps(n: int, o_n: int, k: int, s: int, p: int, d: int) -> int:
+    """Σ over outputs of the window positions that fall inside the input (padding taps are skipped)."""
+    return sum(1 for o in range(o_n) for j in range(k) if 0 <= o * s - p + j * d < n)
+
+
+def _adaptive_taps(n: int, o_n: int) -> int:
+    """Σ over outputs of the adaptive window length: [⌊o·n/o_n⌋, ⌈(o+1)·n/o_n⌉)."""
+    return sum(-(-((o + 1) * n) // o_n) - (o * n) // o_n for o in range(o_n))
+
+
+_POOL_SP = {"max_pool2d": 2, "max_pool2d_with_indices": 2, "max_pool3d_with_indices": 3,
+            "max_pool2d_with_indices_backward": 2, "max_pool3d_with_indices_backward": 3,
+            "avg_pool2d": 2, "avg_pool3d": 3, "avg_pool2d_backward": 2, "avg_pool3d_backward": 3,
+            "adaptive_avg_pool2d": 2, "_adaptive_avg_pool2d": 2, "adaptive_avg_pool3d": 3, "_adaptive_avg_pool3d": 3,
+            "_adaptive_avg_pool2d_backward": 2, "_adaptive_avg_pool3d_backward": 3,
+            "adaptive_max_pool2d": 2, "adaptive_max_pool3d": 3,
+            "adaptive_max_pool2d_backward": 2, "adaptive_max_pool3d_backward": 3}
+
+
+def _pool(base: str, a: _Args) -> OpModel:
+    sp = _POOL_SP[base]
+    bwd = base.endswith("_backward")
+    xi = 1 if bwd else 0
+    x = a.tensor(xi, "self")
+    if len(x) not in (sp + 1, sp + 2):
+        raise _Unmodelled("pool input rank")
+    planes, ins = _numel(x[:-sp]), x[-sp:]
+    adaptive = "adaptive" in base
+    is_max = "max" in base
+    notes = []
+    if adaptive:
+        if bwd:
+            outs = a.tensor(0, "grad_output")[-sp:]
+        else:
+            outs = _pool_ints(a.c(1), sp, "output_size")
+        if len(outs) != sp or any(o <= 0 for o in outs):
+            raise _Unmodelled("adaptive pool output size")
+        taps = [_adaptive_taps(n, o) for n, o in zip(ins, outs)]
+        params = {"output_size": outs}
+    else:
+        # max: (self, kernel_size, stride, padding, dilation, ceil_mode) — backward: (grad_output, self, ...same)
+        # avg: (self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+        o = xi + 1
+        ks = _pool_ints(a.c(o), sp, "kernel_size")
+        st = _pool_ints(a.c(o + 1), sp, "stride", empty_ok=True) or ks
+        pd = _pool_ints(a.c(o + 2), sp, "padding")
+        dl = _pool_ints(a.c(o + 3), sp, "dilation") if is_max else [1] * sp
+        ceil = _parse_bool(a.c(o + 4 if is_max else o + 3))
+        if ceil is None:
+            raise _Unmodelled("pool ceil_mode not recorded")
+        outs = [_pool_out(n, k, s, p, d, ceil) for n, k, s, p, d in zip(ins, ks, st, pd, dl)]
+        if any(v <= 0 for v in outs):
+            raise _Unmodelled("non-positive pool output size")
+        taps = [_window_taps(n, on, k, s, p, d) for n, on, k, s, p, d in zip(ins, outs, ks, st, pd, dl)]
+        params = {"kernel_size": ks, "stride": st, "padding": pd, "dilation": dl, "ceil_mode": ceil, "output": outs}
+    n_in, n_out = planes * _numel(ins), planes * _numel(outs)
+    visited = planes * math.prod(taps)
+    by = _Bytes()
+    dt = a.type(xi)
+    if bwd:
+        dy = a.tensor(0, "grad_output")
+        if _numel(dy) != n_out:
+            raise _Unmodelled("grad_output does not match the pooled output shape")
+        by.read(n_out, a.type(0))
+        if is_max:
+            ii = 2 if adaptive else 7
+            by.read(n_out, a.type(ii) if a.is_tensor(ii) else "long int")
+            # max backward: every dY element is added once at its argmax (self is read for its shape only)
+            flops, formula = n_out, "n_out FLOPs (dY added at the argmax); bytes = dY + int64 indices read, dX written"
+        else:
+            # avg backward: dY/divisor spread over each window (same taps as forward)
+            flops, formula = visited + n_out, ("Σ window taps + n_out FLOPs (divide, spread over the window); "
+                                               "bytes = dY read, dX written")
+        by.write(n_in, dt)
+        notes.append("self is read for its shape only")
+    else:
+        by.read(n_in, dt)
+        by.write(n_out, dt)
+        if is_max:
+            # max: one compare per in-bounds window tap; indices written (int64) except by max_pool2d
+            flops = visited
+            formula = "Σ in-bounds window taps FLOPs (compare); bytes = x read, y (+ int64 indices) written"
+            if base != "max_pool2d":
+                by.write(n_out, "long int")
+                notes.append("int64 indices written")
+        else:
+            # avg: one add per in-bounds window tap + one divide per output
+            flops = visited + n_out
+            formula = "Σ in-bounds window taps (add) + n_out (divide) FLOPs; bytes = x read, y written"
+    notes.append(f"{visited} in-bounds window taps over {n_out} outputs (padding taps skipped)")
+    return OpModel("pool_bwd" if bwd else "pool", flops, by.r, by.w, formula, tuple(notes) + by.notes(),
+                   {"input": x, "n_in": n_in, "n_out": n_out, "taps": visited, "dtype": dt, **params})
+
+
+# ----------------------------------------------------------------------------- data movement / scatter / loss
+
+def _cat(a: _Args) -> OpModel:
+    # cat(Tensor[] tensors, int dim=0) / cat.out(tensors, dim, out): 0 FLOPs; bytes = Σ inputs read + output written
+    tl = _tensor_list(a, 0)
+    if tl is None:
+        raise _Unmodelled("tensor-list shapes not recorded (Kineto writes [] for TensorList)")
+    shapes, dts = tl
+    if dts is None:
+        # Kineto records the list's type as 'TensorList' without element dtypes: bytes (the whole model) unknown
+        raise _Unmodelled("tensor-list element dtypes not recorded")
+    live = [(s, dt) for s, dt in zip(shapes, dts) if s != [0]]      # legacy: 1-D empty tensors are skipped
+    if not live or any(len(s) != len(live[0][0]) or not s for s, _ in live):
+        raise _Unmodelled("cat shapes")
+    nd = len(live[0][0])
+    d = _parse_int_list(a.c(1))
+    if d is not None:
+        if len(d) != 1 or not -nd <= d[0] < nd:
+            raise _Unmodelled("cat dim")
+        dim = d[0] % nd
+        if any(s[i] != live[0][0][i] for s, _ in live for i in range(nd) if i != dim):
+            raise _Unmodelled("cat shapes do not match outside dim")
+    n = sum(_numel(s) for s, _ in live)
+    dt_out = a.type(2) if a.is_tensor(2) else _promote([(dt, nd) for _, dt in live], [])
+    by = _Bytes()
+    for s, dt in live:
+        by.read(_numel(s), dt)
+    by.write(n, dt_out)
+    return OpModel("copy", 0, by.r, by.w, "0 FLOPs; bytes = Σ inputs·bpe_i + Σ numel·bpe_out",
+                   ("data movement: 0 FLOPs",) + by.notes(),
+                   {"tensors": len(live), "n": n, "dtypes_in": [dt for _, dt in live], "dtype_out": dt_out})
+
+
+def _scatter_gather(base: str, a: _Args) -> OpModel:
+    by = _Bytes()
+    if base == "gather":
+        # gather(self, dim, index, sparse_grad): 0 FLOPs; bytes = index + gathered elements read, out (= index shape) written
+        a.tensor(0, "self")
+        idx = a.tensor(2, "index")
+        n = _numel(idx)
+        by.read(n, a.type(2)); by.read(n, a.type(0)); by.write(n, a.type(0))
+        return OpModel("gather", 0, by.r, by.w, "0 FLOPs; bytes = index + gathered elements read, output written",
+                       ("only the gathered elements of self are read",) + by.notes(), {"n_out": n, "dtype": a.type(0)})
+    # scatter_add(self, dim, index, src) / scatter(self, dim, index, src|value[, reduce]):
+    # FLOPs = numel(index) for add/reduce, 0 for plain scatter; bytes = self read + index + src (index-shaped) read, self written
+    x, idx = a.tensor(0, "self"), a.tensor(2, "index")
+    n_idx = _numel(idx)
+    reduce = base.startswith("scatter_add") or a.n > 4
+    if a.n > 4 and not a.c(4).strip():
+        raise _Unmodelled("scatter reduce argument not recorded")
+    by.read(_numel(x), a.type(0))
+    by.read(n_idx, a.type(2))
+    if a.is_tensor(3):
+        if _numel(a.shape(3)) < n_idx:
+            raise _Unmodelled("scatter src smaller than index")
+        by.read(n_idx, a.type(3))
+    by.write(_numel(x), a.type(0))
+    return OpModel("scatter", n_idx if reduce else 0, by.r, by.w,
+                   f"{'numel(index)' if reduce else '0'} FLOPs; bytes = self + index + src (index-shaped) read, self written",
+                   (("in-place: self read and written",) if base.endswith("_") else ("output = copy of self, scattered into",))
+                   + by.notes(), {"n_index": n_idx, "n_self": _numel(x), "dtype": a.type(0)})
+
+
+def _embedding_bwd(a: _Args) -> OpModel:
+    # embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+    gy, idx = a.tensor(0, "grad_output"), a.tensor(1, "indices")
+    nw = a.c(2).strip()
+    if not re.fullmatch(r"\d+", nw or "x"):
+        raise _Unmodelled("num_weights not recorded")
+    pad = _parse_int_list(a.c(3))
+    scale = _parse_bool(a.c(4))
+    if pad is None or len(pad) != 1 or scale is None:
+        raise _Unmodelled("padding_idx / scale_grad_by_freq not recorded")
+    if pad[0] >= 0:
+        raise _Unmodelled("padding_idx set: the rows skipped depend on the index values")
+    n_idx = _numel(idx)
+    if not gy or _numel(gy) != n_idx * gy[-1]:
+        raise _Unmodelled("grad_output does not match indices")
+    D, V = gy[-1], int(nw)
+    # FLOPs = n_idx·D adds (each dY row accumulated into its weight row) (+ n_idx·D scale by 1/freq);
+    # bytes = dY + indices read, the full V×D weight gradient written
+    flops = n_idx * D * (2 if scale else 1)
+    by = _Bytes()
+    by.read(n_idx * D, a.type(0)); by.read(n_idx, a.type(1)); by.write(V * D, a.type(0))
+    return OpModel("embedding_bwd", flops, by.r, by.w,
+                   f"{'2' if scale else ''}{'·' if scale else ''}n_idx·D FLOPs; bytes = dY + indices read, V·D weight gradient written",
+                   ("index sort / de-duplication work not counted",) + (("scale_grad_by_freq: 1 multiply per element",) if scale else ())
+                   + by.notes(), {"n_idx": n_idx, "D": D, "num_weights": V, "dtype": a.type(0)})
+
+
+def _mse_loss(base: str, a: _Args) -> OpModel:
+    if base == "mse_loss_backward":
+        # mse_loss_backward(grad_output, self, target, reduction[, grad_input out]): dX = norm·(x − t)·dy
+        gy, x, t = a.tensor(0, "grad_output"), a.tensor(1, "self"), a.tensor(2, "target")
+        out = _broadcast([gy, x, t])
+        n = _numel(out)
+        dt = a.type(4) if a.is_tensor(4) and a.shape(4) == out else _promote([(a.type(1), len(x)), (a.type(2), len(t))], [])
+        by = _Bytes()
+        by.read(_numel(gy), a.type(0)); by.read(_numel(x), a.type(1)); by.read(_numel(t), a.type(2))
+        by.write(n, dt)
+        # 3·n FLOPs (sub, ·norm, ·dy); bytes = dy + x + target read, dX written
+        return OpModel("elementwise_ternary", 3 * n, by.r, by.w,
+                       "3·n FLOPs (sub, ·norm, ·dY); bytes = dY + self + target read, dX written", by.notes(),
+                       {"shape_out": out, "dtype_out": dt})
+    # mse_loss(self, target, reduction): 2·n FLOPs (sub, square) + n (sum) unless reduction='none';
+    # bytes = self + target read, n (none) or 1 (mean/sum) element written
+    x, t = a.tensor(0, "self"), a.tensor(1, "target")
+    red = a.c(2).strip()
+    if red not in ("0", "1", "2"):
+        raise _Unmodelled("mse_loss reduction not recorded")
+    out = _broadcast([x, t])
+    n = _numel(out)
+    dt = _promote([(a.type(0), len(x)), (a.type(1), len(t))], [])
+    by = _Bytes()
+    by.read(_numel(x), a.type(0)); by.read(_numel(t), a.type(1))
+    by.write(n if red == "0" else 1, dt)
+    fl = 2 * n + (0 if red == "0" else n)
+    return OpModel("elementwise_binary" if red == "0" else "reduce", fl, by.r, by.w,
+                   f"{'2' if red == '0' else '3'}·n FLOPs (sub, square{'' if red == '0' else ', sum'}); "
+                   f"bytes = self + target read, {'n' if red == '0' else '1'} element(s) written",
+                   (f"reduction = {({'0': 'none', '1': 'mean', '2': 'sum'})[red]}",) + by.notes(),
+                   {"n": n, "reduction": red, "dtype_out": dt})
+
+
 # ----------------------------------------------------------------------------- optimizers
 
 def _tensor_list(a: _Args, i: int) -> tuple[list[list[int]], list[str] | None] | None:
@@ -1073,8 +1439,23 @@ def _dispatch(name: str, a: _Args) -> OpModel | None:
                 "native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm", "_native_batch_norm_legit",
                 "_native_batch_norm_legit_no_training", "group_norm", "native_group_norm"):
         return _norm(base, a)
+    if base in ("native_batch_norm_backward", "batch_norm_backward", "cudnn_batch_norm_backward",
+                "miopen_batch_norm_backward"):
+        return _batch_norm_bwd(base, a)
+    if base == "native_layer_norm_backward":
+        return _layer_norm_bwd(a)
     if base in ("embedding", "index_select"):
         return _gather(base, a)
+    if base == "embedding_dense_backward":
+        return _embedding_bwd(a)
+    if base in _POOL_SP:
+        return _pool(base, a)
+    if base in ("cat", "_cat"):
+        return _cat(a)
+    if base in ("gather", "scatter", "scatter_", "scatter_add", "scatter_add_"):
+        return _scatter_gather(base, a)
+    if base in ("mse_loss", "mse_loss_backward"):
+        return _mse_loss(base, a)
     if base.startswith("_foreach_"):
         return _foreach(base, a)
     if base in ("_fused_adam_", "_fused_adamw_", "_fused_adam", "_fused_adamw", "_fused_sgd_", "_fused_sgd"):
@@ -1111,7 +1492,12 @@ MODELLED_OPS = frozenset(
                             "_fused_rms_norm", "batch_norm", "native_batch_norm", "cudnn_batch_norm",
                             "miopen_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
                             "group_norm", "native_group_norm", "embedding", "index_select", "_fused_adam_",
-                            "_fused_adamw_", "_fused_sgd_", "fill_", "zero_", "clone", "pow", "pow_")]
+                            "_fused_adamw_", "_fused_sgd_", "fill_", "zero_", "clone", "pow", "pow_",
+                            "native_batch_norm_backward", "batch_norm_backward", "cudnn_batch_norm_backward",
+                            "miopen_batch_norm_backward", "native_layer_norm_backward", "embedding_dense_backward",
+                            "cat", "_cat", "gather", "scatter", "scatter_", "scatter_add", "scatter_add_",
+                            "mse_loss", "mse_loss_backward")]
+    + ["aten::" + n for n in _POOL_SP]
     + ["aten::" + n for n in _ATTN] + ["aten::" + n for n in _REDUCE]
     + ["aten::" + n for n in _UNARY | _BINARY | set(_TERNARY)]
     + ["aten::" + n + "_" for n in _UNARY | _BINARY | set(_TERNARY)]
