@@ -1,15 +1,31 @@
-"""Shared fixtures: catalog scenarios written as profiles (cached per session) and opened traces.
+"""Shared test plumbing: where the real profiles live, and scenarios written as profiles and opened.
 
-    write_profile(scenario_name, fmt, pid=None) -> Path   fmt: 'nsys' | 'rocpd' | 'kineto'
-    open_profile(scenario_name, fmt, pid=None) -> Trace   (opened once per session, closed at the end)
+How a scenario becomes an opened trace (every step cached per session, every trace closed at the end):
 
-`pid` selects the process of a Kineto trace (PyTorch writes one file per process); the other
-formats hold every process and ignore it.
+    maker() -> Scenario                                  a zero-argument function from gpuscope.fixtures
+      -> gpuscope.fixtures.writers.<fmt>.write(...)      one file per format, named <name><copy>[.<pid>]<SUFFIX[fmt]>
+      -> gpuscope.tools.model.trace.load_trace(path)     the Trace the analyses take
+
+    write_profile(name, fmt, pid=None, scenarios=None, copy="") -> Path
+    open_profile(name, fmt, pid=None, scenarios=None, copy="")  -> Trace
+
+`name` is looked up in `scenarios`, a mapping name -> maker (default: the catalog,
+gpuscope.fixtures.catalog.SCENARIOS; a test file passes its own, e.g. scenarios_iterations.SCENARIOS,
+or a module-level {"name": maker}). The cache is keyed by the maker itself, so makers must be
+long-lived functions (module-level, or the values of a module-level dict), not lambdas made per call.
+`fmt` is one of FORMATS. `pid` selects the process of a Kineto trace (PyTorch writes one file per
+process; None writes them all); the other formats hold every process and ignore it. `copy` names a
+second, separate file of the same profile (e.g. "_again"). Profiles are cached by (maker, fmt, pid,
+copy), so two test files asking for the same maker share one file and one opened trace.
+
+Test modules import the constants and helpers (FORMATS, DATA, needs_data, real_files, scenario_cases)
+with `from conftest import ...`: tests/ has no __init__.py, so pytest puts tests/ on sys.path for this file.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -18,30 +34,50 @@ from gpuscope.fixtures import samples
 
 FORMATS = ("nsys", "rocpd", "kineto")
 SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
+DATA = samples.SHARED_DATA  # the real profiles, ../shared/data (absent on some machines: tests skip)
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is not present")
+
+
+def real_files(*patterns: str) -> list[Path]:
+    """The real profiles matching the glob patterns under DATA (e.g. "nsys/*.sqlite"), sorted; [] without DATA."""
+    return sorted(p for pattern in patterns for p in DATA.glob(pattern)) if DATA.is_dir() else []
 
 
 def write_scenario(scenario, fmt: str, path: Path, pid: int | None = None) -> Path:
+    """Write one Scenario as a profile of format `fmt` (Kineto: only process `pid`, or all when None)."""
     writer = importlib.import_module(f"gpuscope.fixtures.writers.{fmt}")
-    if fmt == "kineto":
-        writer.write(scenario, path, pid=pid)
-    else:
-        writer.write(scenario, path)
+    writer.write(scenario, path, **({"pid": pid} if fmt == "kineto" else {}))
     return path
+
+
+def scenario_cases(scenarios: Mapping[str, Callable], formats=FORMATS) -> list:
+    """pytest params (name, fmt, pid): every scenario in every format, Kineto once per process."""
+    out = []
+    for name, make in scenarios.items():
+        pids = [p.pid for p in make().processes]
+        for fmt in formats:
+            for pid in (pids if fmt == "kineto" else [None]):
+                out.append(pytest.param(name, fmt, pid, id=f"{name}-{fmt}" + ("" if pid is None else f"-{pid}")))
+    return out
 
 
 @pytest.fixture(scope="session")
 def write_profile(tmp_path_factory):
-    from gpuscope.fixtures.catalog import SCENARIOS
+    from gpuscope.fixtures.catalog import SCENARIOS as CATALOG
 
     root = tmp_path_factory.mktemp("profiles")
     cache: dict[tuple, Path] = {}
 
-    def write(scenario_name: str, fmt: str, pid: int | None = None) -> Path:
+    def write(name: str, fmt: str, pid: int | None = None, scenarios: Mapping[str, Callable] | None = None,
+              copy: str = "") -> Path:
+        maker = (CATALOG if scenarios is None else scenarios)[name]
         pid = pid if fmt == "kineto" else None
-        key = (scenario_name, fmt, pid)
+        key = (maker, fmt, pid, copy)
         if key not in cache:
-            tag = "" if pid is None else f".pid{pid}"
-            cache[key] = write_scenario(SCENARIOS[scenario_name](), fmt, root / f"{scenario_name}{tag}{SUFFIX[fmt]}", pid)
+            folder = root / f"{len(cache):04d}"  # one folder per file: equal names from other sources never clash
+            folder.mkdir()
+            tag = "" if pid is None else f".{pid}"
+            cache[key] = write_scenario(maker(), fmt, folder / f"{name}{copy}{tag}{SUFFIX[fmt]}", pid)
         return cache[key]
 
     return write
@@ -51,14 +87,14 @@ def write_profile(tmp_path_factory):
 def open_profile(write_profile):
     from gpuscope.tools.model.trace import load_trace
 
-    traces: dict[tuple, object] = {}
+    traces: dict[Path, object] = {}
 
-    def open_(scenario_name: str, fmt: str, pid: int | None = None):
-        pid = pid if fmt == "kineto" else None
-        key = (scenario_name, fmt, pid)
-        if key not in traces:
-            traces[key] = load_trace(write_profile(scenario_name, fmt, pid))
-        return traces[key]
+    def open_(name: str, fmt: str, pid: int | None = None, scenarios: Mapping[str, Callable] | None = None,
+              copy: str = ""):
+        path = write_profile(name, fmt, pid, scenarios, copy)  # cached: the same path for the same profile
+        if path not in traces:
+            traces[path] = load_trace(path)
+        return traces[path]
 
     yield open_
     for trace in traces.values():

@@ -4,15 +4,14 @@ under ../shared/data (hand-checked figures for one of them against raw SQLite)."
 
 from __future__ import annotations
 
-import importlib
 import math
 import sqlite3
 import statistics
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 
+from conftest import DATA, FORMATS, needs_data, real_files
 from gpuscope.fixtures import truth as T
 from gpuscope.fixtures.catalog import US, check
 from gpuscope.fixtures.scenarios_api_summary import SCENARIOS
@@ -20,13 +19,9 @@ from gpuscope.fixtures.writers import rocpd as rocpd_writer
 from gpuscope.tools.analyses.api_summary import api_summary
 from gpuscope.tools.model.cache import open_trace
 from gpuscope.tools.model.errors import ProfileError
-from gpuscope.tools.model.trace import load_trace
 
-FORMATS = ("nsys", "rocpd", "kineto")
 ROUNDED = 0.05 + 1e-6
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-REAL = sorted(p for pat in ("nsys/*.sqlite", "pytorch/*.json.gz", "rocpd_legacy/*.rpd") for p in DATA.glob(pat)) if DATA.is_dir() else []
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is not present")
+REAL = real_files("nsys/*.sqlite", "pytorch/*.json.gz", "rocpd_legacy/*.rpd")
 
 # The classification the tool documents, spelled out name by name (CUDA and HIP spellings).
 SYNC = {"cudaStreamSynchronize", "cudaDeviceSynchronize", "hipStreamSynchronize", "hipDeviceSynchronize"}
@@ -60,22 +55,8 @@ def cases(names):
 
 
 @pytest.fixture(scope="module")
-def opened(tmp_path_factory):
-    root = tmp_path_factory.mktemp("api_summary")
-    traces = {}
-
-    def get(name, fmt, pid=None):
-        key = (name, fmt, pid)
-        if key not in traces:
-            writer = importlib.import_module(f"gpuscope.fixtures.writers.{fmt}")
-            path = root / f"{name}.{pid}.{fmt}{'.json' if fmt == 'kineto' else '.sqlite'}"
-            writer.write(scenario(name), path, **({"pid": pid} if fmt == "kineto" else {}))
-            traces[key] = load_trace(path)
-        return traces[key]
-
-    yield get
-    for t in traces.values():
-        t.close()
+def opened(open_profile):
+    return lambda name, fmt, pid=None: open_profile(name, fmt, pid, scenarios=SCENARIOS)
 
 
 # -- expected figures, from the scenario ------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import FORMATS
 from gpuscope.tools import analyses as A
 from gpuscope.tools.model import cache
 from gpuscope.tools.model.cache import open_trace
@@ -20,16 +21,6 @@ from gpuscope.fixtures import samples as H
 BAD_FILE_CASES = ["missing", "directory", "text", "text_with_sqlite_suffix", "truncated_sqlite", "truncated_sqlite_head",
                   "unrelated_sqlite", "corrupt_json_gz", "truncated_json_gz", "truncated_json", "json_not_a_trace",
                   "empty", "empty_json", "nsys_rep_garbage"]
-
-
-@pytest.fixture(scope="module")
-def profiles(tmp_path_factory) -> dict[str, Path]:
-    return H.write_profiles(tmp_path_factory.mktemp("good"))
-
-
-@pytest.fixture(scope="module")
-def bad_inputs(tmp_path_factory, profiles) -> dict[str, tuple[Path, list]]:
-    return H.write_bad_inputs(tmp_path_factory.mktemp("bad"), profiles)
 
 
 def _raises_profile_error(fn, *args, **kwargs) -> str:
@@ -88,7 +79,7 @@ def test_list_traces_survives_bad_files(bad_inputs, profiles):
     H.assert_message(msg, ["no such folder"])
 
 
-@pytest.fixture(scope="module", params=["nsys", "rocpd", "kineto"])
+@pytest.fixture(scope="module", params=FORMATS)
 def trace(request, profiles):
     return open_trace(profiles[request.param])
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DATA as SHARED_DATA
 from gpuscope.fixtures.scenario import ApiCall, CpuOp, Device, Kernel, Marker, Process, Scenario, Thread
 from gpuscope.tools.analyses.call_stack import call_stack
 from gpuscope.tools.model.errors import ProfileError
@@ -23,7 +24,7 @@ def load_trace(path):
     finally:
         tr.close()
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pytorch"
+DATA = SHARED_DATA / "pytorch"
 BERT = DATA / "nv_h100_bert-small_infer_tracelens.json.gz"
 QWEN = DATA / "nv_h100_qwen1.5-0.5b_infer_tracelens.json.gz"
 US = 1000
@@ -115,12 +116,8 @@ def nested() -> Scenario:
 
 
 @pytest.fixture(scope="module")
-def nested_trace(tmp_path_factory):
-    from gpuscope.fixtures.writers import kineto
-
-    path = kineto.write(nested(), tmp_path_factory.mktemp("cs") / "nested.pt.trace.json")
-    with load_trace(path) as tr:
-        yield tr
+def nested_trace(open_profile):
+    return open_profile("nested", "kineto", scenarios={"nested": nested})
 
 
 def test_fixture_chain(nested_trace):

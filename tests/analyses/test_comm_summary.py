@@ -4,12 +4,11 @@ and on the real distributed traces under shared/data."""
 
 from __future__ import annotations
 
-import importlib
 import re
-from pathlib import Path
 
 import pytest
 
+from conftest import DATA, needs_data, real_files, scenario_cases
 from gpuscope.fixtures import truth as T
 from gpuscope.fixtures.catalog import SCENARIOS as CATALOG
 from gpuscope.fixtures.scenarios_timeline import SCENARIOS
@@ -18,38 +17,13 @@ from gpuscope.tools.analyses.comm_summary import comm_summary
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
 COMM_RX = re.compile("|".join(f"(?:{p})" for p in DEFAULT_PATTERNS), re.I)
 MAKERS = {**SCENARIOS, "concurrent_streams": CATALOG["concurrent_streams"]}
 
 
 @pytest.fixture(scope="module")
-def open_case(tmp_path_factory):
-    root = tmp_path_factory.mktemp("comm")
-    opened = {}
-
-    def open_(name: str, fmt: str, pid: int | None = None):
-        key = (name, fmt, pid)
-        if key not in opened:
-            writer = importlib.import_module(f"gpuscope.fixtures.writers.{fmt}")
-            path = root / f"{name}{'' if pid is None else f'.{pid}'}{SUFFIX[fmt]}"
-            writer.write(MAKERS[name](), path, **({"pid": pid} if fmt == "kineto" else {}))
-            opened[key] = load_trace(path)
-        return opened[key]
-
-    yield open_
-    for t in opened.values():
-        t.close()
-
-
-def cases():
-    out = []
-    for name, make in SCENARIOS.items():
-        for fmt in ("nsys", "rocpd", "kineto"):
-            for pid in ([p.pid for p in make().processes] if fmt == "kineto" else [None]):
-                out.append(pytest.param(name, fmt, pid, id=f"{name}-{fmt}" + ("" if pid is None else f"-{pid}")))
-    return out
+def open_case(open_profile):
+    return lambda name, fmt, pid=None: open_profile(name, fmt, pid, scenarios=MAKERS)
 
 
 def length(ivs) -> int:
@@ -105,7 +79,7 @@ def busy(ops) -> int:
     return T.busy_ns([(o.start_ns, o.end_ns) for o in ops])
 
 
-@pytest.mark.parametrize("name,fmt,pid", cases())
+@pytest.mark.parametrize("name,fmt,pid", scenario_cases(SCENARIOS))
 def test_scenarios(open_case, name, fmt, pid):
     r = comm_summary(open_case(name, fmt, pid))
     devices, colls, kernels = expected(name, fmt, pid)
@@ -208,14 +182,8 @@ def test_real_encdec_pair(rank):
     assert r.messages == [] and r.notes  # the sub-sampled traces keep no collective args
 
 
-def real_files():
-    if not DATA.is_dir():
-        return []
-    return sorted([*DATA.glob("pytorch/*.json.gz"), *DATA.glob("nsys/*.sqlite"), *DATA.glob("rocpd_legacy/*")])
-
-
-@pytest.mark.skipif(not DATA.is_dir(), reason="shared/data is absent")
-@pytest.mark.parametrize("path", real_files(), ids=lambda p: p.name)
+@needs_data
+@pytest.mark.parametrize("path", real_files("pytorch/*.json.gz", "nsys/*.sqlite", "rocpd_legacy/*"), ids=lambda p: p.name)
 def test_real_profiles(path):
     from gpuscope.tools.model.cache import open_trace
 

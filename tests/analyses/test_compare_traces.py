@@ -3,44 +3,26 @@ formats with exact expected deltas; the real cross-platform Qwen pair (H100 vs M
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from conftest import DATA
 from gpuscope.fixtures import truth as T
 from gpuscope.fixtures import scenarios_compare as SC
 from gpuscope.fixtures.scenarios_compare import EXPECTED_KERNELS, EXPECTED_OPS, GROSS_NS, compare_pair
-from gpuscope.fixtures.writers import kineto, nsys, rocpd
+from gpuscope.fixtures.writers import kineto, rocpd
 from gpuscope.tools.analyses.compare_traces import compare_traces
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 QWEN = [DATA / "pytorch" / f"{p}_qwen1.5-0.5b_infer_tracelens.json.gz" for p in ("nv_h100", "amd_mi300x")]
 needs_qwen = pytest.mark.skipif(not all(p.is_file() for p in QWEN), reason="../shared/data Qwen pair is not present")
-WRITERS = {"nsys": (nsys, ".sqlite"), "rocpd": (rocpd, "_results.db"), "kineto": (kineto, ".pt.trace.json")}
+SIDES = {"compare_baseline": lambda: compare_pair()[0], "compare_candidate": lambda: compare_pair()[1]}
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    root = tmp_path_factory.mktemp("compare")
-    opened = []
-
-    def get(fmt_b: str, fmt_c: str):
-        out = []
-        for s, fmt in zip(compare_pair(), (fmt_b, fmt_c)):
-            w, ext = WRITERS[fmt]
-            path = root / f"{s.name}{ext}"
-            if not path.exists():
-                w.write(s, path)
-            t = load_trace(path)
-            opened.append(t)
-            out.append(t)
-        return out
-
-    yield get
-    for t in opened:
-        t.close()
+def pair(open_profile):
+    """pair(fmt_b, fmt_c) -> [baseline opened as fmt_b, candidate opened as fmt_c]."""
+    return lambda fmt_b, fmt_c: [open_profile(side, fmt, scenarios=SIDES) for side, fmt in zip(SIDES, (fmt_b, fmt_c))]
 
 
 def _span_and_busy(s):

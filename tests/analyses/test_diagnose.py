@@ -2,30 +2,19 @@
 no-API abstention; every real profile under shared/data runs without error and stays under 20,000 characters."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from conftest import DATA
 from gpuscope.fixtures import scenarios_diagnose as SD
-from gpuscope.fixtures.writers import kineto, nsys
+from gpuscope.fixtures.writers import nsys
 from gpuscope.tools.analyses.diagnose import _amdahl, diagnose
 from gpuscope.tools.model.trace import load_trace
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-
 
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory):
-    root = tmp_path_factory.mktemp("diag")
-    out = {}
-    for name, build in SD.SCENARIOS.items():
-        fmt = SD.FORMAT[name]
-        writer = kineto if fmt == "kineto" else nsys
-        path = root / (name + (".pt.trace.json" if fmt == "kineto" else ".sqlite"))
-        out[name] = load_trace(writer.write(build(), path))
-    yield out
-    for t in out.values():
-        t.close()
+def traces(open_profile):
+    """Each one-cause scenario opened in its own format (SD.FORMAT)."""
+    return {name: open_profile(name, SD.FORMAT[name], scenarios=SD.SCENARIOS) for name in SD.SCENARIOS}
 
 
 def _fields(f):

@@ -5,51 +5,24 @@ computed from the scenarios in plain Python (all three formats, exact ns), the T
 from __future__ import annotations
 
 import csv
-import importlib
 import re
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 
+from conftest import DATA, needs_data, real_files, scenario_cases
 from gpuscope.fixtures import truth as T
 from gpuscope.fixtures.scenarios_timeline import SCENARIOS
 from gpuscope.tools.analyses.comm_patterns import DEFAULT_PATTERNS
 from gpuscope.tools.analyses.gpu_timeline import gpu_timeline
 from gpuscope.tools.model.errors import ProfileError
-from gpuscope.tools.model.trace import load_trace
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
 COMM_RX = re.compile("|".join(f"(?:{p})" for p in DEFAULT_PATTERNS), re.I)
 
 
 @pytest.fixture(scope="module")
-def open_case(tmp_path_factory):
-    root = tmp_path_factory.mktemp("timeline")
-    opened = {}
-
-    def open_(name: str, fmt: str, pid: int | None = None):
-        key = (name, fmt, pid)
-        if key not in opened:
-            writer = importlib.import_module(f"gpuscope.fixtures.writers.{fmt}")
-            path = root / f"{name}{'' if pid is None else f'.{pid}'}{SUFFIX[fmt]}"
-            writer.write(SCENARIOS[name](), path, **({"pid": pid} if fmt == "kineto" else {}))
-            opened[key] = load_trace(path)
-        return opened[key]
-
-    yield open_
-    for t in opened.values():
-        t.close()
-
-
-def cases():
-    out = []
-    for name, make in SCENARIOS.items():
-        for fmt in ("nsys", "rocpd", "kineto"):
-            for pid in ([p.pid for p in make().processes] if fmt == "kineto" else [None]):
-                out.append(pytest.param(name, fmt, pid, id=f"{name}-{fmt}" + ("" if pid is None else f"-{pid}")))
-    return out
+def open_case(open_profile):
+    return lambda name, fmt, pid=None: open_profile(name, fmt, pid, scenarios=SCENARIOS)
 
 
 # -- plain-Python truth ------------------------------------------------------------------------------------
@@ -119,7 +92,7 @@ def expected(name: str, fmt: str, pid: int | None, include_unlinked: bool = True
 # -- scenarios -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name,fmt,pid", cases())
+@pytest.mark.parametrize("name,fmt,pid", scenario_cases(SCENARIOS))
 @pytest.mark.parametrize("include_unlinked", [True, False])
 def test_scenarios(open_case, name, fmt, pid, include_unlinked):
     trace = open_case(name, fmt, pid)
@@ -199,7 +172,7 @@ ROWS = {"computation_time": "computation_ns", "exposed_comm_time": "exposed_comm
         "total_memcpy_time": "total_memcpy_ns"}
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="shared/data is absent")
+@needs_data
 @pytest.mark.parametrize("file", sorted(GOLDEN))
 def test_tracelens_golden(file):
     from gpuscope.tools.model.cache import open_trace
@@ -215,14 +188,8 @@ def test_tracelens_golden(file):
             assert got_pct == pytest.approx(float(r["percent"]), rel=1e-3, abs=1e-3), r["type"]
 
 
-def real_files():
-    if not DATA.is_dir():
-        return []
-    return sorted([*DATA.glob("pytorch/*.json.gz"), *DATA.glob("nsys/*.sqlite"), *DATA.glob("rocpd_legacy/*")])
-
-
-@pytest.mark.skipif(not DATA.is_dir(), reason="shared/data is absent")
-@pytest.mark.parametrize("path", real_files(), ids=lambda p: p.name)
+@needs_data
+@pytest.mark.parametrize("path", real_files("pytorch/*.json.gz", "nsys/*.sqlite", "rocpd_legacy/*"), ids=lambda p: p.name)
 def test_real_profiles(path):
     from gpuscope.tools.model.cache import open_trace
 

@@ -3,12 +3,11 @@ scenario in plain Python; plus every real profile under ../shared/data."""
 
 from __future__ import annotations
 
-import importlib
 import statistics
-from pathlib import Path
 
 import pytest
 
+from conftest import FORMATS, needs_data, real_files
 from gpuscope.fixtures import scenarios_iterations as SI
 from gpuscope.fixtures.truth import expressed, merge, time_shift
 from gpuscope.tools.analyses.iterations import WARMUP_FACTOR, iterations
@@ -16,27 +15,12 @@ from gpuscope.tools.model.cache import open_trace
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
 
-FORMATS = ("nsys", "rocpd", "kineto")
-SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 @pytest.fixture(scope="module")
-def opened(tmp_path_factory):
-    root = tmp_path_factory.mktemp("iterations")
-    cache: dict = {}
-
-    def get(name: str, fmt: str):
-        if (name, fmt) not in cache:
-            s = SI.SCENARIOS[name]()
-            path = root / f"{name}{SUFFIX[fmt]}"
-            importlib.import_module(f"gpuscope.fixtures.writers.{fmt}").write(s, path)
-            cache[(name, fmt)] = (expressed(s, fmt), load_trace(path))
-        return cache[(name, fmt)]
-
-    yield get
-    for _, t in cache.values():
-        t.close()
+def opened(open_profile):
+    """opened(name, fmt) -> (the scenario as that format expresses it, the opened trace)."""
+    return lambda name, fmt: (expressed(SI.SCENARIOS[name](), fmt), open_profile(name, fmt, scenarios=SI.SCENARIOS))
 
 
 def step_truth(s, step) -> dict:
@@ -181,10 +165,10 @@ def test_no_markers_and_no_repeats(tmp_path):
         iterations(load_trace(path))
 
 
-REAL = sorted((DATA / "nsys").glob("*.sqlite")) + sorted((DATA / "pytorch").glob("*.json.gz")) if DATA.is_dir() else []
+REAL = real_files("nsys/*.sqlite", "pytorch/*.json.gz")
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is not present")
+@needs_data
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
 def test_real_profiles(path):
     trace = open_trace(path)

@@ -5,40 +5,22 @@ from __future__ import annotations
 
 import sqlite3
 import statistics
-from pathlib import Path
 
 import pytest
 
+from conftest import DATA, FORMATS, needs_data, real_files
 from gpuscope.fixtures import scenarios_marker_summary as SM
 from gpuscope.fixtures.truth import expressed, merge, time_shift
 from gpuscope.tools.analyses.marker_summary import marker_summary
 from gpuscope.tools.model.cache import open_trace
 from gpuscope.tools.model.errors import ProfileError
-from gpuscope.tools.model.trace import load_trace
 
-FORMATS = ("nsys", "rocpd", "kineto")
-SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 @pytest.fixture(scope="module")
-def opened(tmp_path_factory):
-    import importlib
-
-    root = tmp_path_factory.mktemp("marker_summary")
-    cache: dict = {}
-
-    def get(name: str, fmt: str):
-        if (name, fmt) not in cache:
-            s = SM.SCENARIOS[name]()
-            path = root / f"{name}{SUFFIX[fmt]}"
-            importlib.import_module(f"gpuscope.fixtures.writers.{fmt}").write(s, path)
-            cache[(name, fmt)] = (s, load_trace(path))
-        return cache[(name, fmt)]
-
-    yield get
-    for _, t in cache.values():
-        t.close()
+def opened(open_profile):
+    """opened(name, fmt) -> (the scenario, the opened trace)."""
+    return lambda name, fmt: (SM.SCENARIOS[name](), open_profile(name, fmt, scenarios=SM.SCENARIOS))
 
 
 # -- truth --------------------------------------------------------------------------------------------
@@ -242,10 +224,10 @@ def test_no_markers_refused(opened, fmt):
 
 # -- real profiles --------------------------------------------------------------------------------------
 
-REAL = sorted((DATA / "nsys").glob("*.sqlite")) + sorted((DATA / "pytorch").glob("*.json.gz")) if DATA.is_dir() else []
+REAL = real_files("nsys/*.sqlite", "pytorch/*.json.gz")
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is not present")
+@needs_data
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
 def test_real_profiles(path):
     trace = open_trace(path)
@@ -262,7 +244,7 @@ def test_real_profiles(path):
             assert r.gpu_busy_ns <= r.gpu_work_ns
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is not present")
+@needs_data
 def test_real_nvtx_export_against_sqlite():
     """The NVTX export: CPU totals and the projection of 'main' checked with sqlite3 on the raw tables."""
     path = DATA / "nsys" / "nsys2022.1_gtx1060_10streams_nvtx_extrap.sqlite"

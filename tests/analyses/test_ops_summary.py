@@ -16,37 +16,24 @@ from __future__ import annotations
 
 import ast
 import csv
-import importlib
-from pathlib import Path
 
 import pytest
 
+from conftest import DATA
 from gpuscope.fixtures import scenarios_ops_summary as SO
 from gpuscope.tools.analyses.op_tree import launchers, node_parents
 from gpuscope.tools.analyses.ops_summary import OP_CATEGORIES, TRACELENS_UNMAPPED, ops_summary
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 US = 1000
-SUFFIX = {"nsys": ".sqlite", "kineto": ".pt.trace.json"}
+OWN = {"ops_tree": SO.ops_tree}
 
 
 @pytest.fixture(scope="module")
-def opened(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ops_summary")
-    cache = {}
-
-    def get(fmt):
-        if fmt not in cache:
-            path = root / f"ops_tree{SUFFIX[fmt]}"
-            importlib.import_module(f"gpuscope.fixtures.writers.{fmt}").write(SO.ops_tree(), path)
-            cache[fmt] = load_trace(path)
-        return cache[fmt]
-
-    yield get
-    for t in cache.values():
-        t.close()
+def opened(open_profile):
+    """opened(fmt) -> ops_tree opened as Nsight or Kineto (all processes)."""
+    return lambda fmt: open_profile("ops_tree", fmt, scenarios=OWN)
 
 
 def by_name(res):

@@ -5,13 +5,12 @@ from __future__ import annotations
 import ast
 import csv
 import json
-from pathlib import Path
 
 import pytest
 
+from conftest import DATA
 from gpuscope.fixtures.catalog import ELEM_ADD, GEMM_H, h100
 from gpuscope.fixtures.scenario import ApiCall, CpuOp, Kernel, Process, Scenario, Thread
-from gpuscope.fixtures.writers import kineto
 from gpuscope.tools.analyses.perf_summary import perf_summary
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
@@ -56,12 +55,12 @@ def _scenario() -> Scenario:
     return s
 
 
+OWN = {"perf": _scenario}
+
+
 @pytest.fixture(scope="module")
-def fixture_trace(tmp_path_factory):
-    path = kineto.write(_scenario(), tmp_path_factory.mktemp("perf") / "perf.pt.trace.json")
-    tr = load_trace(path)
-    yield tr
-    tr.close()
+def fixture_trace(open_profile):
+    return open_profile("perf", "kineto", scenarios=OWN)
 
 
 def test_fixture_hand_computed(fixture_trace):
@@ -120,7 +119,6 @@ def test_profiles_without_cpu_ops_are_refused(tmp_path):
 
 # ----------------------------------------------------------------------------- TraceLens
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 TRACES = {"qwen": ("nv_h100_qwen1.5-0.5b_infer_tracelens.json.gz", "tracelens_h100_qwen1.5-0.5b"),
           "bert": ("nv_h100_bert-small_infer_tracelens.json.gz", "tracelens_h100_bert-small")}
 # Composite ops TraceLens models with their subtree kernel time; we attribute to the launching leaf.

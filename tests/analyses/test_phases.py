@@ -4,7 +4,6 @@ Python (exact integer ns); PerfAdvisor's phase mistakes pinned; every real profi
 
 from __future__ import annotations
 
-import importlib
 import sqlite3
 from collections import defaultdict
 from functools import lru_cache
@@ -12,17 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DATA, FORMATS
 from gpuscope.fixtures import truth as T
 from gpuscope.fixtures.catalog import US
 from gpuscope.fixtures.scenarios_phases import PHASE_SCENARIOS
 from gpuscope.tools.analyses.phases import phases
 from gpuscope.tools.model.cache import open_trace
 from gpuscope.tools.model.errors import ProfileError
-from gpuscope.tools.model.trace import load_trace
 
-FORMATS = ("nsys", "rocpd", "kineto")
-SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 REAL = sorted(p for sub in ("nsys", "pytorch", "rocpd_legacy") for p in (DATA / sub).glob("*")
               if p.is_file() and p.suffix in (".sqlite", ".gz", ".rpd")) if DATA.is_dir() else []
 
@@ -32,21 +28,12 @@ def built(name: str):
     return PHASE_SCENARIOS[name]()
 
 
+MAKERS = {name: (lambda name=name: built(name)[0]) for name in PHASE_SCENARIOS}  # the scenario, not its truth
+
+
 @pytest.fixture(scope="module")
-def open_phase(tmp_path_factory):
-    root = tmp_path_factory.mktemp("phases")
-    traces: dict = {}
-
-    def open_(name: str, fmt: str):
-        if (name, fmt) not in traces:
-            path = root / f"{name}{SUFFIX[fmt]}"
-            importlib.import_module(f"gpuscope.fixtures.writers.{fmt}").write(built(name)[0], path)
-            traces[(name, fmt)] = load_trace(path)
-        return traces[(name, fmt)]
-
-    yield open_
-    for t in traces.values():
-        t.close()
+def open_phase(open_profile):
+    return lambda name, fmt: open_profile(name, fmt, scenarios=MAKERS)
 
 
 def clipped(a: int, b: int, lo: int, hi: int) -> int:

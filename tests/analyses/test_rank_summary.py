@@ -15,19 +15,17 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DATA, FORMATS
 from gpuscope.fixtures import truth as T
 from gpuscope.fixtures.catalog import SCENARIOS
 from gpuscope.fixtures.scenarios_rank_summary import rank_idle, rank_straggler
-from gpuscope.fixtures.writers import kineto, nsys, rocpd
 from gpuscope.tools.analyses.gpu_timeline import gpu_timeline
 from gpuscope.tools.analyses.rank_summary import rank_summary
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 PAIR = [DATA / "pytorch" / f"nv_encdec_train_128rank_sampled_r{r}_hta.json.gz" for r in (0, 1)]
 needs_pair = pytest.mark.skipif(not all(p.is_file() for p in PAIR), reason="../shared/data real 2-rank pair is not present")
-FORMATS = ("nsys", "rocpd", "kineto")
 BUILD = {
     "rank_straggler": lambda: rank_straggler(),
     "rank_straggler_async": lambda: rank_straggler(lockstep=False),
@@ -39,32 +37,13 @@ FIGURES = ("gpu_span_ns", "busy_ns", "idle_in_gpu_span_ns", "compute_ns", "comm_
 
 
 @pytest.fixture(scope="module")
-def profiles(tmp_path_factory):
+def profiles(open_profile):
     """profiles(name, fmt) -> list of opened traces: one file (nsys/rocpd) or one per process (kineto)."""
-    root = tmp_path_factory.mktemp("rank_summary")
-    cache: dict[tuple, list] = {}
-
     def get(name: str, fmt: str, copy: str = ""):
-        key = (name, fmt, copy)
-        if key not in cache:
-            s = BUILD[name]()
-            if fmt == "kineto":
-                paths = []
-                for p in s.processes:
-                    path = root / f"{name}{copy}.{p.pid}.pt.trace.json"
-                    kineto.write(s, path, pid=p.pid)
-                    paths.append(path)
-            else:
-                path = root / f"{name}{copy}{'.sqlite' if fmt == 'nsys' else '_results.db'}"
-                (nsys if fmt == "nsys" else rocpd).write(s, path)
-                paths = [path]
-            cache[key] = [load_trace(p) for p in paths]
-        return cache[key]
+        pids = [p.pid for p in BUILD[name]().processes] if fmt == "kineto" else [None]
+        return [open_profile(name, fmt, pid, scenarios=BUILD, copy=copy) for pid in pids]
 
-    yield get
-    for traces in cache.values():
-        for t in traces:
-            t.close()
+    return get
 
 
 # -- expected figures, from the scenario alone ---------------------------------------------------

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DATA, needs_data, real_files
 from gpuscope.fixtures.truth import merge
 from gpuscope.tools import analyses as A
 from gpuscope.tools.model.cache import open_trace
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-NSYS = sorted((DATA / "nsys").glob("*.sqlite")) if DATA.is_dir() else []
-KINETO = sorted((DATA / "pytorch").glob("*.json.gz")) if DATA.is_dir() else []
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is not present")
+NSYS = real_files("nsys/*.sqlite")
+KINETO = real_files("pytorch/*.json.gz")
 
 
 def _raw_kernels(path: Path) -> list[tuple[int, str, int, int]]:

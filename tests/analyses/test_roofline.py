@@ -55,11 +55,12 @@ def _scenario(device: Device) -> Scenario:
     return s
 
 
+OWN = {"roof": lambda: _scenario(h100(0))}
+
+
 @pytest.fixture(scope="module")
-def h100_trace(tmp_path_factory):
-    tr = load_trace(kineto.write(_scenario(h100(0)), tmp_path_factory.mktemp("roof") / "roof.pt.trace.json"))
-    yield tr
-    tr.close()
+def h100_trace(open_profile):
+    return open_profile("roof", "kineto", scenarios=OWN)
 
 
 def test_compute_and_memory_bound_hand_computed(h100_trace):

@@ -12,12 +12,12 @@ from functools import lru_cache
 
 import pytest
 
+from conftest import FORMATS
 from gpuscope.fixtures import truth as T
 from gpuscope.fixtures.catalog import SCENARIOS, US, check
 from gpuscope.tools.analyses import gap_histogram, top_kernels, trace_info
 from gpuscope.tools.model.errors import ProfileError
 
-FORMATS = ("nsys", "rocpd", "kineto")
 ROUNDED = 0.05 + 1e-6  # the tools round to 0.1 ns
 
 

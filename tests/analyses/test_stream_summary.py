@@ -3,24 +3,20 @@ sweeps over the scenario (fixtures/scenarios_stream_summary.py) in every format,
 
 from __future__ import annotations
 
-import importlib
 import sqlite3
 from dataclasses import replace
 
 import pytest
 
+from conftest import DATA, FORMATS
 from gpuscope.fixtures import truth as T
-from gpuscope.fixtures.samples import SHARED_DATA, real_profiles
+from gpuscope.fixtures.samples import real_profiles
 from gpuscope.fixtures.catalog import SCENARIOS as CATALOG
 from gpuscope.fixtures.scenarios_stream_summary import stream_concurrency, stream_truth
 from gpuscope.tools.analyses.stream_summary import stream_summary
 from gpuscope.tools.model.cache import open_trace
 from gpuscope.tools.model.errors import ProfileError
-from gpuscope.tools.model.trace import load_trace
 
-FORMATS = ("nsys", "rocpd", "kineto")
-SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
-DATA = SHARED_DATA
 REAL = real_profiles()
 US = 1000
 
@@ -29,24 +25,13 @@ def pct(part, whole):
     return None if not whole else round(100.0 * part / whole, 2)
 
 
+OWN = {"stream_concurrency": stream_concurrency}
+
+
 @pytest.fixture(scope="module")
-def own(tmp_path_factory):
+def own(open_profile):
     """stream_concurrency written in each format (Kineto: one file per process), opened once."""
-    root = tmp_path_factory.mktemp("streams")
-    traces = {}
-
-    def get(fmt: str, pid: int | None = None):
-        key = (fmt, pid)
-        if key not in traces:
-            writer = importlib.import_module(f"gpuscope.fixtures.writers.{fmt}")
-            path = root / f"stream_concurrency{'' if pid is None else pid}{SUFFIX[fmt]}"
-            writer.write(stream_concurrency(), path, pid=pid) if fmt == "kineto" else writer.write(stream_concurrency(), path)
-            traces[key] = load_trace(path)
-        return traces[key]
-
-    yield get
-    for t in traces.values():
-        t.close()
+    return lambda fmt, pid=None: open_profile("stream_concurrency", fmt, pid, scenarios=OWN)
 
 
 def clipped(s, lo: int | None, hi: int | None):

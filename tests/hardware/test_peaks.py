@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 
+from conftest import needs_data, real_files
 from gpuscope.tools.hardware import (
     REQUIRED_FIELDS,
     VALUE_FIELDS,
@@ -20,7 +20,6 @@ from gpuscope.tools.hardware import (
 from gpuscope.tools.hardware.peaks import builtin_document
 from gpuscope.tools.model.errors import ProfileError
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 GiB = 2**30
 
 
@@ -283,12 +282,6 @@ def test_normalize_name():
 # ----------------------------------------------------------------------------------------- real data
 
 
-def _real_profiles():
-    if not DATA.is_dir():
-        return []
-    return sorted(DATA.glob("nsys/*.sqlite")) + sorted(DATA.glob("pytorch/*.json.gz"))
-
-
 EXPECTED_REAL = {
     "gtx1060": "gtx-1060-max-q", "rtx3080": "rtx-3080-10gb", "rtx4060ti": "rtx-4060-ti-8gb",
     "4xA100": "a100-pcie-40gb", "nv_a100": "a100-sxm4-40gb", "nv_h100": "h100-sxm5", "mi300x": "mi300x",
@@ -296,8 +289,8 @@ EXPECTED_REAL = {
 
 
 @pytest.mark.real_data
-@pytest.mark.skipif(not DATA.is_dir(), reason="shared/data is absent")
-@pytest.mark.parametrize("path", _real_profiles(), ids=lambda p: p.name)
+@needs_data
+@pytest.mark.parametrize("path", real_files("nsys/*.sqlite", "pytorch/*.json.gz"), ids=lambda p: p.name)
 def test_real_profiles_devices_match(path):
     from gpuscope.tools.model.cache import open_trace
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import DATA
 from gpuscope.server.cli import main
 from gpuscope.tools import analyses as A
 from gpuscope.tools.model.errors import ProfileError
@@ -17,7 +18,6 @@ from gpuscope.tools.model.trace import load_trace
 from gpuscope.tools.report import write_report
 from gpuscope.tools.report.xlsx import ROW_LIMIT, cell_value
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 QWEN = DATA / "pytorch" / "nv_h100_qwen1.5-0.5b_infer_tracelens.json.gz"
 
 from gpuscope.tools.analyses.perf_summary import perf_summary
