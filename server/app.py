@@ -175,8 +175,8 @@ async def memcpy_summary(
     stream: Annotated[int | None, Field(description="Only copies/sets on this stream")] = None,
     start_ns: StartNs = None,
     end_ns: EndNs = None,
-    host_link_gb_per_s: Annotated[float | None, Field(gt=0, description="Peak host link (PCIe/C2C) bandwidth per direction, GB/s; no profile records it")] = None,
-    peer_link_gb_per_s: Annotated[float | None, Field(gt=0, description="Peak GPU-to-GPU link (NVLink/xGMI/PCIe) bandwidth, GB/s")] = None,
+    host_link_gb_per_s: Annotated[float | None, Field(gt=0, description="Peak host link (PCIe/C2C) bandwidth per direction, GB/s; no profile records it. Default: the matched GPU model's datasheet link (e.g. PCIe Gen4 x8 = 16), which the real slot may not reach; unknown GPU: no reference")] = None,
+    peer_link_gb_per_s: Annotated[float | None, Field(gt=0, description="Peak GPU-to-GPU link (NVLink/xGMI/PCIe) bandwidth per direction, GB/s. Default: the datasheet link when both GPUs match the same model (e.g. H100 SXM NVLink 4 = 450); else no reference")] = None,
     top: Annotated[int, Field(ge=0, le=100, description="Largest single operations listed")] = 10,
     largest_by: Literal["bytes", "time"] = "bytes",
     limit: Annotated[int, Field(ge=1, le=200, description="Groups per device")] = 50,
@@ -184,8 +184,9 @@ async def memcpy_summary(
 ) -> Annotated[CallToolResult, MemcpySummaryResult]:
     """Copies and sets per device by direction and memory kinds: count, bytes, summed and wall (union) time,
     achieved GB/s (1 GB = 1e9 B), compared with the right reference (device memory bandwidth for same-device copies
-    and sets; host/peer links only when given — never DRAM bandwidth for PCIe copies), pageable copies flagged, the
-    largest transfers with their API call, and copy time overlapped by kernels vs exposed."""
+    and sets; host/peer links from the caller, else the matched GPU model's datasheet link, with reference_source —
+    never DRAM bandwidth for PCIe copies), pageable copies flagged, the largest transfers with their API call, and
+    copy time overlapped by kernels vs exposed."""
     return await _answer(ctx, "Memory copies and sets", lambda: A.memcpy_summary(
         _open(trace, ctx), device=device, stream=stream, start_ns=start_ns, end_ns=end_ns,
         host_link_gb_per_s=host_link_gb_per_s, peer_link_gb_per_s=peer_link_gb_per_s, top=top,

@@ -44,7 +44,10 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
         (("--per-stream",), {"action": "store_true"}), (("--top-gaps",), {"type": int, "default": 5})]),
     "memcpy-summary": (_with_trace(A.memcpy_summary), "Memory copies and sets", [
         (("--device",), {"type": int}), (("--stream",), {"type": int}), *_WINDOW,
-        (("--host-link-gb-per-s",), {"type": float}), (("--peer-link-gb-per-s",), {"type": float}),
+        (("--host-link-gb-per-s",), {"type": float, "help": "host link (PCIe/C2C) GB/s per direction; default: the "
+                                      "matched GPU model's datasheet link (the real slot may be slower)"}),
+        (("--peer-link-gb-per-s",), {"type": float, "help": "GPU-to-GPU link GB/s per direction; default: the datasheet "
+                                      "link when both GPUs are the same model"}),
         (("--top",), {"type": int, "default": 10}), (("--largest-by",), {"choices": ["bytes", "time"], "default": "bytes"}),
         (("--limit",), {"type": int, "default": 50})]),
     "stream-summary": (_with_trace(A.stream_summary), "Streams", [

@@ -4,27 +4,43 @@ figures from the scenario (fixtures/scenarios_memcpy_summary.py) in every format
 from __future__ import annotations
 
 import gzip
-import importlib
 import json
 import sqlite3
+from pathlib import Path
 
 import pytest
 
+from conftest import DATA, FORMATS
 from gpuscope.fixtures import truth as T
-from gpuscope.fixtures.samples import SHARED_DATA, real_profiles
-from gpuscope.fixtures.scenarios_memcpy_summary import memcpy_mix, memcpy_truth
+from gpuscope.fixtures.samples import real_profiles
+from gpuscope.fixtures.scenarios_memcpy_summary import memcpy_links, memcpy_mix, memcpy_truth
+from gpuscope.tools import hardware
 from gpuscope.tools.analyses.memcpy_summary import memcpy_summary
 from gpuscope.tools.model.cache import open_trace
 from gpuscope.tools.model.errors import ProfileError
-from gpuscope.tools.model.trace import load_trace
 
-FORMATS = ("nsys", "rocpd", "kineto")
-SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
-DATA = SHARED_DATA
 REAL = real_profiles()
 US, MiB = 1000, 1 << 20
 # Only Nsight exports state the DRAM bandwidth (rocpd agents and Kineto deviceProperties do not).
 STATES_BANDWIDTH = {"nsys": True, "rocpd": False, "kineto": False}
+# The datasheet table, read as plain JSON (not through the engine's matcher).
+PEAKS = json.loads((Path(hardware.__file__).parent / "peaks.json").read_text(encoding="utf-8"))
+HOST, PEER = "host_link_gb_per_s_per_direction", "peer_link_gb_per_s_per_direction"
+# Which model each fixture device is, by hand: 'NVIDIA H100 80GB HBM3' is the SXM5 part (PCIe is HBM2e, NVL 94 GB),
+# 'A100-SXM4-40GB' says it all. The rocpd writer stores an AMD gfx target as compute capability, which no NVIDIA
+# entry has, so rocpd copies of these scenarios match no model.
+MIX_MODELS = {"nsys": {0: "h100-sxm5", 1: "a100-sxm4-40gb"}, "kineto": {0: "h100-sxm5", 1: "a100-sxm4-40gb"}, "rocpd": {}}
+
+
+def sheet(model: str, field: str):
+    return PEAKS["devices"][model][field]["value"]
+
+
+def sheet_source(model: str, link: str) -> str:
+    """The reference_source the engine must write for a datasheet link figure (model matched exactly)."""
+    raw = PEAKS["devices"][model]
+    src = raw[f"{link}_gb_per_s_per_direction"]["source"]
+    return f"datasheet: {model} {link} {raw[link]} ({PEAKS['sources'][src]})"
 
 
 def pct(part, whole):
@@ -35,28 +51,21 @@ def canonical_api(name):
     return None if name is None else ("cuda" + name[3:] if name.startswith("hip") else name)
 
 
+OWN = {"memcpy_mix": memcpy_mix}
+
+
 @pytest.fixture(scope="module")
-def own(tmp_path_factory):
-    root = tmp_path_factory.mktemp("memcpy")
-    traces = {}
-
-    def get(fmt: str):
-        if fmt not in traces:
-            writer = importlib.import_module(f"gpuscope.fixtures.writers.{fmt}")
-            path = root / f"memcpy_mix{SUFFIX[fmt]}"
-            writer.write(memcpy_mix(), path, pid=20000) if fmt == "kineto" else writer.write(memcpy_mix(), path)
-            traces[fmt] = load_trace(path)
-        return traces[fmt]
-
-    yield get
-    for t in traces.values():
-        t.close()
+def own(open_profile):
+    """own(fmt) -> memcpy_mix opened in that format (Kineto: process 20000)."""
+    return lambda fmt: open_profile("memcpy_mix", fmt, 20000, scenarios=OWN)
 
 
 def expected(fmt: str, s=None):
     s = T.expressed(s or memcpy_mix(), fmt, 20000 if fmt == "kineto" else None)
     bw = {d.device_id: (d.memory_bandwidth_bytes_per_s if STATES_BANDWIDTH[fmt] else None) for d in s.devices}
-    return s, memcpy_truth(s, fmt, bw)
+    # host copies: each device's datasheet host link; the peer copy joins two different models: no reference
+    links = {(d, "host"): sheet(m, HOST) for d, m in MIX_MODELS[fmt].items()}
+    return s, memcpy_truth(s, fmt, bw, links)
 
 
 def key_of(g):
@@ -129,22 +138,119 @@ def test_hand_figures_nsys(own):
 
 
 def test_pcie_copies_never_compared_with_dram(own):
-    """PerfAdvisor's mistake: HtoD/DtoH % of HBM bandwidth. Without a host-link figure, host copies have no
-    reference at all (even where the DRAM bandwidth is known); with one, they are compared with it."""
+    """PerfAdvisor's mistake: HtoD/DtoH % of HBM bandwidth. Host copies are compared with the host link only:
+    the matched model's datasheet link by default, the caller's figure when given."""
     r = memcpy_summary(own("nsys"))
     for g in r.groups:
         if g.link == "host":
-            assert g.reference_gb_per_s is None and g.pct_of_reference_bandwidth is None and g.reference_note
-            assert "host link" in g.reference
-    assert any("host_link_gb_per_s" in n for n in r.notes)
+            model = MIX_MODELS["nsys"][g.device_id]
+            assert g.reference_gb_per_s == sheet(model, HOST) and g.reference_source == sheet_source(model, "host_link")
+            assert "host link" in g.reference and "DRAM" not in g.reference
+    assert any("host-link % uses a datasheet peak" in n and "host_link_gb_per_s" in n for n in r.notes)
     r = memcpy_summary(own("nsys"), host_link_gb_per_s=25, peer_link_gb_per_s=300)
     for g in r.groups:
         if g.link == "host" and g.wall_ns:
-            assert g.reference_gb_per_s == 25
+            assert g.reference_gb_per_s == 25 and g.reference_source == "caller"
             assert g.pct_of_reference_bandwidth == round(100 * g.bytes / g.wall_ns / 25, 2)
         if g.link == "peer":
             assert g.pct_of_reference_bandwidth == round(100 * 32 * MiB / (20 * US) / 300, 2)
-    assert not any("host_link_gb_per_s" in n for n in r.notes)
+            assert g.reference_source == "caller"
+    assert not any("host_link_gb_per_s" in n or "datasheet" in n for n in r.notes)
+
+
+# -- datasheet link references -------------------------------------------------------------------------
+
+LINK_SCENARIOS = {f"memcpy_links_{m}": (lambda m=m: memcpy_links(m)) for m in ("h100", "l40s", "unknown")}
+
+
+def _links_trace(open_profile, model: str, fmt: str):
+    return open_profile(f"memcpy_links_{model}", fmt, 20000, scenarios=LINK_SCENARIOS)
+
+
+def _by_dir(r):
+    return {(g.device_id, g.direction): g for g in r.groups}
+
+
+def test_datasheet_host_link_h100_htod_mix(own):
+    """memcpy_mix, H100 (device 0): 8 MiB 110-150 µs, 4 MiB 160-180 µs, 256 KiB 500-510 µs pinned HtoD = 70 µs of wall
+    time, against the h100-sxm5 datasheet host link (PCIe Gen5 x16, per direction)."""
+    g = next(g for g in memcpy_summary(own("nsys")).groups if (g.device_id, g.direction, g.src_kind) == (0, "HtoD", "Pinned"))
+    fig = sheet("h100-sxm5", HOST)
+    assert fig == 64.0 and g.reference_gb_per_s == fig
+    assert g.pct_of_reference_bandwidth == round(100.0 * ((12 * MiB + 256 * 1024) / (70 * US)) / fig, 2)
+    assert g.reference_source == sheet_source("h100-sxm5", "host_link")
+    assert g.reference_source.startswith("datasheet: h100-sxm5 host_link PCIe Gen5 x16 (PCI-SIG")
+
+
+@pytest.mark.parametrize("fmt", ["nsys", "kineto"])
+def test_datasheet_host_and_peer_links_two_h100(open_profile, fmt):
+    """Two H100s: the overlapping HtoD copies move 96 MiB in 3000 µs of wall time (not 4000 µs of summed time);
+    the 256 MiB peer copy takes 1000 µs, against the H100 SXM5 NVLink 4 figure per direction."""
+    t = _links_trace(open_profile, "h100", fmt)
+    r = memcpy_summary(t)
+    got = _by_dir(r)
+    htod, peer, dtoh = got[(0, "HtoD")], got[(0, "PtoP")], got[(1, "DtoH")]
+    assert (htod.bytes, htod.wall_ns, htod.work_ns) == (96 * MiB, 3000 * US, 4000 * US)
+    assert htod.pct_of_reference_bandwidth == round(100.0 * (96 * MiB / (3000 * US)) / sheet("h100-sxm5", HOST), 2)
+    assert dtoh.pct_of_reference_bandwidth == round(100.0 * (16 * MiB / (1000 * US)) / sheet("h100-sxm5", HOST), 2)
+    assert peer.link == "peer" and peer.reference_gb_per_s == sheet("h100-sxm5", PEER) == 450
+    assert peer.pct_of_reference_bandwidth == round(100.0 * (256 * MiB / (1000 * US)) / 450, 2)
+    assert peer.reference_source == sheet_source("h100-sxm5", "peer_link")
+    assert peer.reference_note is None and "NVLink 4" in peer.reference
+    # one caveat per device and link: the slot / path may be slower than the datasheet link
+    assert sum("device 0: host-link % uses a datasheet peak; the real slot may be slower" in n for n in r.notes) == 1
+    assert sum("device 0: peer-link % uses a datasheet peak; the real path may be slower" in n for n in r.notes) == 1
+    assert any(n.startswith("device 1: host-link % uses a datasheet peak") for n in r.notes)
+
+
+def test_caller_link_figures_win(open_profile):
+    t = _links_trace(open_profile, "h100", "nsys")
+    r = memcpy_summary(t, host_link_gb_per_s=20, peer_link_gb_per_s=100)
+    got = _by_dir(r)
+    assert got[(0, "HtoD")].pct_of_reference_bandwidth == round(100.0 * (96 * MiB / (3000 * US)) / 20, 2)
+    assert got[(0, "PtoP")].pct_of_reference_bandwidth == round(100.0 * (256 * MiB / (1000 * US)) / 100, 2)
+    assert {g.reference_source for g in r.groups} == {"caller"}
+    assert {g.reference_gb_per_s for g in r.groups if g.link == "host"} == {20}
+    assert not any("datasheet" in n for n in r.notes)
+    # one given, the other from the datasheet
+    got = _by_dir(memcpy_summary(t, peer_link_gb_per_s=100))
+    assert got[(0, "HtoD")].reference_source == sheet_source("h100-sxm5", "host_link")
+    assert got[(0, "PtoP")].reference_source == "caller"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_unknown_gpu_has_no_link_reference(open_profile, fmt):
+    """A device name no datasheet entry matches: host and peer references stay absent, with the reason."""
+    t = _links_trace(open_profile, "unknown", fmt)
+    r = memcpy_summary(t)
+    for g in r.groups:
+        assert g.link in ("host", "peer")
+        assert g.reference_gb_per_s is None and g.pct_of_reference_bandwidth is None and g.reference_source is None
+        assert "matches no GPU model" in g.reference_note and "Contoso Tensor Engine X1" in g.reference_note
+        assert (f"{g.link}_link_gb_per_s") in g.reference_note
+    assert any(n.startswith("device 0: 2 host-link copies have no reference bandwidth") for n in r.notes)
+    assert not any("datasheet peak" in n for n in r.notes)
+    got = _by_dir(memcpy_summary(t, host_link_gb_per_s=20))
+    assert got[(0, "HtoD")].pct_of_reference_bandwidth == round(100.0 * (96 * MiB / (3000 * US)) / 20, 2)
+
+
+def test_null_table_figure_keeps_reference_absent(open_profile):
+    """L40S: the table states a host link (PCIe Gen4 x16) but no peer link (null, with a note): the peer copy has
+    no reference and the table's note is the reason."""
+    t = _links_trace(open_profile, "l40s", "nsys")
+    got = _by_dir(memcpy_summary(t))
+    assert got[(0, "HtoD")].pct_of_reference_bandwidth == round(100.0 * (96 * MiB / (3000 * US)) / sheet("l40s", HOST), 2)
+    peer = got[(0, "PtoP")]
+    assert sheet("l40s", PEER) is None
+    assert peer.reference_gb_per_s is None and peer.pct_of_reference_bandwidth is None and peer.reference_source is None
+    assert PEAKS["devices"]["l40s"][PEER]["note"] in peer.reference_note and "peer_link_gb_per_s" in peer.reference_note
+
+
+def test_peer_between_different_models_has_no_datasheet_link(own):
+    """memcpy_mix copies from an H100 to an A100: no datasheet states a link between two different models."""
+    peer = next(g for g in memcpy_summary(own("nsys")).groups if g.link == "peer")
+    assert peer.reference_gb_per_s is None and peer.reference_source is None
+    assert "different GPU models (0: h100-sxm5, 1: a100-sxm4-40gb)" in peer.reference_note
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -248,8 +354,16 @@ def test_real_files_run(path):
         return
     for g in r.groups:
         assert 0 <= g.overlapped_by_kernels_ns <= g.wall_ns <= g.work_ns
-        if g.link == "host":
-            assert g.pct_of_reference_bandwidth is None  # no host link given: never DRAM
+        if g.link in ("host", "peer"):
+            assert g.reference is None or "DRAM" not in g.reference  # never DRAM
+            if g.reference_gb_per_s is None:
+                assert g.pct_of_reference_bandwidth is None and g.reference_note and g.reference_source is None
+            else:  # no link given: the matched model's datasheet figure, as the table states it
+                assert g.reference_source.startswith("datasheet: ")
+                field = HOST if g.link == "host" else PEER
+                model = g.reference_source.split()[1]  # a model key, or 'ambiguous:<key>|<key>...'
+                figures = [sheet(m, field) for m in model.removeprefix("ambiguous:").split("|")]
+                assert g.reference_gb_per_s == min(figures) and max(figures) <= min(figures) * 1.005
     for d in r.devices:
         assert d.copy_exposed_ns + d.copy_overlapped_by_kernels_ns == d.copy_wall_ns
 
@@ -274,6 +388,14 @@ def test_real_4streams_memcpy_against_raw_sqlite():
         assert g.work_ns == sum(x[5] - x[4] for x in rows)
         assert g.wall_ns == T.busy_ns([(x[4], x[5]) for x in rows])
         assert g.gb_per_s_over_wall == pytest.approx(g.bytes / g.wall_ns, rel=5e-4)
+        # the RTX 4060 Ti 8 GB (8.0 GiB in the profile) is a PCIe Gen4 x8 card: the datasheet host link per direction
+        fig = sheet("rtx-4060-ti-8gb", HOST)
+        assert PEAKS["devices"]["rtx-4060-ti-8gb"]["host_link"] == "PCIe Gen4 x8" and fig == 16.0
+        assert g.reference_gb_per_s == fig
+        assert g.pct_of_reference_bandwidth == round(100.0 * (g.bytes / g.wall_ns) / fig, 2)
+        assert g.reference_source.startswith("datasheet: rtx-4060-ti-8gb (match by properties) host_link PCIe Gen4 x8 (")
+    htod = next(g for g in r.groups if g.direction == "HtoD")
+    assert (htod.count, htod.bytes, htod.wall_ns, htod.pct_of_reference_bandwidth) == (8, 800_000_000, 61_425_271, 81.4)
     d = r.devices[0]
     assert d.kernel_busy_ns == T.busy_ns(kernels)
     assert d.copy_wall_ns == T.busy_ns([(x[4], x[5]) for x in raw])

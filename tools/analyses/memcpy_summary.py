@@ -7,14 +7,21 @@ Units: 1 GB = 10^9 bytes, so GB/s = bytes per ns.
 
 Each group is compared with the link its bytes cross, never with another one (PerfAdvisor compares
 PCIe copies with HBM bandwidth and reports ~1 % for a PCIe-bound transfer):
-  * host link (HtoD, DtoH, HtoH, HtoA, AtoH): the PCIe / C2C bandwidth. No profile format states it,
-    so it is absent unless the caller passes `host_link_gb_per_s`;
+  * host link (HtoD, DtoH, HtoH, HtoA, AtoH): the PCIe / C2C bandwidth per direction. No profile format
+    states it: `host_link_gb_per_s` from the caller, else the datasheet figure of the GPU model the
+    device's name matches (tools/hardware/peaks.json `host_link_gb_per_s_per_direction`), else absent
+    with the reason (unknown GPU, or a model whose table figure is null);
   * peer link (PtoP, or a DtoD copy whose source and destination devices differ): `peer_link_gb_per_s`
-    from the caller, else absent;
+    from the caller, else the datasheet `peer_link_gb_per_s_per_direction` when every GPU the group's
+    copies connect matches the same model (a link between two different models is in no datasheet),
+    else absent with the reason;
   * device memory (DtoD/AtoA/AtoD/DtoA on one device, memsets): the device's DRAM bandwidth
     (devices.memory_bandwidth_bytes_per_s) when the profile states it. A device-to-device copy reads
     and writes every byte, so its DRAM traffic is 2 x bytes; a memset writes once (1 x bytes).
-`pct_of_reference_bandwidth` = traffic bytes / wall time / reference bandwidth.
+`pct_of_reference_bandwidth` = traffic bytes / wall time / reference bandwidth; `reference_source` says
+where the reference comes from ('caller', 'datasheet: <model key> ...', 'profile'). A datasheet link is
+the GPU's own link: the slot or platform may be slower (a Gen5 GPU in a Gen4 slot, x8 lanes wired, a C2C
+link on GH200, peers without the NVLink bridge), and the notes say so per device.
 
 Copies from or to pageable host memory are flagged: the driver stages them through a pinned buffer,
 so they run slower and block the issuing host thread (even the *Async variants). Where the profile
@@ -33,6 +40,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ..hardware import peaks_for_device
+from ..hardware.peaks import DevicePeaks, default_table
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, pct, resolve_selection
@@ -77,6 +86,10 @@ class MemGroup(BaseModel):
     host_kind_known: bool | None = Field(description="for host-link copies: whether the profile records the host memory kind (pinned/pageable/managed); null for other links")
     reference: str | None = Field(description="the bandwidth this group is compared with, or null")
     reference_gb_per_s: float | None = Field(description="reference bandwidth, GB/s; null when unknown (see reference_note)")
+    reference_source: str | None = Field(None, description="where reference_gb_per_s comes from: 'caller' (host_link_gb_per_s / "
+                                         "peer_link_gb_per_s), 'datasheet: <model key> host_link|peer_link <link> (<document>)' "
+                                         "(the matched GPU model's own link; the slot may be slower, see notes), "
+                                         "'profile: devices.memory_bandwidth_bytes_per_s'; null with no reference")
     traffic_factor: int | None = Field(description="bytes of link/DRAM traffic per byte copied: 2 for a same-device DtoD copy (read + write), 1 otherwise")
     pct_of_reference_bandwidth: float | None = Field(description="traffic_factor * bytes / wall_ns / reference_gb_per_s, %")
     reference_note: str | None = Field(None, description="why there is no reference, when there is none")
@@ -187,6 +200,9 @@ def memcpy_summary(
     dev_info = {r["device_id"]: r for r in trace.sql_dicts("SELECT device_id, name, memory_bandwidth_bytes_per_s FROM devices")}
     bw_absent = [v for (v,) in trace.sql("SELECT value FROM trace_meta WHERE key = 'absent' AND value ILIKE '%bandwidth%'")]
     notes: list[str] = []
+    models: dict[int, tuple[DevicePeaks | None, str | None]] = {}
+    model_of = lambda d: _device_model(trace, d, dev_info, models)  # noqa: E731
+    peer_ends = _peer_endpoints(trace, base, params) if any(r["link"] == "peer" for r in rows) else {}
 
     groups: list[MemGroup] = []
     totals: list[DeviceMemTotals] = []
@@ -198,7 +214,8 @@ def memcpy_summary(
         k = kern_u.get(dev)
         dev_groups = []
         for r in (r for r in rows if r["device_id"] == dev):
-            dev_groups.append(_group(r, grp_u.get((r["grp"],)), k, mem_bw, mem_note, host_link_gb_per_s, peer_link_gb_per_s))
+            ref = _reference(r, model_of, peer_ends.get(r["grp"]), mem_bw, mem_note, host_link_gb_per_s, peer_link_gb_per_s)
+            dev_groups.append(_group(r, grp_u.get((r["grp"],)), k, ref))
         dev_groups.sort(key=lambda g: (-g.wall_ns, -g.work_ns, g.op, g.direction, g.src_kind or "", g.dst_kind or "", g.link))
         truncated |= len(dev_groups) > limit
         groups += dev_groups[:limit]
@@ -235,13 +252,7 @@ def memcpy_summary(
         unknown_bytes = sum(g.bytes_unknown_count for g in dev_groups)
         if unknown_bytes:
             notes.append(f"device {dev}: {unknown_bytes} operations state no byte count; their groups have no bandwidth.")
-    if any(g.link == "host" for g in groups) and host_link_gb_per_s is None:
-        notes.append("host-link copies have no reference bandwidth: no profile format records the PCIe/C2C link. Pass "
-                     "host_link_gb_per_s (per direction; PCIe 4.0 x16 = 31.5 GB/s, 5.0 x16 = 63 GB/s theoretical) to compare. "
-                     "They are never compared with DRAM bandwidth.")
-    if any(g.link == "peer" for g in groups) and peer_link_gb_per_s is None:
-        notes.append("peer copies have no reference bandwidth: the profile does not say whether GPUs are linked by NVLink/"
-                     "Infinity Fabric or PCIe. Pass peer_link_gb_per_s to compare.")
+        notes += _link_notes(dev, dev_groups, model_of(dev)[0])
     largest = _largest(trace, base, params, top, largest_by) if top else []
     return MemcpySummaryResult(
         trace=str(trace.path), window=window,
@@ -254,8 +265,125 @@ def memcpy_summary(
     )
 
 
-def _group(r: dict, u: Union | None, k: Union | None, mem_bw: int | None, mem_note: str | None,
-           host_bw: float | None, peer_bw: float | None) -> MemGroup:
+# What a group is compared with: (traffic factor, description, GB/s, source, reason when absent).
+Ref = tuple[int | None, str | None, float | None, str | None, str | None]
+HOST_HINT = ("pass host_link_gb_per_s (per direction; raw PCIe Gen4 x16 = 32, Gen5 x16 = 64 GB/s, PCI-SIG "
+             "base specification, as in tools/hardware/peaks.json)")
+PEER_HINT = "pass peer_link_gb_per_s (per direction)"
+LINKS = {"host": ("host_link", "host_link_gb_per_s_per_direction", HOST_HINT),
+         "peer": ("peer_link", "peer_link_gb_per_s_per_direction", PEER_HINT)}
+
+
+def _device_model(trace: Trace, dev: int, dev_info: dict, cache: dict) -> tuple[DevicePeaks | None, str | None]:
+    """The datasheet model `dev` matches (tools/hardware peaks, user config included), or None and why."""
+    if dev not in cache:
+        pk, why = None, None
+        try:
+            pk = peaks_for_device(trace, dev)
+        except ProfileError as err:  # a broken user peaks config: say so, the copies are still summarised
+            why = f"the GPU peaks table cannot be loaded ({err})"
+        if pk is None and why is None:
+            name = dev_info.get(dev, {}).get("name")
+            why = (f"device {dev} is not in the profile's device list" if dev not in dev_info else
+                   f"device {dev} ({name!r}) matches no GPU model of the datasheet table (tools/hardware/peaks.json)")
+        cache[dev] = (pk, why)
+    return cache[dev]
+
+
+def _datasheet_ref(pk: DevicePeaks, link: str) -> Ref:
+    attr, field, hint = LINKS[link]
+    pv = pk.get(field)
+    text = getattr(pk.entry, attr) or ("link named differently by the candidates" if pk.confidence == "ambiguous" else "link not named")
+    model = pk.entry.key + ("" if pk.confidence == "exact" else f" (match {pk.confidence})")
+    desc = f"{link} link per direction (datasheet {pk.entry.key}: {text})"
+    if pv is None or pv.value is None:
+        why = f"the datasheet of {model} states no {attr} bandwidth ({text}" + (f": {pv.note}" if pv and pv.note else "") + ")"
+        return 1, desc, None, None, f"{why}; {hint}"
+    return 1, desc, float(pv.value), f"datasheet: {model} {attr} {text} ({pv.source or 'source not stated'})", None
+
+
+def _reference(r: dict, model_of, ends: dict | None, mem_bw: int | None, mem_note: str | None,
+               host_bw: float | None, peer_bw: float | None) -> Ref:
+    link = r["link"]
+    if link == "host":
+        if host_bw:
+            return 1, "host link (PCIe/C2C) per direction, caller-supplied", host_bw, "caller", None
+        pk, why = model_of(r["device_id"])
+        if pk is None:
+            return 1, "host link (PCIe/C2C) per direction", None, None, \
+                f"no profile format records the host link and {why}; {HOST_HINT}"
+        return _datasheet_ref(pk, "host")
+    if link == "peer":
+        if peer_bw:
+            return 1, "peer link (NVLink/xGMI/PCIe) per direction, caller-supplied", peer_bw, "caller", None
+        desc = "peer link (NVLink/xGMI/PCIe) per direction"
+        if ends is None or ends["unknown"]:
+            return 1, desc, None, None, f"the profile does not record which GPUs these peer copies connect; {PEER_HINT}"
+        devs = sorted({r["device_id"], *ends["devices"]})
+        found = {d: model_of(d) for d in devs}
+        missing = [why for pk, why in found.values() if pk is None]
+        if missing:
+            return 1, desc, None, None, f"{missing[0]}; {PEER_HINT}"
+        keys = {d: pk.entry.key for d, (pk, _) in found.items()}
+        if len(set(keys.values())) > 1:
+            pairs = ", ".join(f"{d}: {k}" for d, k in keys.items())
+            return 1, desc, None, None, (f"the copies connect different GPU models ({pairs}): no datasheet states a link "
+                                         f"between them; {PEER_HINT}")
+        return _datasheet_ref(found[r["device_id"]][0], "peer")
+    if link == "device_memory":
+        factor = 1 if r["op"] == "set" else 2
+        desc = "device DRAM bandwidth (profile), " + ("write traffic = bytes" if factor == 1 else "read + write traffic = 2 x bytes")
+        if mem_bw:
+            return factor, desc, mem_bw / 1e9, "profile: devices.memory_bandwidth_bytes_per_s", None
+        return factor, desc, None, None, mem_note
+    return None, None, None, None, "copy direction unknown: no link to compare with"
+
+
+def _peer_endpoints(trace: Trace, base: str, params: list) -> dict[int, dict]:
+    """Per peer group: the devices its copies connect, and how many copies do not record them."""
+    query = f"""
+        SELECT grp, count(*) FILTER (WHERE src_device_id IS NULL OR dst_device_id IS NULL) AS unknown,
+               list(DISTINCT src_device_id) FILTER (WHERE src_device_id IS NOT NULL) AS srcs,
+               list(DISTINCT dst_device_id) FILTER (WHERE dst_device_id IS NOT NULL) AS dsts
+        FROM (SELECT {GROUP_RANK} AS grp, link, src_device_id, dst_device_id FROM ({base})) WHERE link = 'peer' GROUP BY grp"""
+    return {r["grp"]: {"unknown": r["unknown"], "devices": {int(d) for d in (r["srcs"] or []) + (r["dsts"] or [])}}
+            for r in trace.sql_dicts(query, params)}
+
+
+def _link_notes(dev: int, groups: list[MemGroup], pk: DevicePeaks | None) -> list[str]:
+    """Per device: the caveat of a datasheet link reference, or why host/peer copies have none."""
+    out = []
+    for link in ("host", "peer"):
+        mine = [g for g in groups if g.link == link]
+        used = [g for g in mine if (g.reference_source or "").startswith("datasheet:")]
+        if used and pk is not None:
+            attr, field, _ = LINKS[link]
+            pv = pk.get(field)
+            how = f"{used[0].reference_gb_per_s:g} GB/s per direction" + (f" = {pv.derived}" if pv and pv.derived else "")
+            table = f" Table note: {pv.note}." if pv and pv.note else ""
+            if pk.confidence == "ambiguous":  # the agreed entry drops the candidates' own notes (e.g. a shared link)
+                cands = [(c, default_table().entries.get(c)) for c in pk.match.candidates]
+                cnotes = [f"{c}: {e.get(field).note}" for c, e in cands if e and e.get(field) and e.get(field).note]
+                table = f" Table notes: {'; '.join(cnotes)}." if cnotes else ""
+            part = (f" The device is a {' / '.join(pk.match.flags)} of the model: the link is shared." if pk.match.flags else "")
+            param = "host_link_gb_per_s" if link == "host" else "peer_link_gb_per_s"
+            why = ("the real slot may be slower" if link == "host" else "the real path may be slower")
+            what = ("the GPU's slot or platform may be slower (a Gen5 GPU in a Gen4 slot, fewer lanes wired, a C2C link on "
+                    "GH200)" if link == "host" else
+                    "copies between GPUs that are not directly linked (no bridge installed, other topology) go over PCIe or "
+                    "the host")
+            out.append(f"device {dev}: {link}-link % uses a datasheet peak; {why}: {used[0].reference_source.split(' ')[1]} "
+                       f"{getattr(pk.entry, attr) or 'link'}, "
+                       f"{how}.{table} {what[0].upper() + what[1:]}; then a low % reflects the link, not the copy. "
+                       f"Pass {param} to use the real link.{part}")
+        absent = [g for g in mine if g.reference_gb_per_s is None]
+        if absent:
+            out.append(f"device {dev}: {sum(g.count for g in absent)} {link}-link copies have no reference bandwidth: "
+                       f"{absent[0].reference_note}." + (" They are never compared with DRAM bandwidth." if link == "host" else ""))
+    return out
+
+
+def _group(r: dict, u: Union | None, k: Union | None, reference: Ref) -> MemGroup:
     wall = u.busy_ns if u else 0
     ov = _overlap(u, k) if u else 0
     nbytes = None if r["bytes_unknown"] == r["n"] else int(r["bytes"])
@@ -265,22 +393,7 @@ def _group(r: dict, u: Union | None, k: Union | None, mem_bw: int | None, mem_no
     if link == "host":
         sides = HOST_SIDE.get(r["kind"], (True, True))
         host_known = all(kind in KNOWN_HOST_KINDS for kind, host in zip((src, dst), sides) if host)
-    factor, ref, ref_bw, note = None, None, None, None
-    if link == "host":
-        factor, ref = 1, "host link (PCIe/C2C), caller-supplied"
-        ref_bw = host_bw
-        note = None if host_bw else "no profile format records the host link bandwidth; pass host_link_gb_per_s"
-    elif link == "peer":
-        factor, ref = 1, "peer link (NVLink/xGMI/PCIe), caller-supplied"
-        ref_bw = peer_bw
-        note = None if peer_bw else "the profile does not state the GPU-to-GPU link; pass peer_link_gb_per_s"
-    elif link == "device_memory":
-        factor = 1 if r["op"] == "set" else 2
-        ref = "device DRAM bandwidth (profile), " + ("write traffic = bytes" if factor == 1 else "read + write traffic = 2 x bytes")
-        ref_bw = mem_bw / 1e9 if mem_bw else None
-        note = None if mem_bw else mem_note
-    else:
-        note = "copy direction unknown: no link to compare with"
+    factor, ref, ref_bw, source, note = reference
     traffic_rate = factor * nbytes / wall if (factor and complete and wall and nbytes is not None) else None
     return MemGroup(
         device_id=r["device_id"], op=r["op"], direction=r["kind"], src_kind=src, dst_kind=dst, link=link,
@@ -291,7 +404,7 @@ def _group(r: dict, u: Union | None, k: Union | None, mem_bw: int | None, mem_no
         avg_bytes=round(nbytes / r["n"], 1) if complete and nbytes is not None else None,
         overlapped_by_kernels_ns=ov, exposed_ns=wall - ov,
         pageable="Pageable" in (src, dst), host_kind_known=host_known,
-        reference=ref, reference_gb_per_s=ref_bw, traffic_factor=factor,
+        reference=ref, reference_gb_per_s=ref_bw, reference_source=source, traffic_factor=factor,
         pct_of_reference_bandwidth=pct(traffic_rate, ref_bw) if traffic_rate is not None else None,
         reference_note=note,
     )
