@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DATA as SHARED_DATA
 from gpuscope.fixtures.scenario import ApiCall, CpuOp, Device, Kernel, Marker, MemOp, Process, Scenario, Thread
 from gpuscope.fixtures.writers import kineto as writer
 from gpuscope.tools.model.errors import ProfileError
-from gpuscope.tools.model.readers.kineto import short_name
+from gpuscope.tools.model.names import short_name
 from gpuscope.tools.model.trace import load_trace
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "pytorch"
+DATA = SHARED_DATA / "pytorch"
 REAL = sorted(DATA.glob("*.json.gz")) if DATA.is_dir() else []
 GPU_CATS = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "memcpy", "Memcpy": "memcpy", "gpu_memset": "memset", "Memset": "memset"}
 
@@ -300,23 +301,6 @@ def test_legacy_category_aliases(tmp_path):
     assert t.sql("SELECT category, external_id FROM cpu_ops") == [("cpu_op", 1)]
     assert t.sql("SELECT pid FROM processes") == [(10,)]
     assert t.sql("SELECT device_id, name FROM devices") == [(0, None)]
-
-
-@pytest.mark.parametrize("full, short", [
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)",
-     "vectorized_elementwise_kernel"),
-    ("void (anonymous namespace)::softmax_warp_forward<float, float, float, 10, false, false>(float*, float const*, int)", "softmax_warp_forward"),
-    ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&, at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda(float)#1} const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda(float)#1}>(at::TensorIteratorBase&)::{lambda(int)#1})",
-     "elementwise_kernel"),
-    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4>(cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4::Params)", "Kernel2"),
-    ("std::enable_if<(Y<2), void>::type foo::bar<int>(int)", "bar"),
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
-    ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x64_MI32x32x8x1_SN_1LDSB0_GRVW8_WG32_8_1_WGM8", "Cijk_Ailk_Bljk_HHS_BH_MT128x128x64_MI32x32x8x1_SN_1LDSB0_GRVW8_WG32_8_1_WGM8"),
-    ("__amd_rocclr_copyBuffer.kd", "__amd_rocclr_copyBuffer.kd"),
-    ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD (Device -> Device)"),
-])
-def test_short_name(full, short):
-    assert short_name(full) == short
 
 
 # -- bad input ---------------------------------------------------------------------------------------

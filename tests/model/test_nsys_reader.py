@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import DATA as SHARED_DATA
 from gpuscope.fixtures.scenario import ApiCall, Device, Kernel, Marker, MemOp, Process, Scenario, Thread
 from gpuscope.fixtures.writers import nsys as writer
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "nsys"
+DATA = SHARED_DATA / "nsys"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,6 +250,8 @@ def test_roundtrip(variant, tmp_path):
         off = sc.options.get("nsys_time_offset_ns", 0)
         if era == "modern":  # 2022-era exports state no session clock: the writer omits a shifted span
             assert (int(t.meta["capture_start_ns"]), int(t.meta["capture_end_ns"])) == (off, 2_000_000 + off)
+        if t.meta["capture_span_source"].startswith("ANALYSIS_DETAILS"):  # start 0 assumed only without a session clock, and said
+            assert ("taken as 0" in t.meta["capture_span_source"]) == (era == "2022")
     assert ("warning", "TARGET_INFO_GPU lists 1 non-CUDA adapter (Intel(R) UHD Graphics 770): listed with is_compute=false") in meta
     assert ("warning", "1 memory copies have no launching API call in the profile") in meta
     assert any(w.startswith("no ENUM_CUDA_MEMCPY_OPER") for w in t.warnings) == bool(

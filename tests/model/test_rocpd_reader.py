@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-from pathlib import Path
 
 import pytest
 
+from conftest import DATA
 from gpuscope.fixtures.scenario import ApiCall, Device, Kernel, Marker, MemOp, Process, Scenario, Thread
 from gpuscope.fixtures.writers import rocpd as writer
 from gpuscope.tools.model.detect import detect
 from gpuscope.tools.model.errors import ProfileError
-from gpuscope.tools.model.readers.rocpd import short_name_sql
 from gpuscope.tools.model.trace import load_trace
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 RPD = DATA / "rocpd_legacy" / "rpd_v2_matmul_result.rpd"
 OFF = writer.TIME_OFFSET_NS
 MI300X = dict(vendor="AMD", name="AMD Instinct MI300X", sm_count=304, memory_bytes=205_822_885_888,
@@ -276,19 +274,6 @@ def test_rocpd_missing_tables_refused(tmp_path):
     con.close()
     with pytest.raises(ProfileError, match="incomplete rocpd database.*rocpd_string"):
         load_trace(path)
-
-
-@pytest.mark.parametrize("name, short", [
-    ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, 1>(float*, int)", "CatArrayBatchedCopy"),
-    ("void at::native::legacy::elementwise_kernel<128, 4, at::native::gpu_kernel_impl<at::native::ceil_kernel_cuda(at::TensorIteratorBase&)::{lambda()#1}> >(int)", "elementwise_kernel"),
-    ("Cijk_Ailk_Bljk_SB_MT128x64x16_MI32x32x2x1", "Cijk_Ailk_Bljk_SB_MT128x64x16_MI32x32x2x1"),
-    ("_Z6kernelPfi.kd", "_Z6kernelPfi"),
-    ("my_kernel(float*)", "my_kernel"),
-])
-def test_short_name(name, short):
-    import duckdb
-
-    assert duckdb.sql(f"SELECT {short_name_sql('n')} FROM (SELECT ? AS n)", params=[name]).fetchone()[0] == short
 
 
 # -- detection and legacy RPD -----------------------------------------------------------------------

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ProfileError
+from ..names import create_short_names
 
 # Pre-2022 category names (and the 2022 gpu_user_Annotation typo) → current ActivityType names.
 CAT_ALIASES = {
@@ -566,10 +567,7 @@ def _build(con, top: dict) -> None:
            SELECT g.idx, r.pid, r.tid FROM kin_gpu g JOIN kin_rt r ON r.corr = g.corr
            QUALIFY row_number() OVER (PARTITION BY g.idx ORDER BY (r.ts <= g.ts) DESC, r.ts DESC) = 1"""
     )
-    names = [n for (n,) in con.execute("SELECT DISTINCT name FROM kin_gpu WHERE cat = 'kernel' AND name IS NOT NULL").fetchall()]
-    con.register("kin_names_df", pd.DataFrame({"name": np.array(names, dtype=object), "short": np.array([short_name(n) for n in names], dtype=object)}))
-    con.execute("CREATE TEMP TABLE kin_names AS SELECT name::VARCHAR AS name, short::VARCHAR AS short FROM kin_names_df")
-    con.unregister("kin_names_df")
+    create_short_names(con, "kin_names", "SELECT name FROM kin_gpu WHERE cat = 'kernel'")
     one_cpu = "(SELECT CASE WHEN count(*) = 1 THEN min(pid) END FROM kin_pids)"
     gpu_from = """FROM kin_gpu g LEFT JOIN kin_link l USING (idx) LEFT JOIN kin_piddev p ON p.pid = g.pid"""
     con.execute(
@@ -769,39 +767,3 @@ def _meta(con, top: dict, dist: dict, rank, n_cpu: int) -> None:
     rows.append(("absent", "device clocks and memory bandwidth: Kineto deviceProperties has no clock or bandwidth fields"))
     rows.append(("absent", "dynamic shared memory: Kineto reports one shared-memory total per kernel (kept in static_shared_bytes)"))
     con.executemany("INSERT INTO trace_meta VALUES (?, ?)", rows)
-
-
-# --------------------------------------------------------------------------- kernel names
-
-_PARAMS_START = re.compile(r"[\w>]$")
-
-
-def short_name(full: str) -> str:
-    """Base name like Nsight's shortName: no return type, namespaces, template args or parameters.
-    'void at::native::vectorized_elementwise_kernel<4, F>(int, F)' → 'vectorized_elementwise_kernel'."""
-    s = full.replace("(anonymous namespace)", "anonymous_namespace").replace("->", "\x00")
-    # Keep only depth-0 text; '<' '>' inside parentheses are operators ('enable_if<(N<2)>'), not brackets.
-    stack, kept = [], []
-    for ch in s:
-        if ch == "(" or (ch == "<" and (not stack or stack[-1] == "<")):
-            if not stack:
-                kept.append(ch)
-            stack.append(ch)
-        elif stack and ((ch == ")" and stack[-1] == "(") or (ch == ">" and stack[-1] == "<")):
-            stack.pop()
-            if not stack:
-                kept.append(ch)
-        elif not stack:
-            kept.append(ch)
-    skel = "".join(kept)
-    cut = -1
-    for i in range(len(skel) - 1, -1, -1):
-        if skel[i] == "(" and i and _PARAMS_START.search(skel[:i]):
-            cut = i
-            break
-    if cut < 0 and " " in skel.strip():
-        return full  # not a C++ signature ('Memcpy DtoD (Device -> Device)', ...)
-    base = (skel[:cut] if cut >= 0 else skel).replace("<>", "").replace("()", "").strip()
-    base = base.split()[-1] if base else ""
-    base = base.split("::")[-1]
-    return base if re.search(r"\w", base) else full

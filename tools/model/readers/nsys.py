@@ -320,9 +320,13 @@ class _Reader:
                 duration, start_time = int(row[0][0]), row[0][1]
                 # Event times are relative to session start; ANALYSIS_DETAILS.startTime is on the target system
                 # clock, which TARGET_INFO_SESSION_START_TIME.systemClockNs (3.x exports) ties to session start.
-                start = int(start_time) - int(clock[0][0]) if clock and clock[0][0] is not None and start_time is not None else 0
+                tied = bool(clock and clock[0][0] is not None and start_time is not None)
+                start = int(start_time) - int(clock[0][0]) if tied else 0
+                source = "ANALYSIS_DETAILS: analysed session duration from session start" + (
+                    "" if tied else " (taken as 0 on the event clock: this export has no TARGET_INFO_SESSION_START_TIME "
+                                    "to place ANALYSIS_DETAILS.startTime on it)")
                 self.meta += [("capture_start_ns", str(start)), ("capture_end_ns", str(start + duration)),
-                              ("capture_span_source", "ANALYSIS_DETAILS: analysed session duration from session start")]
+                              ("capture_span_source", source)]
                 return
         parts = [f"SELECT min(start_ns) s, max(end_ns) e FROM {t}" for t in ("kernels", "memops", "api_calls", "markers")]
         for t in (SYNC, "OSRT_API"):

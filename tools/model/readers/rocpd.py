@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..detect import Detected
 from ..errors import ProfileError
+from ..names import create_short_names
 from ..sqlite_source import SqliteSource
 from ..trace import MODEL_TABLES
 
@@ -55,18 +56,6 @@ COPY_KINDS = {
     "MEMORY_COPY_HOST_TO_DEVICE": "HtoD", "MEMORY_COPY_DEVICE_TO_HOST": "DtoH",
     "MEMORY_COPY_DEVICE_TO_DEVICE": "DtoD", "MEMORY_COPY_HOST_TO_HOST": "HtoH",
 }
-
-
-def short_name_sql(col: str) -> str:
-    """Base kernel name like Nsight's shortName: no return type, namespaces, template args or params.
-
-    '(anonymous namespace)' is the one parenthesis allowed before the parameter list, so it is
-    neutralised first; then the name is cut at the first '<' or '(', and the last word and last
-    '::' component are kept. Truncated symbol names end in '.kd', which is not part of the name.
-    """
-    cut = f"trim(regexp_extract(replace({col}, '(anonymous namespace)', 'anonymous_namespace'), '^[^<(]*'))"
-    base = f"regexp_replace(regexp_extract(regexp_extract({cut}, '[^ ]*$'), '[^:]*$'), '\\.kd$', '')"
-    return f"COALESCE(NULLIF({base}, ''), {col})"
 
 
 class _Tables:
@@ -140,7 +129,8 @@ def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected: Detecte
 
 
 def _cleanup(con, tb: _Tables) -> None:
-    for t in ("_catmap", "_str", "_ev", "_api", "_link", "_sym", "_copy", "_agent", "_proc", "_thr", "_msg", "_samp"):
+    for t in ("_catmap", "_str", "_ev", "_api", "_link", "_sym", "_sym0", "_sym_names", "_copy", "_agent", "_proc", "_thr",
+              "_msg", "_samp"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
     for v in tb.views:
         con.execute(f"DROP VIEW IF EXISTS {v}")
@@ -225,11 +215,13 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
     if "graph_exec_id" not in dcols:
         absent.append("graph_id: rocpd schemas before 3.0.2 record no graph ids")
     con.execute(
-        f"""CREATE TEMP TABLE _sym AS
-            SELECT guid, id, name, {short_name_sql('name')} AS short_name, arch_vgpr_count, group_segment_size
+        f"""CREATE TEMP TABLE _sym0 AS
+            SELECT guid, id, name, arch_vgpr_count, group_segment_size
             FROM (SELECT *, COALESCE(NULLIF(display_name, ''), NULLIF(kernel_name, ''), 'kernel symbol ' || id) AS name
                   FROM {sym})"""
     )
+    create_short_names(con, "_sym_names", "SELECT name FROM _sym0")
+    con.execute("CREATE TEMP TABLE _sym AS SELECT s.*, n.short AS short_name FROM _sym0 s LEFT JOIN _sym_names n USING (name)")
 
     def wg(axis: str) -> str:
         return f"CASE WHEN k.workgroup_size_{axis} > 0 THEN (k.grid_size_{axis} + k.workgroup_size_{axis} - 1) // k.workgroup_size_{axis} END"

@@ -25,7 +25,7 @@ import duckdb
 from ..detect import Detected
 from ..errors import ProfileError
 from ..sqlite_source import SqliteSource
-from .rocpd import short_name_sql
+from ..names import create_short_names
 
 KERNEL_OPS = ("KernelExecution", "DispatchKernel")
 COPY_OPS = {
@@ -109,19 +109,24 @@ def _load(con, path: Path, progress, src: SqliteSource) -> None:
         return f"CASE WHEN o.api_name IN ({wi}) THEN CASE WHEN {w} > 0 THEN ({g} + {w} - 1) // {w} END ELSE {g} END"
 
     con.execute(
-        f"""INSERT INTO kernels
-            SELECT gpuId, queueId, start, "end", "end" - start, name, {short_name_sql('name')},
-                   g_x, g_y, g_z, workgroupX, workgroupY, workgroupZ, vgpr, NULL, groupSegmentSize,
-                   api_id, NULL, pid, tid, api_id IS NOT NULL AND pid IS NOT NULL
-            FROM (SELECT o.*, COALESCE(NULLIF(o.description, ''), kn.string, o.op_type) AS name,
-                         {grid('X')} AS g_x, {grid('Y')} AS g_y, {grid('Z')} AS g_z,
-                         k.workgroupX, k.workgroupY, k.workgroupZ, k.groupSegmentSize, co.vgpr
-                  FROM _rpd_ops o
-                  LEFT JOIN _rpd_rocpd_kernelapi k ON k.api_ptr_id = o.api_id
-                  LEFT JOIN _rpd_str kn ON kn.id = k.kernelName_id
-                  LEFT JOIN _rpd_rocpd_kernelcodeobject co ON co.id = k.codeObject_id
-                  WHERE o.op_type IN ({kinds}))
-            ORDER BY start"""
+        f"""CREATE TEMP TABLE _rpd_kernels AS
+            SELECT o.*, COALESCE(NULLIF(o.description, ''), kn.string, o.op_type) AS name,
+                   {grid('X')} AS g_x, {grid('Y')} AS g_y, {grid('Z')} AS g_z,
+                   k.workgroupX, k.workgroupY, k.workgroupZ, k.groupSegmentSize, co.vgpr
+            FROM _rpd_ops o
+            LEFT JOIN _rpd_rocpd_kernelapi k ON k.api_ptr_id = o.api_id
+            LEFT JOIN _rpd_str kn ON kn.id = k.kernelName_id
+            LEFT JOIN _rpd_rocpd_kernelcodeobject co ON co.id = k.codeObject_id
+            WHERE o.op_type IN ({kinds})"""
+    )
+    create_short_names(con, "_rpd_names", "SELECT name FROM _rpd_kernels")
+    con.execute(
+        """INSERT INTO kernels
+           SELECT gpuId, queueId, start, "end", "end" - start, k.name, n.short,
+                  g_x, g_y, g_z, workgroupX, workgroupY, workgroupZ, vgpr, NULL, groupSegmentSize,
+                  api_id, NULL, pid, tid, api_id IS NOT NULL AND pid IS NOT NULL
+           FROM _rpd_kernels k LEFT JOIN _rpd_names n USING (name)
+           ORDER BY start"""
     )
 
     progress(0.6, "rpd: copies")
@@ -162,7 +167,7 @@ def _load(con, path: Path, progress, src: SqliteSource) -> None:
     _meta(con, path, version)
     for t in ("op", "api", "api_ops", "kernelapi", "copyapi", "kernelcodeobject"):
         con.execute(f"DROP TABLE IF EXISTS _rpd_rocpd_{t}")
-    for t in ("_rpd_str", "_rpd_ops", "_rpd_calls"):
+    for t in ("_rpd_str", "_rpd_ops", "_rpd_calls", "_rpd_kernels", "_rpd_names"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
     progress(0.95, "rpd: done")
 
