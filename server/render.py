@@ -10,7 +10,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-MAX_CELL = 80
+MAX_CELL = 80        # table cells: kernel names and signatures can run to thousands of characters
+MAX_SENTENCE = 1000  # notes, reasons, hints: explanations are cut only when pathological
+PROSE = ("note", "notes", "reason", "why", "hint", "caveat", "message", "warning", "title", "next_step")
 
 
 def render(result: BaseModel | dict, title: str | None = None) -> str:
@@ -30,8 +32,12 @@ def _render_dict(data: dict, lines: list[str], prefix: str) -> None:
             _render_dict(value, lines, prefix=f"{name}.")
         elif value is None or value == [] or value == {}:
             continue
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            # Notes, warnings, rules: sentences a reader needs whole, one per line.
+            lines.append(f"{name}:")
+            lines.extend(f"- {_cell(v, limit=MAX_SENTENCE)}" for v in value)
         else:
-            lines.append(f"{name}: {_cell(value, limit=400, key=key)}")
+            lines.append(f"{name}: {_cell(value, limit=MAX_SENTENCE, key=key)}")
     for name, rows in tables:
         lines.append("")
         if any(isinstance(v, list) and v and isinstance(v[0], dict) for r in rows for v in r.values()):
@@ -65,8 +71,14 @@ def _table(rows: list[dict]) -> list[str]:
     cols = [c for c in cols if any(r.get(c) not in (None, "", []) for r in flat)]
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in flat:
-        out.append("| " + " | ".join(_cell(r.get(c), key=c) for c in cols) + " |")
+        out.append("| " + " | ".join(_cell(r.get(c), key=c, limit=MAX_SENTENCE if _prose(c) else MAX_CELL)
+                                     for c in cols) + " |")
     return out
+
+
+def _prose(column: str) -> bool:
+    last = column.split(".")[-1]
+    return last in PROSE or last.startswith(("why_", "reason_", "note_")) or last.endswith(("_note", "_reason", "_hint"))
 
 
 def _cell(value: Any, limit: int = MAX_CELL, key: str = "", grouped: bool = True) -> str:
