@@ -253,6 +253,11 @@ def memcpy_summary(
         if unknown_bytes:
             notes.append(f"device {dev}: {unknown_bytes} operations state no byte count; their groups have no bandwidth.")
         notes += _link_notes(dev, dev_groups, model_of(dev)[0])
+        for g in dev_groups:
+            if (g.pct_of_reference_bandwidth or 0) > 100:
+                notes.append(f"device {dev}: {g.op} {g.direction} runs at {g.pct_of_reference_bandwidth} % of its reference "
+                             f"({g.reference}): faster than that bandwidth allows, so either the reference does not fit this system or "
+                             "the recorded durations are too short (a clock or capture artefact); do not read it as a measured rate.")
     largest = _largest(trace, base, params, top, largest_by) if top else []
     return MemcpySummaryResult(
         trace=str(trace.path), window=window,
