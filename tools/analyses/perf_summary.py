@@ -121,7 +121,7 @@ def perf_summary(
         raise ProfileError(
             f"{trace.path.name} has no PyTorch operators (cpu_ops), so there are no operator shapes for the perf models: "
             "this needs a PyTorch profiler trace recorded with record_shapes=True. For Nsight/rocpd profiles, use "
-            "roofline with caller-supplied FLOPs/bytes per kernel (coming) or ops_summary / top_kernels for time only.")
+            "roofline with kernel_flops (FLOPs/bytes per kernel name, from you) or ops_summary / top_kernels for time only.")
     if trace.count("kernels") + trace.count("memops") == 0:
         raise ProfileError(f"{trace.path.name} holds no GPU kernels, copies or sets; there is no GPU time to rate. "
                            "trace_info says what the profile holds.")

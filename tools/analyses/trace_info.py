@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, Field
 
+from ..model.errors import ProfileError
 from ..model.trace import Trace
+from .comm_patterns import comm_patterns
 from .common import Window, capture_window, gpu_activity_sql, pct
 from .intervals import unions
+from .iterations import iterations
 
 
 class DeviceInfo(BaseModel):
@@ -116,14 +121,45 @@ def trace_info(trace: Trace) -> TraceInfoResult:
 
 
 def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
-    """Which tools give answers on this profile, and why not where they cannot."""
+    """Which per-profile tools give answers here, and why not where they cannot (checked on row counts and,
+    for communication and operator shapes, one cheap query each)."""
     def cap(tool: str, ok: bool, why: str) -> Capability:
         return Capability(tool=tool, available=ok, reason=None if ok else why)
 
     gpu = counts["kernels"] + counts["memops"]
+    no_gpu = "the profile contains no GPU activity"
+    ops = trace.scalar("SELECT count(*) FROM cpu_ops WHERE category = 'cpu_op'") if counts["cpu_ops"] else 0
+    shaped = trace.scalar("SELECT count(*) FROM cpu_ops WHERE category = 'cpu_op' AND input_dims IS NOT NULL "
+                          "AND input_dims NOT IN ('', '[]')") if ops else 0
+    rx = re.compile("|".join(f"(?:{p})" for p in comm_patterns()), re.I)
+    comm = any(rx.search(n) for (n,) in trace.sql("SELECT DISTINCT name FROM kernels")) if counts["kernels"] else False
+    steps_why = "no ranges to take steps from (use phases to split the GPU span)" if not counts["markers"] else None
+    if steps_why is None:
+        try:  # the rule is iterations' own (repeating ranges, ProfilerStep#N...); memoized for the later call
+            iterations(trace, limit=1)
+        except ProfileError as exc:
+            steps_why = str(exc)
+    no_ops = f"no PyTorch operators ({trace.format_name} profiles have none; PyTorch profiler traces do)"
+    no_shapes = no_ops if not ops else "operators recorded without input shapes (profile with record_shapes=True)"
     return [
         cap("top_kernels", counts["kernels"] > 0, "the profile contains no kernels"),
-        cap("gap_histogram", gpu > 0, "the profile contains no GPU activity"),
+        cap("gap_histogram", gpu > 0, no_gpu),
         cap("gap_histogram.host_calls", counts["api_calls"] > 0, "no host API calls recorded, so gaps cannot be tied to host activity"),
+        cap("gpu_timeline", gpu > 0, no_gpu),
+        cap("stream_summary", gpu > 0, no_gpu),
+        cap("phases", gpu > 0, no_gpu),
+        cap("diagnose", gpu > 0, no_gpu),
+        cap("compare_traces", gpu > 0, no_gpu),
+        cap("rank_summary", gpu > 0, no_gpu),
+        cap("memcpy_summary", counts["memops"] > 0, "no memory copies or sets recorded"),
+        cap("api_summary", counts["api_calls"] > 0, "no host API calls recorded"),
+        cap("marker_summary", counts["markers"] > 0, "no NVTX / rocTX / record_function ranges recorded"),
+        cap("iterations", steps_why is None, steps_why or ""),
+        cap("comm_summary", comm, "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass comm_patterns for custom ones)"),
+        cap("ops_summary", gpu > 0, no_gpu),
+        cap("call_stack", counts["kernels"] > 0, "the profile contains no kernels"),
+        cap("perf_summary", shaped > 0, no_shapes),
+        cap("roofline", shaped > 0, no_shapes + "; or pass kernel_flops (FLOPs/bytes per kernel name)"),
+        cap("replay_spec", shaped > 0, no_shapes),
         cap("sql_query", True, ""),
     ]
