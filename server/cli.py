@@ -107,14 +107,14 @@ def _roofline(trace: str, kernel_flops: str | None = None, peaks: str | None = N
         raise ProfileError("--kernel-flops / --peaks must be JSON objects ({...}), not lists or plain values.")
     result = A.roofline(open_trace(trace), kernel_flops=kf, peaks=pk, plot=plot is not None, **kw)
     if plot:
-        from gpuscope.tools.analyses.roofline import roofline_plot
+        from gpuscope.tools.analyses.roofline import PLOTS_HINT, roofline_plot
 
         png = roofline_plot(result)
-        if png is None:
-            print("gpuscope: no chart written: " + (result.plot_note or "nothing rated"), file=sys.stderr)
-        else:
-            Path(plot).write_bytes(png)
-            print(f"roofline chart written to {plot}", file=sys.stderr)
+        if png is None:  # the user asked for a file: not writing it is a failure, not a footnote
+            raise ProfileError(f"no chart written to {plot}: " + (result.plot_note or "nothing rated").replace(
+                PLOTS_HINT, f"{PLOTS_HINT} (in a checkout: .venv/bin/pip install -e '.[plots]')"))
+        Path(plot).write_bytes(png)
+        result.plot_note = f"PNG written to {plot}"
     return result
 
 
@@ -144,6 +144,7 @@ EXTRA_COMMANDS: dict[str, tuple[str, Callable, Callable]] = {}
 
 
 def _remote_context_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("cluster", nargs="?", help="cluster name in ~/.config/gpuscope/clusters.toml (env GPUSCOPE_CLUSTERS)")
     for flag in ("--login-host", "--partition", "--account", "--time", "--container-image", "--workdir"):
         p.add_argument(flag)
@@ -157,8 +158,9 @@ def _remote_context_args(p: argparse.ArgumentParser) -> None:
 def _remote_context_run(args: argparse.Namespace) -> None:
     from gpuscope.tools.remote_context import remote_context
 
-    kw = {k: v for k, v in vars(args).items() if k not in ("command", "cluster")}
-    print(remote_context(args.cluster, **kw).markdown, end="")
+    kw = {k: v for k, v in vars(args).items() if k not in ("command", "cluster", "json")}
+    result = remote_context(args.cluster, **kw)
+    print(result.model_dump_json(indent=2) if args.json else result.markdown, end="\n" if args.json else "")
 
 
 EXTRA_COMMANDS["remote-context"] = ("Remote Execution Context block for a cluster", _remote_context_args, _remote_context_run)

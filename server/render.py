@@ -12,7 +12,8 @@ from pydantic import BaseModel
 
 MAX_CELL = 80        # table cells: kernel names and signatures can run to thousands of characters
 MAX_SENTENCE = 1000  # notes, reasons, hints: explanations are cut only when pathological
-PROSE = ("note", "notes", "reason", "why", "hint", "caveat", "message", "warning", "title", "next_step")
+PROSE = ("note", "notes", "reason", "why", "hint", "caveat", "message", "warning", "title", "next_step",
+         "path", "trace", "file")  # paths too: an agent passes them on verbatim
 
 
 def render(result: BaseModel | dict, title: str | None = None) -> str:
@@ -78,7 +79,7 @@ def _table(rows: list[dict]) -> list[str]:
 
 def _prose(column: str) -> bool:
     last = column.split(".")[-1]
-    return last in PROSE or last.startswith(("why_", "reason_", "note_")) or last.endswith(("_note", "_reason", "_hint"))
+    return last in PROSE or last.startswith(("why_", "reason_", "note_")) or last.endswith(("_note", "_reason", "_hint", "_path"))
 
 
 def _cell(value: Any, limit: int = MAX_CELL, key: str = "", grouped: bool = True) -> str:

@@ -145,3 +145,16 @@ def test_console_script(nsys_profile, tmp_path):
 
     res = _run("--version")
     assert res.returncode == 0 and res.stdout.startswith("gpuscope ")
+
+
+def test_roofline_plot_without_matplotlib_fails_clearly(capsys, tmp_path, write_profile):
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is not None:
+        pytest.skip("matplotlib installed: the chart is written (tests/analyses/test_roofline.py)")
+    from gpuscope.fixtures.scenarios_diagnose import SCENARIOS as SD
+
+    trace = write_profile("compute_bound", "kineto", scenarios=SD)
+    code, _, err = run_main(capsys, "roofline", str(trace), "--plot", str(tmp_path / "r.png"))
+    assert code == 2 and "no chart written" in err and "pip install" in err and "Traceback" not in err
+    assert not (tmp_path / "r.png").exists()

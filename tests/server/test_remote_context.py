@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 
 import pytest
@@ -123,6 +124,12 @@ def test_cli(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["remote-context", "--login-host", "me@h", "--partition", "g;p"])
     assert exc.value.code == 2
+
+
+def test_cli_json(capsys):
+    main(["remote-context", "--login-host", "h", "--partition", "gpu", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out == remote_context(login_host="h", partition="gpu").model_dump(mode="json")
 
 
 def test_cli_ssh_option_values_that_start_with_a_dash(capsys):
