@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -215,6 +216,14 @@ def _glue_option_values(argv: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        _main(argv)
+    except BrokenPipeError:  # output piped into `head` and the like: the reader left, nothing went wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(0) from None
+
+
+def _main(argv: list[str] | None) -> None:
     args = build_parser().parse_args(_glue_option_values(sys.argv[1:] if argv is None else argv))
     if args.command == "serve":
         from .app import run
@@ -230,6 +239,8 @@ def main(argv: list[str] | None = None) -> None:
     except ProfileError as exc:
         print(f"gpuscope: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except BrokenPipeError:
+        raise
     except OSError as exc:  # a file the user named cannot be written or read (report, --plot, install target)
         print(f"gpuscope: {exc.strerror or exc}: {exc.filename or ''}. Check the path and its permissions.", file=sys.stderr)
         raise SystemExit(2) from None
