@@ -31,11 +31,23 @@ def test_marketplace():
     assert (REPO / entry["source"] / ".claude-plugin" / "plugin.json").is_file()
 
 
-def test_root_mcp_json():
+@pytest.mark.skipif(shutil.which("sh") is None or sys.platform == "win32", reason="needs a POSIX sh")
+def test_root_mcp_json(tmp_path):
+    """The same .mcp.json serves the installed plugin (Claude Code sets CLAUDE_PLUGIN_ROOT in the server's
+    environment) and Claude Code opened inside this checkout (a project server, run from the project root). No
+    ${...} placeholder: outside a plugin Claude Code would warn of a missing variable and run /.claude-plugin/..."""
     servers = json.loads((REPO / ".mcp.json").read_text())["mcpServers"]
     entry = servers["gpuscope"]
-    assert entry["command"] == "sh" and entry["args"] == ["${CLAUDE_PLUGIN_ROOT}/.claude-plugin/serve.sh"]
+    assert entry["command"] == "sh" and "${" not in json.dumps(entry)
     assert (REPO / ".claude-plugin" / "serve.sh").is_file()
+    root = tmp_path / "plugin"
+    (root / ".claude-plugin").mkdir(parents=True)
+    (root / ".claude-plugin" / "serve.sh").write_text('echo "launcher in $(pwd)" "$@"\n')
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    as_plugin = subprocess.run(["sh", *entry["args"]], env={**env, "CLAUDE_PLUGIN_ROOT": str(root)}, cwd=tmp_path,
+                               capture_output=True, text=True, timeout=30)
+    as_project = subprocess.run(["sh", *entry["args"]], env=env, cwd=root, capture_output=True, text=True, timeout=30)
+    assert as_plugin.stdout.strip() == f"launcher in {tmp_path}" and as_project.stdout.strip() == f"launcher in {root}"
     # The launcher prefers the venv `make install` creates at the plugin root.
     assert "VENV := .venv" in (REPO / "Makefile").read_text()
     assert '"$root/.venv/bin/gpuscope" serve' in (REPO / ".claude-plugin" / "serve.sh").read_text()
