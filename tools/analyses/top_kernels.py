@@ -88,9 +88,13 @@ def top_kernels(
     order = SORT_COLUMNS[sort_by]
     # Launch configurations are counted per (group, configuration) first: the most frequent one (ties
     # to the larger value, so every format agrees) and the number of distinct ones then come from a
-    # small table instead of mode() over every kernel.
+    # small table instead of mode() over every kernel. Grouping on the scalar columns and building the
+    # [x, y, z] lists from the few groups afterwards is the same grouping at a fraction of the cost.
+    # `sel` is read twice: without a name filter, scanning the table twice is cheaper than
+    # materializing the selection (~40%); an ILIKE filter is worth evaluating only once.
+    materialized = "MATERIALIZED" if name_contains else "NOT MATERIALIZED"
     query = f"""
-        WITH sel AS (SELECT * FROM kernels k WHERE {where}),
+        WITH sel AS {materialized} (SELECT * FROM kernels k WHERE {where}),
         g AS (
             SELECT device_id, {col} AS gname, any_value(short_name) AS short_name, count(*) AS count,
                    sum(dur_ns)::BIGINT AS total_ns, avg(dur_ns) AS avg_ns, median(dur_ns) AS median_ns,
@@ -98,10 +102,11 @@ def top_kernels(
             FROM sel GROUP BY device_id, {col}
         ),
         cfg AS (
-            SELECT device_id, {col} AS gname, [grid_x, grid_y, grid_z] AS grid, [block_x, block_y, block_z] AS block,
-                   registers_per_thread AS regs, coalesce(static_shared_bytes, 0) + coalesce(dynamic_shared_bytes, 0) AS smem,
-                   count(*) AS n
-            FROM sel GROUP BY ALL
+            SELECT device_id, gname, [grid_x, grid_y, grid_z] AS grid, [block_x, block_y, block_z] AS block, regs, smem, n
+            FROM (SELECT device_id, {col} AS gname, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                         registers_per_thread AS regs, coalesce(static_shared_bytes, 0) + coalesce(dynamic_shared_bytes, 0) AS smem,
+                         count(*) AS n
+                  FROM sel GROUP BY ALL)
         ),
         c AS (
             SELECT device_id, gname, arg_max(grid, (n, grid, block)) AS grid, arg_max(block, (n, grid, block)) AS block,

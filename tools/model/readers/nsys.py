@@ -161,11 +161,12 @@ class _Reader:
             self.con.execute(f"DELETE FROM {model} WHERE {mine}")
             insert("(SELECT min(globalTid) AS globalTid, correlationId FROM _rt GROUP BY globalTid >> 24, correlationId)")
             self.warn(f"{RUNTIME} repeats correlation ids within a process: {what} linked to the first thread that used each id")
-        bad = self.scalar(f"SELECT count(*) FROM {model} WHERE dur_ns < 0 AND {mine}")
+        # One pass counts both; the UPDATE below leaves `launched` alone, so `unlinked` is unaffected by it.
+        bad, unlinked = self.con.execute(
+            f"SELECT count(*) FILTER (WHERE dur_ns < 0), count(*) FILTER (WHERE NOT launched) FROM {model} WHERE {mine}").fetchone()
         if bad:
             self.con.execute(f"UPDATE {model} SET end_ns = start_ns, dur_ns = 0 WHERE dur_ns < 0 AND {mine}")
             self.warn(f"{bad} {what} in {table} end before they start: their end is set to their start")
-        unlinked = self.scalar(f"SELECT count(*) FROM {model} WHERE NOT launched AND {mine}")
         if unlinked and self.src.has(RUNTIME):
             self.warn(f"{unlinked} {what} have no launching API call in the profile")
 
