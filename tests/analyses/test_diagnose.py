@@ -118,6 +118,29 @@ def test_dominant_kernel_without_rating_says_so(tmp_path):
     assert any(n.tool == "roofline" for n in r.not_applicable)
 
 
+def test_dominant_kernel_stake_is_its_wall_time_not_summed_time(open_profile):
+    """concurrent_streams: gemm_kernel instances overlap each other on two streams; the time at stake is the union
+    of its instances (what removing it could give back), computed here from the scenario, not the summed time."""
+    from gpuscope.fixtures.catalog import SCENARIOS as CAT
+
+    s = CAT["concurrent_streams"]()
+    ivs = sorted((k.start_ns, k.end_ns) for k in s.kernels if k.short_name == "gemm_kernel" and k.device_id == 0)
+    wall, cur_s, cur_e = 0, None, None
+    for a, b in ivs:
+        if cur_e is None or a > cur_e:
+            wall += 0 if cur_e is None else cur_e - cur_s
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    wall += cur_e - cur_s
+    summed = sum(b - a for a, b in ivs)
+    assert wall < summed  # the scenario really overlaps them
+    r = diagnose(open_profile("concurrent_streams", "nsys"))
+    f = next(f for f in r.findings if "gemm_kernel" in f.title)
+    assert f.time_at_stake_ns == wall
+    assert {e.field: e.value for e in f.evidence}["kernels[gemm_kernel].total_ns"] == summed
+
+
 def test_dominant_kernel_merged_only_into_its_op(traces):
     """compute_bound: the GEMM launched by the rated aten::mm is merged into the compute finding (one finding, both
     tools' evidence), not a second finding."""

@@ -20,6 +20,7 @@ from .comm_patterns import comm_patterns
 from .common import Window, clip_name, pct
 from .comm_summary import comm_summary
 from .gpu_timeline import gpu_timeline
+from .intervals import unions
 from .memcpy_summary import memcpy_summary
 from .roofline import roofline
 from .top_kernels import top_kernels
@@ -329,13 +330,16 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                     int(row.total_headroom_ns or 0), "medium",
                     "time share measured; roofline rating of its op from analytic FLOP/byte models (time at stake = headroom to the roof)",
                     step, rows=[row])
-            else:  # no rating: say so, do not guess compute vs memory
+            else:  # no rating: say so, do not guess compute vs memory. At stake: the time it runs (its instances' union)
+                wall = _kernel_wall_ns(trace, dev, k.name, start_ns, end_ns)
+                ev.append(_ev("diagnose", f"kernels[{kname}] wall time (union of its instances)", wall,
+                              "GPU time during which at least one instance runs; summed time counts overlaps twice"))
                 why = ("the profile has no roofline rating for it (" + (
                     "analysis restricted to a time window" if roof is None and (start_ns is not None or end_ns is not None) else
                     "roofline not applicable, see not_applicable" if roof is None else
                     "unknown GPU peaks" if not roof.peaks_known else "its op has no shapes / perf model, or it has no PyTorch op") + ")")
                 add("other", f"Dominant kernel: {kname} takes {k.pct_of_device_kernel_time:.1f} % of the device's summed kernel time; compute- vs "
-                    f"memory-bound cannot be judged: {why}", ev, k.total_ns, "low",
+                    f"memory-bound cannot be judged: {why}", ev, wall, "low",
                     "time share measured; its bottleneck class is unknown " + why, step, key="other:kernel")
 
     # -- merge, rank, cut ----------------------------------------------------------------------------
@@ -378,6 +382,15 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
     return DiagnoseResult(trace=tl.trace, window=tl.window, device_id=dev, device_name=main.device_name, other_devices=others,
                           gpu_span_ns=span, gpu_busy_ns=main.busy_ns, verdict=verdict, findings=findings, dropped_findings=dropped,
                           not_applicable=na, rules=RULES)
+
+
+def _kernel_wall_ns(trace: Trace, dev: int, short_name: str, start_ns: int | None, end_ns: int | None) -> int:
+    """Union of the kernel's instances on the device, clipped to the window, ns."""
+    lo, hi = (-(2 ** 62) if start_ns is None else start_ns), (2 ** 62 if end_ns is None else end_ns)
+    u = unions(trace, "SELECT device_id, greatest(start_ns, ?) AS start_ns, least(end_ns, ?) AS end_ns FROM kernels "
+                      "WHERE device_id = ? AND short_name = ? AND end_ns > ? AND start_ns < ?",
+               [lo, hi, dev, short_name, lo, hi], ("device_id",)).get((dev,))
+    return 0 if u is None else int(u.busy_ns)
 
 
 def _rated_row_of_kernel(trace: Trace, dev: int, short_name: str, roof: Any) -> tuple[Any, str | None]:
