@@ -60,7 +60,8 @@ class PhaseKernel(BaseModel):
 class Activity(BaseModel):
     name: str = Field(description="kernel base name, 'memcpy <kind>', 'memset', or 'idle'")
     time_ns: int = Field(description="time of this activity clipped to the phase (summed over ops; for 'idle': idle_ns), ns")
-    pct_of_phase_duration: float | None = Field(description="time_ns / phase duration_ns, %")
+    pct_of_phase_duration: float | None = Field(description="time_ns / phase duration_ns, %; time_ns sums instances, so "
+                                                            "concurrent ones can take it above 100")
 
 
 class Phase(BaseModel):
