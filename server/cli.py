@@ -7,6 +7,7 @@ structured result), so what a person sees is what the agent sees.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -185,15 +186,33 @@ COMMANDS["report"] = (_report, "Report written", [
     (("--linked-only",), {"dest": "include_unlinked", "action": "store_false"})])
 
 
+def _summary(command: str, fallback: str) -> str:
+    """First sentence of the analysis module's docstring ('top_kernels: kernels per device ...')."""
+    fixed = {"list-tables": "the trace model's tables and the profile's own (native) tables, with row counts",
+             "describe-table": "the columns of one table, with their meaning and unit",
+             "report": "write every analysis into one .xlsx workbook (--xlsx out.xlsx)"}
+    if command in fixed:
+        return fixed[command]
+    module = {"sql": "sql_query"}.get(command, command.replace("-", "_"))
+    try:
+        doc = importlib.import_module(f"gpuscope.tools.analyses.{module}").__doc__ if module else None
+    except ImportError:
+        doc = None
+    if not doc:
+        return fallback
+    first = " ".join(doc.strip().split("\n\n")[0].split())
+    return first.split(": ", 1)[-1].split(". ")[0].rstrip(".")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpuscope", description="Read-only GPU profile analysis (MCP server and CLI).")
     parser.add_argument("--version", action="version", version=f"gpuscope {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve MCP over stdio (what Claude Code / Cursor spawn)")
     serve.add_argument("--http", action="store_true", help="serve streamable HTTP on 127.0.0.1 instead of stdio")
-    serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument("--port", type=int, default=8765, help="port for --http (default 8765; endpoint /mcp)")
     for name, (_, title, extra) in COMMANDS.items():
-        p = sub.add_parser(name, help=title)
+        p = sub.add_parser(name, help=_summary(name, title))
         if name in MULTI_PROFILE:
             p.add_argument("trace", nargs="+", help="profile files (one per rank, or one with several processes)")
         else:

@@ -112,7 +112,8 @@ def _cluster_settings(cluster: str | None) -> tuple[dict[str, Any], str | None]:
     path = clusters_path()
     if not path.is_file():
         raise ProfileError(f"No cluster file at {path}: create it with a [clusters.{cluster}] table "
-                           "(or set GPUSCOPE_CLUSTERS), or pass login_host/partition/... as arguments without cluster.")
+                           "(or set GPUSCOPE_CLUSTERS), or pass login_host/partition/... as arguments without cluster "
+                           "(CLI: --login-host, --partition, ...).")
     data = _load_toml(path)
     clusters = data.get("clusters", {})
     if not isinstance(clusters, dict) or cluster not in clusters or not isinstance(clusters[cluster], dict):

@@ -105,7 +105,7 @@ def call_stack(trace: Trace, *, kernel: str | None = None, op: str | None = None
                depth: int = 30, limit: int = 20) -> CallStackResult:
     if (kernel is None) == (op is None):
         raise ProfileError("give exactly one of kernel (a kernel name substring) or op (a host op name), e.g. "
-                           "call_stack(kernel='gemm') or call_stack(op='aten::mm').")
+                           "call_stack(kernel='gemm') or call_stack(op='aten::mm') (CLI: --kernel gemm / --op aten::mm).")
     depth = max(1, min(int(depth), 200))
     limit = max(1, min(int(limit), 500))
     has_ops = trace.count("cpu_ops") > 0
