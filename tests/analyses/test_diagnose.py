@@ -118,6 +118,15 @@ def test_dominant_kernel_without_rating_says_so(tmp_path):
     assert any(n.tool == "roofline" for n in r.not_applicable)
 
 
+@pytest.mark.parametrize("fmt, tool, other", [("nsys", "Nsight Compute", "rocprof-compute"),
+                                               ("rocpd", "rocprof-compute", "Nsight Compute")])
+def test_next_step_names_the_vendors_kernel_profiler(open_profile, fmt, tool, other):
+    # amd_mi300x is an AMD device in every format; concurrent_streams an NVIDIA H100.
+    name = "concurrent_streams" if fmt == "nsys" else "amd_mi300x"
+    steps = [f.next_step for f in diagnose(open_profile(name, fmt)).findings if "profile kernel" in f.next_step]
+    assert steps and all(tool in s and other not in s for s in steps)
+
+
 def test_dominant_kernel_stake_is_its_wall_time_not_summed_time(open_profile):
     """concurrent_streams: gemm_kernel instances overlap each other on two streams; the time at stake is the union
     of its instances (what removing it could give back), computed here from the scenario, not the summed time."""

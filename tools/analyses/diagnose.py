@@ -141,6 +141,10 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
         raise ProfileError(f"{trace.path.name}: no GPU operations in the selection; there is nothing to diagnose.")
     main = max(timelines, key=lambda t: (t.busy_ns, -(t.device_id or 0)))
     dev = main.device_id
+    vendor = (trace.sql("SELECT vendor FROM devices WHERE device_id = ?", [dev]) or [(None,)])[0][0] or ""
+    # The kernel profiler of the device's vendor (both when the profile does not say).
+    kprof = {"NVIDIA": "Nsight Compute (ncu --set full)", "AMD": "rocprof-compute"}.get(
+        vendor.upper(), "Nsight Compute (ncu --set full) / rocprof-compute")
     others = sorted({t.device_id for t in timelines if t.device_id != dev})
     span = main.total_ns
     denom = f"GPU span of device {dev} (gpu_timeline.timelines[].total_ns = {span} ns)"
@@ -300,7 +304,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                 f"{rows[0].pct_of_roof:.1f} % of roof" + (f" (+{len(rows) - 1} more)" if len(rows) > 1 else ""), ev, stake,
                 "medium" if roof.peaks_confidence != "low" else "low",
                 "analytic FLOP/byte models against datasheet peaks (perfect-cache bytes); time at stake is the headroom to the roof",
-                f"profile {clip_name(rows[0].name, 60)}'s kernels with Nsight Compute / rocprof-compute (SOL %, "
+                f"profile {clip_name(rows[0].name, 60)}'s kernels with {kprof} (SOL %, "
                 + ("tensor-pipe utilisation, occupancy)" if cls == "compute" else "DRAM throughput, L2 hit rate, coalescing)"),
                 rows=rows)
 
@@ -314,7 +318,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
             ev = [_ev("top_kernels", f"kernels[{kname}].total_ns", k.total_ns, f"{k.count} calls, avg {k.avg_ns:.0f} ns"),
                   _ev("top_kernels", f"kernels[{kname}].pct_of_device_kernel_time", k.pct_of_device_kernel_time,
                       "of the device's summed kernel time")]
-            step = f"profile kernel {kname} with Nsight Compute (ncu --set full) / rocprof-compute for SOL %, occupancy and stall reasons"
+            step = f"profile kernel {kname} with {kprof} for SOL %, occupancy and stall reasons"
             row, launcher = _rated_row_of_kernel(trace, dev, k.name, roof) if roof is not None and roof.peaks_known else (None, None)
             if launcher is not None:
                 ev.append(_ev("op_tree", "launcher of the kernel (most time)", launcher))
@@ -378,7 +382,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                    f"(≤ {top_f.speedup_if_halved}× if halved, ≤ {top_f.speedup_if_removed or '∞'}× if removed)")
     else:
         verdict = ("no bottleneck reaches 2 % of the GPU span with the data available; the GPU is busy "
-                   f"{main.busy_pct_of_total} % of its span — rate kernels with roofline (needs op shapes) or Nsight Compute")
+                   f"{main.busy_pct_of_total} % of its span — rate kernels with roofline (needs op shapes) or {kprof}")
     return DiagnoseResult(trace=tl.trace, window=tl.window, device_id=dev, device_name=main.device_name, other_devices=others,
                           gpu_span_ns=span, gpu_busy_ns=main.busy_ns, verdict=verdict, findings=findings, dropped_findings=dropped,
                           not_applicable=na, rules=RULES)
