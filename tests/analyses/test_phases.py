@@ -4,6 +4,7 @@ Python (exact integer ns); PerfAdvisor's phase mistakes pinned; every real profi
 
 from __future__ import annotations
 
+import importlib
 import sqlite3
 from collections import defaultdict
 from functools import lru_cache
@@ -15,9 +16,12 @@ from conftest import DATA, FORMATS
 from gpuscope.fixtures import truth as T
 from gpuscope.fixtures.catalog import US
 from gpuscope.fixtures.scenarios_phases import PHASE_SCENARIOS
+from gpuscope.tools.analyses.iterations import iterations
 from gpuscope.tools.analyses.phases import phases
 from gpuscope.tools.model.cache import open_trace
 from gpuscope.tools.model.errors import ProfileError
+
+phases_module = importlib.import_module("gpuscope.tools.analyses.phases")  # the package re-exports the function under this name
 
 REAL = sorted(p for sub in ("nsys", "pytorch", "rocpd_legacy") for p in (DATA / sub).glob("*")
               if p.is_file() and p.suffix in (".sqlite", ".gz", ".rpd")) if DATA.is_dir() else []
@@ -90,12 +94,30 @@ def test_phases_match_scenario(open_phase, name, fmt):
 def test_init_boundary_comes_from_the_iteration_marker(open_phase):
     """Step 0's first gemm starts 2 µs after the setup kernels; the marker, not an idle gap, places it."""
     res = phases(open_phase("phases_train", "nsys"))
-    assert res.iteration_markers is not None and res.iteration_markers.name == "ProfilerStep#"
+    assert res.iteration_markers is not None and res.iteration_markers.name == "ProfilerStep#<N>"
     assert res.iteration_markers.count == 20 and res.iteration_markers.with_gpu_work == 20
     assert "iteration" in res.phases[1].start_source
     assert res.phases[0].label == "init" and res.phases[2].label == "teardown"
     assert res.phases[2].dominant.name == "memcpy DtoH"
     assert res.phases[1].dominant.name == "gemm_kernel"
+
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_iterations_come_from_the_iterations_tool(open_phase, fmt):
+    """Steps nested in an outer range (the old per-phases rule took only top-level ranges and found none):
+    phases uses the `iterations` tool's choice, and each step's first GPU op on the device."""
+    t = open_phase("phases_nested_steps", fmt)
+    it = iterations(t)
+    res = phases(t)
+    assert it.choice.pattern == "train_step_<N>" and len(it.steps) == 20
+    assert res.iteration_markers is not None and res.iteration_markers.name == it.choice.pattern
+    assert res.iteration_markers.count == 20 and res.iteration_markers.with_gpu_work == 20
+    assert "iteration" in res.phases[1].start_source
+    s, exp = built("phases_nested_steps")
+    s = T.expressed(s, fmt)
+    shift = T.time_shift(s, fmt)
+    assert res.phases[1].start_ns - shift == exp["bounds"][1]
 
 
 def test_submillisecond_bins(open_phase):
@@ -111,7 +133,7 @@ def test_single_phase_profile(open_phase):
     assert len(res.phases) == 1
     p = res.phases[0]
     assert p.label == "steady" and "one phase" in p.label_reason
-    assert res.iteration_markers.name == "train_step_" and p.iterations == 30
+    assert res.iteration_markers.name == "train_step_<N>" and p.iterations == 30
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -143,13 +143,15 @@ def iterations(
     device: int | None = None,
     start_ns: int | None = None,
     end_ns: int | None = None,
-    limit: int = 50,
+    limit: int | None = 50,
 ) -> IterationsResult:
+    """`limit` (1..1000) caps the listed steps for a reader; None lists them all (other analyses that need every
+    step: phases, rank_summary)."""
     n_ranges = int(trace.scalar(f"SELECT count(*) FROM markers WHERE kind IN ({', '.join(repr(k) for k in RANGE_KINDS)}) AND pid IS NOT NULL"))
     if n_ranges == 0:
         raise ProfileError("no iterations can be found: " + NO_MARKERS.format(name=trace.path.name))
     _, window = resolve_selection(trace, device, None, start_ns, end_ns)
-    limit = max(1, min(int(limit), 1000))
+    limit = None if limit is None else max(1, min(int(limit), 1000))
     absent = projection_absent_reason(trace)
     base = with_sql(trace)
     t = tree(trace)
@@ -210,7 +212,7 @@ def iterations(
     alternatives = alternatives[alternatives["instances"] >= 2]
     alternatives = alternatives.assign(cov=alternatives["coverage"].fillna(-1.0)).sort_values(
         ["cov", "instances", "min_depth"], ascending=[False, False, True]).head(10)
-    truncated = len(steps) > limit
+    truncated = limit is not None and len(steps) > limit
     return IterationsResult(
         trace=str(trace.path), window=window, filters={"marker": marker, "pid": pid, "device": device},
         choice=choice,

@@ -18,10 +18,12 @@ Method (one device; kernels, memory copies and memsets all count as GPU activity
      takes the largest k whose gain passes 5 %). Phases are at least 5 bins long; adjacent idle
      phases (busy < 10 %) are merged after snapping.
   4. Each boundary is snapped to a real event within two bins of the cut: the first GPU op of an
-     iteration (ProfilerStep#N or a repeating top-level NVTX/rocTX range, via the launching API call)
-     when present; else the longest idle gap nearby — the next phase starts at the op ending that
-     gap (or, when the next phase is idle, at the end of the op starting it); else the nearest op
-     start or end; else it stays on the bin edge (start_source says which).
+     iteration when present — the steps are those the `iterations` tool chooses (ProfilerStep#N, else
+     the best repeating NVTX/rocTX/annotation range group), and a step's first GPU op is the earliest op
+     on the device launched by an API call inside the step on its thread (the iterations projection);
+     else the longest idle gap nearby — the next phase starts at the op ending that gap (or, when the
+     next phase is idle, at the end of the op starting it); else the nearest op start or end; else it
+     stays on the bin edge (start_source says which).
   5. Per phase, every figure is clipped to the phase: an op straddling a boundary contributes only its
      part inside to busy time (interval union) and to per-kernel time; counts are ops starting inside.
 """
@@ -29,15 +31,17 @@ Method (one device; kernels, memory copies and memsets all count as GPU activity
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
+import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, gpu_activity_sql, pct, resolve_selection
 from .intervals import merged, unions
+from .iterations import iterations
+from .projection import with_sql
 
 TARGET_BINS = 400
 MIN_BIN_NS = 100
@@ -89,9 +93,10 @@ class Phase(BaseModel):
 
 
 class IterationMarkers(BaseModel):
-    name: str = Field(description="marker family, e.g. 'ProfilerStep#' (trailing numbers stripped)")
-    count: int = Field(description="top-level ranges of that family overlapping the GPU span")
-    with_gpu_work: int = Field(description="of them, those whose first GPU op on the device was found via the launching API call")
+    name: str = Field(description="the step marker the `iterations` tool chooses, numbers as <N>, e.g. 'ProfilerStep#<N>'")
+    count: int = Field(description="its steps overlapping the GPU span")
+    with_gpu_work: int = Field(description="of them, those with a GPU op on the device launched inside the step on its thread "
+                                           "(the iterations projection); the earliest such op is the iteration's first GPU op")
 
 
 class PhasesResult(BaseModel):
@@ -187,7 +192,7 @@ def phases(
     k = int(np.argmin(np.round(score, 9))) + 1  # ties → smallest k
     cuts = cuts_by_k[k - 1]
 
-    iters = _iterations(trace, dev, sel, t0, t1)
+    iters = _iterations(trace, dev, t0, t1)
     iter_starts = np.array(sorted(iters[1]), dtype=np.int64) if iters else np.zeros(0, dtype=np.int64)
     bounds, sources = [t0], ["first GPU op"]
     seg_idle = [float(feats[a:b, -1].mean()) for a, b in zip([0] + cuts, cuts + [nbins])]
@@ -366,7 +371,7 @@ def _snap(t: int, width: int, iters: np.ndarray, gs: np.ndarray, ge: np.ndarray,
     near = iters[(iters >= lo) & (iters <= hi)]
     if near.size:
         x = int(near[np.argmin(np.abs(near - t))])
-        return x, f"first GPU op of an iteration ({family}N marker)"
+        return x, f"first GPU op of an iteration ({family} marker)"
     hit = (gs < hi) & (ge > lo)
     if hit.any():
         g_s, g_e = gs[hit], ge[hit]
@@ -385,44 +390,36 @@ def _snap(t: int, width: int, iters: np.ndarray, gs: np.ndarray, ge: np.ndarray,
     return t, f"bin edge (no op starts or ends within {SNAP_BINS} bins)"
 
 
-def _iterations(trace: Trace, dev: int, sel, t0: int, t1: int) -> tuple[str, list[int], int] | None:
-    """(family, GPU start of each iteration, number of ranges) for the best iteration-marker family."""
-    if trace.count("markers") == 0:
+def _iterations(trace: Trace, dev: int, t0: int, t1: int) -> tuple[str, list[int], int] | None:
+    """(pattern, GPU start of each iteration on device `dev`, number of steps) for the steps the `iterations`
+    tool chooses (its rule: ProfilerStep#N, else the best repeating range group), or None when it finds none.
+    Steps overlapping [t0, t1] count; a step's first GPU op is the earliest op on `dev` projected into it
+    (launched by an API call inside the step on the step's thread, as `iterations` projects GPU work).
+    None as well when no step has such an op: those steps cannot place a boundary."""
+    try:
+        it = iterations(trace, limit=None)
+    except ProfileError:
         return None
-    rows = trace.sql(
-        """WITH m AS (SELECT pid, tid, start_ns, end_ns, name, regexp_replace(name, '[0-9]+$', '') AS fam
-                      FROM markers WHERE kind NOT IN ('gpu_annotation', 'mark') AND end_ns > start_ns
-                        AND end_ns > ? AND start_ns < ?),
-                fams AS (SELECT fam FROM m GROUP BY fam HAVING count(*) >= 2),
-                c AS (SELECT m.* FROM m JOIN fams USING (fam)
-                      WHERE NOT EXISTS (SELECT 1 FROM markers o WHERE o.pid IS NOT DISTINCT FROM m.pid
-                                          AND o.tid IS NOT DISTINCT FROM m.tid AND o.kind NOT IN ('gpu_annotation', 'mark')
-                                          AND o.start_ns <= m.start_ns AND o.end_ns >= m.end_ns AND o.dur_ns > m.end_ns - m.start_ns))
-           SELECT fam, count(*) AS n, sum(end_ns - start_ns) AS d,
-                  bool_or(fam LIKE 'ProfilerStep%') AS ps FROM c GROUP BY fam HAVING count(*) >= 2
-           ORDER BY ps DESC, n DESC, d DESC, fam LIMIT 1""",
-        [t0, t1],
-    )
-    if not rows:
+    steps = sorted({(s.pid, s.tid, s.start_ns, s.end_ns) for s in it.steps if s.end_ns > t0 and s.start_ns < t1})
+    if not steps:
         return None
-    fam, n = rows[0][0], int(rows[0][1])
-    if not re.search(r"\S", fam or ""):
+    df = pd.DataFrame(steps, columns=["pid", "tid", "start_ns", "end_ns"])
+    cur = trace.con.cursor()
+    try:
+        cur.register("phase_steps", df)
+        rows = cur.execute(
+            f"""{with_sql(trace)},
+                st AS (SELECT DISTINCT r.pid, r.tid, r.start_ns, r.ks, r.ke FROM rng r
+                       JOIN phase_steps s ON r.pid = s.pid AND r.tid = s.tid AND r.start_ns = s.start_ns AND r.end_ns = s.end_ns
+                       WHERE NOT r.cross_thread)
+                SELECT st.pid, st.tid, st.start_ns, min(g.start_ns) FROM st JOIN gop g ON st.ks <= g.ks AND g.ke <= st.ke
+                WHERE g.device_id = ? AND g.end_ns > g.start_ns GROUP BY ALL""", [dev]).fetchall()
+    finally:
+        cur.close()
+    gpu = sorted({int(g) for *_, g in rows if g is not None and t0 <= g <= t1})
+    if not gpu:  # steps that launched nothing on this device (a fallback choice of `iterations`) place no boundary
         return None
-    starts = trace.sql(
-        """WITH m AS (SELECT pid, start_ns, end_ns FROM markers
-                      WHERE kind NOT IN ('gpu_annotation', 'mark') AND end_ns > start_ns AND end_ns > ? AND start_ns < ?
-                        AND regexp_replace(name, '[0-9]+$', '') = ?),
-                ops AS (SELECT pid, correlation_id, start_ns FROM kernels WHERE device_id = ? AND end_ns > start_ns
-                        UNION ALL SELECT pid, correlation_id, start_ns FROM memops WHERE device_id = ? AND end_ns > start_ns),
-                l AS (SELECT a.pid, a.start_ns AS api_ns, o.start_ns AS gpu_ns FROM ops o
-                      JOIN api_calls a ON a.pid = o.pid AND a.correlation_id = o.correlation_id)
-           SELECT m.start_ns, min(l.gpu_ns) FROM m JOIN l ON l.pid IS NOT DISTINCT FROM m.pid
-                  AND l.api_ns >= m.start_ns AND l.api_ns < m.end_ns
-           GROUP BY m.start_ns""",
-        [t0, t1, fam, dev, dev],
-    )
-    gpu = sorted({int(g) for _, g in starts if g is not None and t0 <= g <= t1})
-    return fam, gpu, n
+    return it.choice.pattern, gpu, len(steps)
 
 
 def _phase_figures(trace: Trace, dev_acts: str, params: list, bounds: list[int]) -> dict[int, dict]:

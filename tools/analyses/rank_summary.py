@@ -393,7 +393,7 @@ def _steps(t: Trace, pid: int | None, marker: str | None, notes: list[str]) -> t
     """{step name: wall ns}, a description of the step ranges, and the wall times in time order — from
     the iterations tool, so both pick the same steps."""
     try:
-        res = iterations(t, marker=marker, pid=pid, limit=1000)
+        res = iterations(t, marker=marker, pid=pid, limit=None)
     except ProfileError:
         return {}, None, []
     by_tid: dict[int, list] = {}
