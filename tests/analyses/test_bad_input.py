@@ -190,3 +190,22 @@ def test_damaged_files_variants(profiles, tmp_path):
     for p in damaged:
         msg = _raises_profile_error(load_trace, p)
         assert p.name in msg, msg
+
+
+def test_gap_histogram_limit_below_one_still_answers(trace):
+    # limit=0 used to return no profile while reporting truncation; it now means "at least one".
+    try:
+        res = A.gap_histogram(trace, limit=0)
+    except ProfileError:
+        pytest.skip("no GPU activity in this profile")
+    assert len(res.profiles) >= 1
+    assert res.hint is None or "only the first 1 devices" in res.hint
+
+
+def test_list_traces_unreadable_folder_is_an_error(tmp_path, monkeypatch):
+    # os.walk skips a folder it cannot read silently; list_traces must not report it as holding no profiles.
+    def denied(path):
+        raise PermissionError(13, "Permission denied", str(path))
+    monkeypatch.setattr(os, "listdir", denied)
+    msg = _raises_profile_error(A.list_traces, str(tmp_path))
+    H.assert_message(msg, ["cannot list", "permission"])

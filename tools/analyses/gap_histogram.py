@@ -89,6 +89,7 @@ def gap_histogram(
 ) -> GapHistogramResult:
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     top_gaps = max(0, min(int(top_gaps), 50))
+    limit = max(1, int(limit))  # 0 or less would return no profile at all while claiming truncation
     where, params = sel.where(time_mode="overlap")
     # Clip to the window so an op straddling a boundary counts only its part inside.
     acts = (f"SELECT device_id, stream_id, greatest(start_ns, {window.start_ns}) AS start_ns, "
@@ -125,7 +126,8 @@ def gap_histogram(
     return GapHistogramResult(
         trace=str(trace.path), window=window, activity=activity, mode="per stream" if per_stream else "per device",
         profiles=profiles, truncated=truncated,
-        hint=f"only the first {limit} streams are shown; pass device= to narrow" if truncated else None,
+        hint=(f"only the first {limit} {'streams' if per_stream else 'devices'} are shown; raise limit or pass device= to narrow"
+              if truncated else None),
     )
 
 

@@ -31,7 +31,11 @@ class ListTracesResult(BaseModel):
 
 def list_traces(path: str, limit: int = 100, recursive: bool = True) -> ListTracesResult:
     root = Path(path).expanduser().resolve()
-    if not root.exists():
+    try:
+        exists = root.exists()
+    except OSError as exc:  # e.g. a parent folder that cannot be entered
+        raise ProfileError(f"cannot look at {root}: {exc.strerror or exc}. Pass a folder you can read.") from None
+    if not exists:
         raise ProfileError(f"No such folder: {root}. Pass a folder that holds profiles.")
     files = [root] if root.is_file() else _candidates(root, recursive)
     entries, skipped = [], 0
@@ -62,7 +66,10 @@ def list_traces(path: str, limit: int = 100, recursive: bool = True) -> ListTrac
 def _candidates(root: Path, recursive: bool) -> list[Path]:
     out: list[Path] = []
     try:
-        walker = os.walk(root) if recursive else [(str(root), [], os.listdir(root))]
+        # Listed up front in both modes: os.walk skips a folder it cannot read without a word, which
+        # would present an unreadable folder as one without profiles.
+        top = os.listdir(root)
+        walker = os.walk(root) if recursive else [(str(root), [], top)]
     except OSError as exc:
         raise ProfileError(f"cannot list {root}: {exc.strerror or exc}. Pass a folder you can read.") from None
     for folder, dirs, names in walker:
@@ -89,6 +96,9 @@ def _peek(path: Path, fmt: str) -> str:
             finally:
                 con.close()
             return f", {n} {tables[1]}"
-        except Exception:
-            return f", no {tables[1]} table"
+        except (sqlite3.Error, UnicodeDecodeError) as exc:  # SQLite's message on a damaged page may not decode
+            # Only a missing table means there is none; a locked or damaged file is not "no kernels".
+            if "no such table" in str(exc):
+                return f", no {tables[1]} table"
+            return f", {tables[1]} not counted ({exc}); trace_info reports what can be read"
     return ""

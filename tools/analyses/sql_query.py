@@ -135,6 +135,8 @@ def _function_names(trace: Trace, sql: str) -> set[str]:
     cur = trace.con.cursor()
     try:
         tree = json.loads(cur.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
+    except duckdb.Error as exc:  # json_serialize_sql reports errors in its result; should it raise, say so plainly
+        raise ProfileError(f"SQL cannot be checked: {str(exc).strip()}. Simplify the query (one SELECT over the model tables).") from None
     finally:
         cur.close()
     if tree.get("error"):

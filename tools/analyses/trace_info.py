@@ -23,7 +23,7 @@ class DeviceInfo(BaseModel):
     memory_gib: float | None = Field(description="device memory, GiB (2^30 bytes)")
     memory_bandwidth_gb_per_s: float | None = Field(description="peak DRAM bandwidth stated by the profile, GB/s (10^9 B/s)")
     compute_capability: str | None
-    kernels: int
+    kernels: int = Field(description="kernel executions on this device (any length)")
     memops: int = Field(description="memory copies + sets on this device")
     gpu_first_ns: int | None = Field(description="start of the first kernel/copy/set of non-zero length, ns; null when the device has none")
     gpu_last_ns: int | None = Field(description="end of the last kernel/copy/set of non-zero length, ns; null when the device has none")
@@ -35,7 +35,7 @@ class ProcessInfo(BaseModel):
     pid: int
     name: str | None
     rank: int | None
-    kernels: int
+    kernels: int = Field(description="kernel executions launched by this process, all devices")
 
 
 class Capability(BaseModel):

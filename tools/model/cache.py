@@ -35,9 +35,12 @@ def open_trace(path: str | Path, progress: Progress = _no_progress) -> Trace:
     if not str(path).strip():
         raise ProfileError("No profile path given. Pass the path of a .sqlite, .db/.rpd or .json(.gz) profile.")
     resolved = Path(path).expanduser().resolve()
-    if not resolved.exists():
-        raise ProfileError(f"No such file: {resolved}. Check the path; list_traces(folder) shows the profiles in a folder.")
-    key = _key(resolved)
+    try:
+        if not resolved.exists():
+            raise ProfileError(f"No such file: {resolved}. Check the path; list_traces(folder) shows the profiles in a folder.")
+        key = _key(resolved)
+    except OSError as exc:  # e.g. a parent folder without search permission
+        raise ProfileError(f"Cannot read {resolved}: {exc.strerror or exc}. Check the path and its permissions.") from None
     with _guard:
         hit = _cache.get(key)
         if hit is not None:

@@ -30,9 +30,13 @@ class Detected:
 
 def detect(path: Path) -> Detected:
     """Identify a profile file, or raise ProfileError saying what it is and what to do."""
-    if not path.exists():
+    try:
+        exists, is_dir = path.exists(), path.is_dir()
+    except OSError as exc:  # e.g. a parent folder without search permission
+        raise ProfileError(f"Cannot read {path}: {exc.strerror or exc}. Check the path and its permissions.") from None
+    if not exists:
         raise ProfileError(f"No such file: {path}. Pass the path of a profile; list_traces(folder) shows the profiles in a folder.")
-    if path.is_dir():
+    if is_dir:
         raise ProfileError(f"{path} is a folder, not a profile. Call list_traces('{path}') to see the profiles in it.")
     try:
         with open(path, "rb") as fh:
