@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, clip_name, pct, resolve_selection
+from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, pct, resolve_selection
 from .intervals import unions
 
 CATEGORIES = ("synchronize", "blocking_copy", "pageable_async_copy", "event_query_spin")
@@ -195,7 +195,7 @@ def api_summary(
     keys = "pid, tid, name" if per_thread else "pid, name"
     name_sql, name_params = ("", [])
     if name_contains:
-        name_sql, name_params = " WHERE name ILIKE ?", [f"%{name_contains}%"]
+        name_sql, name_params = f" WHERE name {CONTAINS_SQL}", [contains_pattern(name_contains)]
     groups = trace.sql_dicts(
         f"""SELECT {keys}, any_value(api) AS api, count(*) AS n, sum(dur_ns)::BIGINT AS total, avg(dur_ns) AS avg,
                    median(dur_ns) AS med, min(dur_ns) AS mn, max(dur_ns) AS mx, stddev_samp(dur_ns) AS sd

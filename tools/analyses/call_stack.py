@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import clip_name
+from .common import CONTAINS_SQL, clip_name, contains_pattern
 from .op_tree import launchers, node_parents
 from .projection import with_sql as projection_sql
 
@@ -180,7 +180,7 @@ def _ancestors(nodes: pd.DataFrame, key) -> list:
     return out[::-1]
 
 
-def _chain_summary(levels: list[Level]) -> tuple[str | None, str | None]:
+def _chain_summary(levels: list[Level]) -> tuple[str | None, str | None, str | None]:
     mods = [lv.module for lv in levels if lv.kind == "module"]
     frames = [lv for lv in levels if lv.kind == "python_frame" and lv.file]
     model = [lv for lv in frames if not lv.file.startswith("torch/") and "/torch/" not in lv.file]
@@ -246,8 +246,8 @@ def _pick(df: pd.DataFrame, instance: int | None, longest_cols: list[str], what:
 def _kernel_mode(trace: Trace, kernel: str, instance: int | None, depth: int, limit: int, has_ops: bool) -> CallStackResult:
     if trace.count("kernels") == 0:
         raise ProfileError(f"{trace.path.name} contains no kernels. trace_info says what the profile holds.")
-    rows = trace.sql("SELECT rowid * 2 AS gop_id, short_name FROM kernels WHERE name ILIKE ? OR short_name ILIKE ?",
-                     [f"%{kernel}%"] * 2)
+    rows = trace.sql(f"SELECT rowid * 2 AS gop_id, short_name FROM kernels WHERE name {CONTAINS_SQL} OR short_name {CONTAINS_SQL}",
+                     [contains_pattern(kernel)] * 2)
     if not rows:
         names = [r[0] for r in trace.sql("SELECT short_name FROM kernels GROUP BY 1 ORDER BY sum(dur_ns) DESC")]
         close = difflib.get_close_matches(kernel, names, n=5, cutoff=0.3) or names[:5]

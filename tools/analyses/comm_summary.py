@@ -21,9 +21,9 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import COLLECTIVES, collective_index_sql
 from .comm_patterns import comm_patterns as active_patterns
-from .common import Window, clip_name, pct, resolve_selection
-from .gpu_timeline import COMM, COMP, timeline_ops_sql
-from .intervals import NULL_KEY, intersect, measure, merged, subtract, union_of, unions
+from .common import Window, clip_name, pct, resolve_selection, split_gpu_time
+from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
+from .intervals import NULL_KEY, merged, unions
 
 # Bytes per element of the dtype names record_param_comms writes (c10 ScalarType names).
 DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1, "Byte": 1,
@@ -160,12 +160,11 @@ def comm_summary(
             FROM ({base}) GROUP BY ALL""", p2)}
     devices, totals = [], {}
     for key in sorted({k[:2] for k in by_cls}, key=lambda k: tuple(-1 if v is None else v for v in k)):
-        comm, comp = merged(by_cls.get((*key, COMM))), merged(by_cls.get((*key, COMP)))
+        comm = merged(by_cls.get((*key, COMM)))
         if comm[0].size == 0:
             continue
-        every = union_of(*(merged(u) for k, u in by_cls.items() if k[:2] == key))
-        span = int(every[1][-1] - every[0][0])
-        wall, overlap, exposed = measure(comm), measure(intersect(comm, comp)), measure(subtract(comm, comp))
+        sp = split_gpu_time(merged(by_cls.get((*key, COMP))), comm, merged(by_cls.get((*key, MEMCPY))))
+        span, wall, overlap, exposed = sp.span_ns, sp.comm_ns, sp.comm_comp_overlap_ns, sp.exposed_comm_ns
         n, unl, summed = dev_rows.get(key, (0, 0, 0))
         totals[key] = int(summed)
         devices.append(DeviceComm(
@@ -249,7 +248,8 @@ def _messages(trace: Trace, sel, window: Window, notes: list[str]) -> list[Messa
                           AND start_ns >= ? AND start_ns < ?)
                     GROUP BY ALL ORDER BY calls DESC, cname, dtype, gsize""", [lo, hi])
     except duckdb.Error as exc:
-        notes.append(f"message sizes could not be read: {exc}")
+        notes.append(f"message sizes could not be read from the Kineto event args ({_first_line(exc)}); the other "
+                     "sections are unaffected")
         return []
     if not rows:
         notes.append("message sizes: no kernel args or record_param_comms CPU op carries 'Collective name' in the selection "
@@ -300,8 +300,15 @@ def _mpi(trace: Trace, window: Window, notes: list[str]) -> list[MpiGroup]:
                 FROM ({' UNION ALL '.join(parts)}) e LEFT JOIN native."StringIds" s ON s.id = e.textId
                 GROUP BY ALL ORDER BY t DESC, name""", [window.start_ns, window.end_ns] * len(parts))
     except duckdb.Error as exc:
-        notes.append(f"MPI tables could not be read: {exc}")
+        notes.append(f"MPI tables could not be read ({_first_line(exc)}); the other sections are unaffected. "
+                     "The Nsight export may be from an older nsys version: re-export it with `nsys export --type sqlite`")
         return []
     return [MpiGroup(name=clip_name(r[0]), table=r[1], ranks=r[2], calls=r[3], total_ns=None if r[4] is None else int(r[4]),
                      max_ns=None if r[5] is None else int(r[5]),
                      bytes_total=r[6], recv_bytes_total=r[7]) for r in rows]
+
+
+def _first_line(exc: Exception) -> str:
+    """The database error's message without the echoed SQL that DuckDB appends on later lines."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

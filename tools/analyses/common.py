@@ -103,3 +103,47 @@ def gpu_activity_sql(include_memops: bool, where: str) -> str:
             f"CASE WHEN op = 'set' THEN 'memset' ELSE 'memcpy ' || kind END AS name, pid, tid FROM memops WHERE {where}"
         )
     return " UNION ALL ".join(parts)
+
+
+@dataclass(frozen=True)
+class GpuTimeSplit:
+    """TraceLens/HTA split of one GPU timeline's time, from the merged interval sets (as `intervals.merged`
+    returns them) of its computation (COMP), communication (COMM) and copies (MEMCPY). All figures ns."""
+
+    first_ns: int              # start of the first op of any class
+    last_ns: int               # end of the last op of any class
+    span_ns: int               # last_ns - first_ns
+    busy_ns: int               # |ALL| = computation_ns + exposed_comm_ns + exposed_memcpy_ns
+    computation_ns: int        # |COMP|
+    comm_ns: int               # |COMM|
+    memcpy_ns: int             # |MEMCPY|
+    exposed_comm_ns: int       # |COMM - COMP|
+    exposed_memcpy_ns: int     # |MEMCPY - COMP - COMM|
+    comm_comp_overlap_ns: int  # |COMM ∩ COMP|
+
+
+def split_gpu_time(comp: tuple, comm: tuple, memcpy: tuple) -> GpuTimeSplit:
+    """The one definition of busy / exposed / overlap figures shared by gpu_timeline, comm_summary and
+    rank_summary, so the tools cannot drift apart. At least one of the sets must be non-empty."""
+    from .intervals import intersect, measure, subtract, union_of  # local: keeps this addition self-contained
+
+    every = union_of(comp, comm, memcpy)
+    if every[0].size == 0:
+        raise ValueError("split_gpu_time needs at least one interval")
+    first, last = int(every[0][0]), int(every[1][-1])
+    split = GpuTimeSplit(
+        first_ns=first, last_ns=last, span_ns=last - first, busy_ns=measure(every), computation_ns=measure(comp),
+        comm_ns=measure(comm), memcpy_ns=measure(memcpy), exposed_comm_ns=measure(subtract(comm, comp)),
+        exposed_memcpy_ns=measure(subtract(memcpy, union_of(comp, comm))), comm_comp_overlap_ns=measure(intersect(comm, comp)),
+    )
+    assert split.computation_ns + split.exposed_comm_ns + split.exposed_memcpy_ns == split.busy_ns
+    return split
+
+
+# A user's "name contains" text is literal: '_' and '%' in kernel names are characters, not LIKE wildcards.
+CONTAINS_SQL = "ILIKE ? ESCAPE '!'"
+
+
+def contains_pattern(text: str) -> str:
+    """Parameter for `<column> {CONTAINS_SQL}`: case-insensitive substring match of `text`, taken literally."""
+    return "%" + text.replace("!", "!!").replace("%", "!%").replace("_", "!_") + "%"

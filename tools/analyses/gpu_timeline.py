@@ -26,8 +26,8 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import Window, pct, resolve_selection
-from .intervals import NULL_KEY, intersect, measure, merged, subtract, union_of, unions
+from .common import Window, pct, resolve_selection, split_gpu_time
+from .intervals import NULL_KEY, merged, union_of, unions
 
 ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
 DEFAULT_KERNEL_WAIT_THRESHOLD_NS = 30_000
@@ -188,17 +188,11 @@ def gpu_timeline(
 
 
 def _timeline(sets: dict, device_id, device_name, pid, rank, n) -> Timeline:
-    comp, comm, mem = sets["comp"], sets["comm"], sets["memcpy"]
-    every = union_of(comp, comm, mem)
-    first, last = int(every[0][0]), int(every[1][-1])
-    total = last - first
-    computation, total_comm, total_mem = measure(comp), measure(comm), measure(mem)
-    exposed_comm = measure(subtract(comm, comp))
-    exposed_mem = measure(subtract(mem, union_of(comp, comm)))
-    busy = measure(every)
+    sp = split_gpu_time(sets["comp"], sets["comm"], sets["memcpy"])
+    first, last, total, busy = sp.first_ns, sp.last_ns, sp.span_ns, sp.busy_ns
+    computation, total_comm, total_mem = sp.computation_ns, sp.comm_ns, sp.memcpy_ns
+    exposed_comm, exposed_mem, overlap = sp.exposed_comm_ns, sp.exposed_memcpy_ns, sp.comm_comp_overlap_ns
     idle = total - busy
-    assert computation + exposed_comm + exposed_mem + idle == total
-    overlap = measure(intersect(comm, comp))
     return Timeline(
         device_id=device_id, device_name=device_name, pid=pid, rank=rank,
         ops=int(n[0]), comm_ops=int(n[1]), memcpy_ops=int(n[2]), unlinked_ops=int(n[3]), unlinked_op_time_ns=int(n[4]),

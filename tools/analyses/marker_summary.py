@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, clip_name, pct, resolve_selection
+from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, pct, resolve_selection
 from .intervals import unions
 from .projection import RANGE_KINDS, cross_thread, projection_absent_reason, tree, with_sql
 
@@ -146,8 +146,8 @@ def marker_summary(
         where.append("start_ns < ?")
         params.append(end_ns)
     if name_contains:
-        where.append("name ILIKE ?")
-        params.append(f"%{name_contains}%")
+        where.append(f"name {CONTAINS_SQL}")
+        params.append(contains_pattern(name_contains))
     w = " AND ".join(where)
     base = with_sql(trace)
     sel_cte = (f"{base}, sel AS (SELECT *, dense_rank() OVER (ORDER BY name, domain) AS gid FROM rng WHERE {w})")
@@ -296,8 +296,8 @@ def _gpu_annotations(trace: Trace, device: int | None, start_ns: int | None, end
             where.append(cond)
             params.append(val)
     if name_contains:
-        where.append("name ILIKE ?")
-        params.append(f"%{name_contains}%")
+        where.append(f"name {CONTAINS_SQL}")
+        params.append(contains_pattern(name_contains))
     src = f"SELECT dense_rank() OVER (ORDER BY name) AS gid, * FROM markers WHERE {' AND '.join(where)}"
     rows = trace.sql(f"SELECT gid, any_value(name), device_id, count(*), sum(dur_ns)::BIGINT FROM ({src}) GROUP BY gid, device_id "
                      "ORDER BY 5 DESC, 2, 3", params)

@@ -36,9 +36,9 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import pct
+from .common import pct, split_gpu_time
 from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
-from .intervals import measure, merged, subtract, union_of, unions
+from .intervals import merged, unions
 from .iterations import iterations
 
 # Straggler by step time only when mean step times differ by at least this share of their mean;
@@ -105,10 +105,10 @@ class RankRow(BaseModel):
 class MetricImbalance(BaseModel):
     metric: str = Field(description="RankRow field compared across ranks")
     ranks_counted: int = Field(description="ranks with a value for the metric")
-    min: float | None
-    max: float | None
-    mean: float | None
-    median: float | None
+    min: float | None = Field(description="smallest value over the ranks counted, ns (every metric is a duration)")
+    max: float | None = Field(description="largest value over the ranks counted, ns")
+    mean: float | None = Field(description="mean over the ranks counted, ns")
+    median: float | None = Field(description="median over the ranks counted, ns")
     min_rank: int | None = Field(description="rank holding the minimum (lowest rank on ties)")
     max_rank: int | None = Field(description="rank holding the maximum (lowest rank on ties)")
     imbalance_ratio: float | None = Field(description="(max - min) / mean, a ratio (0.25: the spread is 25 % of the "
@@ -118,8 +118,8 @@ class MetricImbalance(BaseModel):
 class IterationImbalance(BaseModel):
     step: str = Field(description="step name, the same on every rank")
     min_wall_ns: int = Field(description="shortest wall time of this step over the ranks, ns")
-    max_wall_ns: int
-    mean_wall_ns: float
+    max_wall_ns: int = Field(description="longest wall time of this step over the ranks, ns")
+    mean_wall_ns: float = Field(description="mean wall time of this step over the ranks, ns")
     imbalance_ratio: float | None = Field(description="(max - min) / mean of the step's wall time across ranks")
     slowest_rank: int | None = Field(description="rank with the longest wall time (lowest rank on ties); null when all are equal")
     fastest_rank: int | None = Field(description="rank with the shortest wall time; null when all are equal")
@@ -327,17 +327,11 @@ def _device_figures(t: Trace, patterns: list[str] | None, whole: bool) -> dict[t
     per_cls = unions(t, f"SELECT {cols}, cls, start_ns, end_ns FROM ({ops})", [], (*part, "cls"))
     out = {}
     for key in sorted({k[:-1] for k in per_cls}, key=lambda k: tuple(-1 if v is None else v for v in k)):
-        comp, comm, mem = (merged(per_cls.get((*key, c))) for c in (COMP, COMM, MEMCPY))
-        every = union_of(comp, comm, mem)
-        busy = measure(every)
-        span = int(every[1][-1]) - int(every[0][0])
-        compute = measure(comp)
-        exposed_comm = measure(subtract(comm, comp))
-        exposed_mem = measure(subtract(mem, union_of(comp, comm)))
-        assert compute + exposed_comm + exposed_mem == busy
+        sp = split_gpu_time(*(merged(per_cls.get((*key, c))) for c in (COMP, COMM, MEMCPY)))
         out[(None, *key) if whole else key] = DeviceFigures(
-            device_id=key[-1], gpu_span_ns=span, busy_ns=busy, idle_in_gpu_span_ns=span - busy, compute_ns=compute,
-            comm_ns=measure(comm), exposed_comm_ns=exposed_comm, exposed_memcpy_ns=exposed_mem)
+            device_id=key[-1], gpu_span_ns=sp.span_ns, busy_ns=sp.busy_ns, idle_in_gpu_span_ns=sp.span_ns - sp.busy_ns,
+            compute_ns=sp.computation_ns, comm_ns=sp.comm_ns, exposed_comm_ns=sp.exposed_comm_ns,
+            exposed_memcpy_ns=sp.exposed_memcpy_ns)
     return out
 
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, clip_name, pct, resolve_selection
+from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, pct, resolve_selection
 from .intervals import unions
 
 SORT_COLUMNS = {"total": "total_ns", "count": "count", "avg": "avg_ns", "max": "max_ns"}
@@ -82,8 +82,8 @@ def top_kernels(
     limit = max(1, min(int(limit), 200))
     where, params = sel.where("k")
     if name_contains:
-        where += " AND (k.name ILIKE ? OR k.short_name ILIKE ?)"
-        params += [f"%{name_contains}%"] * 2
+        where += f" AND (k.name {CONTAINS_SQL} OR k.short_name {CONTAINS_SQL})"
+        params += [contains_pattern(name_contains)] * 2
     col = "name" if group_by == "name" else "short_name"
     order = SORT_COLUMNS[sort_by]
     # Launch configurations are counted per (group, configuration) first: the most frequent one (ties
