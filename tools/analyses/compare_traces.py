@@ -222,7 +222,12 @@ def compare_traces(
     if match not in ("name", "short_name"):
         raise ProfileError("match must be 'name' (full kernel name) or 'short_name' (base name).")
     limit = max(1, min(int(limit), 200))
-    bdev, cdev = (device, device) if device is None or isinstance(device, int) else tuple(device)
+    if device is None or isinstance(device, int):
+        bdev, cdev = device, device
+    elif isinstance(device, (list, tuple)) and len(device) == 2:
+        bdev, cdev = device
+    else:
+        raise ProfileError(f"device must be one device id (both sides) or [baseline_device, candidate_device], not {device!r}.")
     bdev, cdev = _pick(baseline, bdev, "baseline"), _pick(candidate, cdev, "candidate")
     notes: list[str] = []
     if (bdev is None) != (cdev is None):

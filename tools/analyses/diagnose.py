@@ -389,11 +389,14 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
 
 
 def _kernel_wall_ns(trace: Trace, dev: int, short_name: str, start_ns: int | None, end_ns: int | None) -> int:
-    """Union of the kernel's instances on the device, clipped to the window, ns."""
+    """Union of the kernel's instances on the device, clipped to the window, ns. `short_name` is the name as
+    top_kernels reports it, i.e. clipped (clip_name) when long: match the full names it stands for."""
     lo, hi = (-(2 ** 62) if start_ns is None else start_ns), (2 ** 62 if end_ns is None else end_ns)
+    names = [r[0] for r in trace.sql("SELECT DISTINCT short_name FROM kernels WHERE device_id = ? AND short_name IS NOT NULL", [dev])
+             if clip_name(r[0]) == short_name] or [short_name]
     u = unions(trace, "SELECT device_id, greatest(start_ns, ?) AS start_ns, least(end_ns, ?) AS end_ns FROM kernels "
-                      "WHERE device_id = ? AND short_name = ? AND end_ns > ? AND start_ns < ?",
-               [lo, hi, dev, short_name, lo, hi], ("device_id",)).get((dev,))
+                      f"WHERE device_id = ? AND short_name IN ({', '.join('?' * len(names))}) AND end_ns > ? AND start_ns < ?",
+               [lo, hi, dev, *names, lo, hi], ("device_id",)).get((dev,))
     return 0 if u is None else int(u.busy_ns)
 
 

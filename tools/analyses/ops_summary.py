@@ -298,7 +298,6 @@ def _build_frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
         g["category"] = g["inst"].map(pd.Series(cats, index=first.index))
     else:
         g["category"] = [kernel_category(n, c, o) for n, c, o in zip(g["name"], g["is_comm"], g["op"])]
-        g.loc[g["launcher_kind"] == "unattributed", "category"] = g.loc[g["launcher_kind"] == "unattributed", "category"]
     g["launch_delay_ns"] = g["start_ns"] - g["call_end_ns"]
     ready = np.fmax(g["call_end_ns"].to_numpy(dtype=float), g["prev_end_ns"].to_numpy(dtype=float))
     g["queue_free_delay_ns"] = g["start_ns"].to_numpy(dtype=float) - np.where(g["call_end_ns"].isna(), np.nan, ready)

@@ -233,7 +233,7 @@ def replay_spec(trace: Trace, *, op: str, shapes_index: int = 0, limit: int = 10
     if not s["strides"]:
         hints.append("the profile records no input strides: the snippet assumes contiguous tensors")
     if int(kt_.sum()) == 0:
-        hints.append("these calls launched no kernels (a CPU-side or view op); pick an op with GPU time (ops_summary group_by='shape')")
+        hints.append("these calls launched no kernels (a CPU-side or view op); pick an op with GPU time (ops_summary group_by='shapes')")
     if n > limit:
         hints.append(f"{n - limit} more signatures beyond limit={limit}")
     return ReplaySpecResult(

@@ -36,6 +36,7 @@ assumes the saved time is not hidden by overlap: an upper bound on the end-to-en
 from __future__ import annotations
 
 import io
+import math
 from typing import Any, Mapping
 
 import numpy as np
@@ -291,8 +292,8 @@ def _kernel_rows(trace: Trace, device: int, kernel_flops: Mapping[str, Mapping[s
             gf, by = float(spec["gflop_per_call"]), float(spec["bytes_per_call"])
         except (TypeError, ValueError):
             raise ProfileError(f"kernel_flops[{key!r}]: gflop_per_call and bytes_per_call must be numbers.") from None
-        if gf < 0 or by <= 0:
-            raise ProfileError(f"kernel_flops[{key!r}]: gflop_per_call must be >= 0 and bytes_per_call > 0.")
+        if not (math.isfinite(gf) and math.isfinite(by)) or gf < 0 or by <= 0:
+            raise ProfileError(f"kernel_flops[{key!r}]: gflop_per_call must be a finite number >= 0 and bytes_per_call a finite number > 0.")
         unit = spec.get("unit")
         if unit is not None and unit not in ("matrix", "vector"):
             raise ProfileError(f"kernel_flops[{key!r}]: unit must be 'matrix' or 'vector'.")
@@ -331,7 +332,7 @@ def roofline(
     dev = _pick_device(trace, device)
     _, window = resolve_selection(trace, dev, None, None, None)
     name = dict(trace.sql("SELECT device_id, name FROM devices")).get(dev)
-    pk = peaks_for_device(trace, dev, overrides=dict(peaks) if peaks else None)
+    pk = peaks_for_device(trace, dev, overrides=peaks or None)  # the loader validates it (ProfileError on a non-object)
     bw = float(pk.value("memory_bandwidth_bytes_per_s")) if pk is not None and pk.value("memory_bandwidth_bytes_per_s") else None
 
     u = unions(trace, "SELECT device_id, start_ns, end_ns FROM kernels WHERE device_id = ? UNION ALL "
