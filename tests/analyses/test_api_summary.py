@@ -345,6 +345,14 @@ def test_real_profiles_run(path):
     except ProfileError as exc:
         assert "API calls" in str(exc)
         return
+    # Every API call is tabled: per (pid, name) counts against a GROUP BY over the trace's api_calls table.
+    full = api_summary(trace, limit=200)
+    raw = {(pid, name): n for pid, name, n in trace.sql("SELECT pid, name, count(*) FROM api_calls GROUP BY 1, 2")}
+    assert raw, "api_summary answered on a profile with no API calls"
+    if not full.truncated:
+        assert {(g.pid, g.name): g.count for g in full.apis} == raw
+    assert sum(g.count for g in full.apis) <= sum(raw.values())
+    assert res.blocked_threads and res.launches  # every real profile with API calls has a thread and a launch row
     for t in res.blocked_threads:
         assert max(t.blocked_by_category_ns.values()) <= t.blocked_ns <= t.thread_api_span_ns
     for r in res.launches or []:

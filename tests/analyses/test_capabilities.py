@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import FORMATS
+from gpuscope.fixtures.catalog import SCENARIOS
+from gpuscope.fixtures.truth import expressed
 from gpuscope.tools import analyses as A
 from gpuscope.tools.model.errors import ProfileError
 
@@ -51,6 +53,13 @@ def test_capabilities_predict_the_tools(open_profile, name, fmt):
     except ProfileError:  # no kernels at all
         found = False
     assert caps["comm_summary"].available == found
+    # and from the scenario itself, not from any tool: kernels, copies/sets, communication kernels, PyTorch ops
+    s = expressed(SCENARIOS[name](), fmt)
+    assert caps["top_kernels"].available == bool(s.kernels)
+    assert caps["memcpy_summary"].available == bool(s.memops)
+    assert caps["comm_summary"].available == any("nccl" in k.name.lower() or "rccl" in k.name.lower() for k in s.kernels)
+    if fmt != "kineto":  # Nsight / rocpd profiles hold no PyTorch operators
+        assert not caps["replay_spec"].available and not caps["perf_summary"].available
 
 
 def test_every_per_profile_tool_is_listed(open_profile):

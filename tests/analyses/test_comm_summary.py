@@ -197,5 +197,10 @@ def test_real_profiles(path):
         return
     r = comm_summary(trace)
     assert r.matched == bool(r.devices)
+    # against the kernels table with a plain name match (NCCL / RCCL), not the tool's pattern list
+    nccl = "(lower(name) LIKE '%nccl%' OR lower(name) LIKE '%rccl%')"
+    assert r.matched == bool(trace.scalar(f"SELECT count(*) FROM kernels WHERE {nccl}"))
     for d in r.devices:
+        assert d.comm_summed_ns == trace.scalar(f"SELECT sum(dur_ns) FROM kernels WHERE {nccl} AND device_id = ?",
+                                                [d.device_id]), d.device_id
         assert d.overlap_with_compute_ns + d.exposed_comm_ns == d.comm_wall_ns <= d.comm_summed_ns

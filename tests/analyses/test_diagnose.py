@@ -6,6 +6,7 @@ import pytest
 
 from conftest import DATA
 from gpuscope.fixtures import scenarios_diagnose as SD
+from gpuscope.fixtures.truth import expressed
 from gpuscope.fixtures.writers import nsys
 from gpuscope.tools.analyses.diagnose import _amdahl, diagnose
 from gpuscope.tools.model.trace import load_trace
@@ -33,6 +34,11 @@ def test_scenario_class_first(traces, name):
     assert len({f.bottleneck for f in r.findings}) == len(r.findings)  # duplicates merged
     assert r.rules and top.next_step and top.confidence_reason
     assert len(r.model_dump_json()) < 20_000
+    # the denominator from the scenario itself (one GPU each): first to last GPU op
+    sc = expressed(SD.SCENARIOS[name](), SD.FORMAT[name])
+    ops = list(sc.kernels) + list(sc.memops)
+    assert len({o.device_id for o in ops}) == 1
+    assert r.gpu_span_ns == max(o.end_ns for o in ops) - min(o.start_ns for o in ops)
     for f in r.findings:  # share and Amdahl bounds from the stake and the named denominator (the GPU span)
         F = f.time_at_stake_ns / r.gpu_span_ns
         assert f.share_pct == pytest.approx(100 * F, abs=0.006)

@@ -203,6 +203,9 @@ def test_real_profiles(path):
         except ProfileError as exc:
             assert not inc and "host launch" in str(exc)
             continue
+        if inc:  # one timeline per device that ran a kernel (raw SQL over the kernels table)
+            assert r.timelines
+            assert {t.device_id for t in r.timelines} == {d for (d,) in trace.sql("SELECT DISTINCT device_id FROM kernels")}
         for t in [*r.timelines, *([r.all_devices] if r.all_devices else [])]:
             assert t.computation_ns + t.exposed_comm_ns + t.exposed_memcpy_ns + t.idle_ns == t.total_ns
             assert t.busy_ns <= t.total_ns and t.exposed_comm_ns <= t.total_comm_ns

@@ -361,6 +361,14 @@ def test_real_files_run(path):
         assert "records no memory copies or sets" in str(exc)
         assert trace.count("memops") == 0
         return
+    assert r.groups and r.devices
+    # every memop counted once: against the trace's memops table
+    assert sum(g.count for g in r.groups) == trace.count("memops")
+    assert sum(d.copy_count + d.set_count for d in r.devices) == trace.count("memops")
+    for d in r.devices:  # copy wall time = union of the device's copy intervals, merged here
+        ivs = trace.sql("SELECT start_ns, end_ns FROM memops WHERE op = 'copy' AND device_id = ? AND end_ns > start_ns",
+                        [d.device_id])
+        assert d.copy_wall_ns == sum(e - s for s, e in T.merge(ivs)), d.device_id
     for g in r.groups:
         assert 0 <= g.overlapped_by_kernels_ns <= g.wall_ns <= g.work_ns
         if g.link in ("host", "peer"):

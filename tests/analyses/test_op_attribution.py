@@ -5,7 +5,7 @@ from the scenario: the innermost cpu_op on the launching thread enclosing the la
 from __future__ import annotations
 
 from gpuscope.fixtures.catalog import SCENARIOS
-from gpuscope.fixtures.truth import merge
+from gpuscope.fixtures.truth import expressed, merge
 from gpuscope.tools.analyses import ops_summary
 
 
@@ -58,3 +58,5 @@ def test_each_gpu_op_attributed_once(open_profile):
     for name in ("graph_launch", "concurrent_streams", "unlinked_kernels"):
         res = ops_summary(open_profile(name, "kineto"), group_by="name", limit=500)
         assert sum(r.gpu_op_count for r in res.rows) == res.totals.gpu_ops, name
+        s = expressed(SCENARIOS[name](), "kineto")  # the total from the scenario, not from the tool
+        assert res.totals.gpu_ops == len(s.kernels) + len(s.memops) > 0, name

@@ -76,8 +76,7 @@ def test_top_kernels_matches_raw_sqlite(path):
 def test_gap_histogram_matches_raw_sqlite(path):
     raw = _raw_gpu_intervals(path)
     trace = open_trace(path)
-    if not raw:
-        return
+    assert raw  # every real Nsight profile has GPU activity
     res = A.gap_histogram(trace, top_gaps=50)
     by_dev = {p.device_id: p for p in res.profiles}
     assert set(by_dev) == {d for d, iv in raw.items() if any(e > s for s, e in iv)}

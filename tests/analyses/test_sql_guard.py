@@ -242,7 +242,12 @@ def test_character_cap(nsys):
 def test_values_are_json(nsys):
     res = sql_query(nsys, "SELECT 1.5::DECIMAL(10,2) AS d, 3::HUGEINT AS h, DATE '2024-01-02' AS day, "
                           "[1, 2] AS l, {'a': 1} AS s, NULL AS n, 'abc'::BLOB AS b, uuid() AS u, INTERVAL 1 HOUR AS iv")
-    json.dumps(res.model_dump(mode="json"))
+    out = json.loads(json.dumps(res.model_dump(mode="json")))
+    assert out["columns"] == ["d", "h", "day", "l", "s", "n", "b", "u", "iv"]
+    (row,) = out["rows"]
+    assert row[:7] == [1.5, 3, "2024-01-02", [1, 2], {"a": 1}, None, "abc"]
+    assert isinstance(row[7], str) and len(row[7]) == 36 and row[7].count("-") == 4  # a UUID, as text
+    assert row[8] == "1:00:00"
 
 
 def test_profile_files_unchanged(files):

@@ -182,6 +182,13 @@ def test_real_files_run(path):
     except ProfileError as exc:
         assert "no GPU activity" in str(exc)
         return
+    assert r.devices and r.streams
+    # every kernel and memop lands in exactly one stream row (raw counts from the trace tables)
+    assert sum(x.kernel_count + x.copy_count + x.set_count for x in r.streams) == trace.count("kernels") + trace.count("memops")
+    for d in r.devices:  # device busy = union of its kernel and memop intervals, merged here
+        ivs = trace.sql("SELECT start_ns, end_ns FROM kernels WHERE device_id = ? AND end_ns > start_ns UNION ALL "
+                        "SELECT start_ns, end_ns FROM memops WHERE device_id = ? AND end_ns > start_ns", [d.device_id, d.device_id])
+        assert d.busy_ns == T.busy_ns(ivs), d.device_id
     for d in r.devices:
         assert d.busy_ns <= d.gpu_span_ns <= d.stream_busy_sum_ns + d.idle_in_gpu_span_ns
         assert sum(b.time_ns for b in d.histogram) == d.gpu_span_ns
