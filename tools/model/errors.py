@@ -3,3 +3,16 @@
 
 class ProfileError(Exception):
     """A profile cannot be opened or a request cannot be answered; str(err) is shown to the user."""
+
+
+SHOWN_PATH_CHARS = 200
+
+
+def shown_path(path: object) -> str:
+    """A path as error messages echo it: at most ~200 characters (head and tail kept, the middle elided).
+    Control characters are escaped by the renderers, not here: structured errors keep the raw text."""
+    text = str(path)
+    if len(text) <= SHOWN_PATH_CHARS:
+        return text
+    keep = SHOWN_PATH_CHARS // 2 - 2
+    return f"{text[:keep]}…{text[-keep:]} ({len(text)} characters)"

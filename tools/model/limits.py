@@ -1,0 +1,97 @@
+"""Where gpuscope may write and how much memory it may use: one place for every setting.
+
+Settings come from the environment so that an MCP host can set them in its server entry:
+  GPUSCOPE_CACHE_DIR            cache folder (default $XDG_CACHE_HOME/gpuscope, else ~/.cache/gpuscope)
+  GPUSCOPE_MEMORY_LIMIT         DuckDB memory per open profile, e.g. '4GB' (default a quarter of RAM, <= 8 GB)
+  GPUSCOPE_SQL_MEMORY_LIMIT     memory of the process that runs sql_query, e.g. '2GB' (default an eighth of RAM, <= 4 GB)
+  GPUSCOPE_MAX_DECOMPRESSED_GB  largest decompressed .json.gz accepted, GB (default half of RAM)
+Sizes accept a plain number of bytes or a number with KB/MB/GB/TB (powers of 1000) or KiB/MiB/GiB/TiB.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .errors import ProfileError
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 10**9  # no sysconf (not Linux/macOS): assume a small workstation
+
+
+def parse_size(text: str, setting: str) -> int:
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtT]i?[bB]?|[bB]?)\s*", text or "")
+    unit = (m.group(2).lower() if m else "")
+    if unit and not unit.endswith("b"):
+        unit += "b"
+    if not m or unit not in _UNITS:
+        raise ProfileError(f"{setting}={text!r} is not a size. Write bytes or a number with a unit, e.g. 4GB or 512MiB.")
+    value = int(float(m.group(1)) * _UNITS[unit])
+    if value < 64 * 2**20:
+        raise ProfileError(f"{setting}={text!r} is below the minimum of 64 MiB.")
+    return value
+
+
+def _size_setting(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return parse_size(raw, name) if raw not in (None, "") else default
+
+
+def cache_root() -> Path:
+    """The per-user cache folder: stores, exports, the DuckDB extension copy, spill files."""
+    explicit = os.environ.get("GPUSCOPE_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuscope"
+
+
+def private_dir(*parts: str) -> Path:
+    """A folder under the cache that only this user can enter (created 0700)."""
+    path = cache_root().joinpath(*parts)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise ProfileError(f"gpuscope cannot create its cache folder {path} ({exc.strerror or exc}). Set "
+                           "GPUSCOPE_CACHE_DIR (or XDG_CACHE_HOME) to a writable folder.") from None
+    return path
+
+
+def memory_limit_bytes() -> int:
+    """DuckDB memory_limit of each open profile's connections."""
+    return _size_setting("GPUSCOPE_MEMORY_LIMIT", min(physical_memory_bytes() // 4, 8 * 10**9))
+
+
+def sql_memory_limit_bytes() -> int:
+    """Address-space ceiling of the sql_query process (DuckDB there gets 3/4 of it)."""
+    return _size_setting("GPUSCOPE_SQL_MEMORY_LIMIT", max(min(physical_memory_bytes() // 8, 4 * 10**9), 1 * 10**9))
+
+
+def max_decompressed_bytes() -> int:
+    raw = os.environ.get("GPUSCOPE_MAX_DECOMPRESSED_GB")
+    if raw in (None, ""):
+        return physical_memory_bytes() // 2
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ProfileError(f"GPUSCOPE_MAX_DECOMPRESSED_GB={raw!r} is not a positive number of GB (1 GB = 1e9 bytes).")
+    return int(value * 1e9)
+
+
+def duckdb_config(memory_limit: int | None = None) -> dict[str, str]:
+    """Settings every gpuscope DuckDB instance starts with: bounded memory, spill to the private cache."""
+    return {
+        "memory_limit": f"{(memory_limit or memory_limit_bytes()) // 2**20}MiB",
+        "temp_directory": str(private_dir("spill", str(os.getpid()))),
+        "autoinstall_known_extensions": "false",
+        "autoload_known_extensions": "false",
+    }
