@@ -25,10 +25,16 @@ with `from conftest import ...`: tests/ has no __init__.py, so pytest puts tests
 from __future__ import annotations
 
 import importlib
+import os
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
+
+# Stores, spill files and the extension copy go to a cache of the test session's own, never ~/.cache; subprocesses
+# (the CLI, `gpuscope serve`, the SQL worker) inherit it. A caller's explicit GPUSCOPE_CACHE_DIR is kept.
+os.environ.setdefault("GPUSCOPE_CACHE_DIR", tempfile.mkdtemp(prefix="gpuscope-test-cache-"))
 
 from gpuscope.fixtures import samples
 

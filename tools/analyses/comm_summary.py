@@ -18,6 +18,7 @@ import duckdb
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
+from ..model.quote import quote_ident
 from ..model.trace import Trace
 from .comm_patterns import COLLECTIVES, collective_index_sql
 from .comm_patterns import comm_patterns as active_patterns
@@ -272,27 +273,20 @@ def _nccl_ranges(trace: Trace, window: Window, limit: int) -> list[RangeGroup]:
 def _mpi(trace: Trace, window: Window, notes: list[str]) -> list[MpiGroup]:
     if trace.format != "nsys":
         return []
-    try:
-        have = {r[0] for r in trace.sql("SELECT table_name FROM duckdb_tables() WHERE database_name = 'native'")}
-    except duckdb.Error:
-        have = set()
-    if not have:
-        notes.append("MPI: the Nsight tables are not attached (DuckDB sqlite extension unavailable), so MPI tables cannot be read")
-        return []
+    have = trace.native_tables()
     present = [(t, kind) for t, kind in MPI_TABLES if t in have]
     if not present:
         return []
     if "StringIds" not in have:
-        notes.append("MPI tables are present but StringIds is not attached; MPI call names unavailable")
+        notes.append("MPI tables are present but the export has no StringIds table; MPI call names unavailable")
         return []
     parts = []
     for table, kind in present:
-        cols = {r[0] for r in trace.sql(
-            "SELECT column_name FROM duckdb_columns() WHERE database_name = 'native' AND table_name = ?", [table])}
+        cols = trace.native_columns(table)
         size = "size" if "size" in cols else "NULL"
         recv = "recvSize" if "recvSize" in cols else "NULL"
         parts.append(f"""SELECT '{kind}' AS kind, textId, globalTid, start, "end", {size}::BIGINT AS size, {recv}::BIGINT AS recv
-                         FROM native."{table}" WHERE start >= ? AND start < ?""")
+                         FROM native.{quote_ident(table)} WHERE start >= ? AND start < ?""")
     try:
         rows = trace.sql(
             f"""SELECT coalesce(s.value, 'StringIds ' || e.textId) AS name, kind, count(DISTINCT globalTid), count(*),

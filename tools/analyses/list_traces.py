@@ -83,22 +83,28 @@ def _candidates(root: Path, recursive: bool) -> list[Path]:
 
 
 def _peek(path: Path, fmt: str) -> str:
-    """A cheap content hint without loading the profile (counts come from trace_info)."""
-    if fmt in ("nsys", "rocpd", "rpd"):
-        import sqlite3
+    """A cheap content hint without loading the profile (counts come from trace_info). Only real tables are
+    counted: a profile's views are SQL written by whoever made the file (rocpd's per-process tables are summed)."""
+    if fmt not in ("nsys", "rocpd", "rpd"):
+        return ""
+    import sqlite3
 
-        tables = {"nsys": ("CUPTI_ACTIVITY_KIND_KERNEL", "kernels"), "rocpd": ("rocpd_kernel_dispatch", "kernel dispatches"),
-                  "rpd": ("rocpd_op", "GPU ops")}[fmt]
+    from ..model.detect import ROCPD_SUFFIXED
+    from ..model.quote import quote_ident
+    from ..model.sqlite_source import connect_readonly, readable_tables
+
+    target, what = {"nsys": ("CUPTI_ACTIVITY_KIND_KERNEL", "kernels"), "rocpd": ("rocpd_kernel_dispatch", "kernel dispatches"),
+                    "rpd": ("rocpd_op", "GPU ops")}[fmt]
+    try:
+        con = connect_readonly(path)
         try:
-            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            try:
-                n = con.execute(f"SELECT count(*) FROM {tables[0]}").fetchone()[0]
-            finally:
-                con.close()
-            return f", {n} {tables[1]}"
-        except (sqlite3.Error, UnicodeDecodeError) as exc:  # SQLite's message on a damaged page may not decode
-            # Only a missing table means there is none; a locked or damaged file is not "no kernels".
-            if "no such table" in str(exc):
-                return f", no {tables[1]} table"
-            return f", {tables[1]} not counted ({exc}); trace_info reports what can be read"
-    return ""
+            tables = [t for t in readable_tables(con)
+                      if t == target or ((m := ROCPD_SUFFIXED.fullmatch(t)) is not None and m.group(1) == target)]
+            if not tables:
+                return f", no {what} table"
+            n = sum(con.execute(f"SELECT count(*) FROM {quote_ident(t)}").fetchone()[0] for t in tables)
+        finally:
+            con.close()
+        return f", {n} {what}"
+    except (sqlite3.Error, UnicodeDecodeError) as exc:  # SQLite's message on a damaged page may not decode
+        return f", {what} not counted ({exc}); trace_info reports what can be read"

@@ -52,10 +52,9 @@ def _cross_thread(trace: Trace) -> CrossThread:
                "rocpd": "rocpd records one thread per rocTX region, so a range ending on another thread cannot be recognised",
                "rpd": "legacy RPD records one thread per range"}.get(trace.format, "the format records one thread per range")
         return CrossThread((), why)
-    cols = {r[0] for r in trace.sql(
-        "SELECT column_name FROM duckdb_columns() WHERE database_name = 'native' AND table_name = 'NVTX_EVENTS'")}
+    cols = trace.native_columns("NVTX_EVENTS")
     if not {"endGlobalTid", "globalTid", "eventType", "start"} <= cols:
-        return CrossThread((), "the export has no NVTX_EVENTS.endGlobalTid column (or the native table is not attached), "
+        return CrossThread((), "the export has no NVTX_EVENTS.endGlobalTid column "
                                "so start/end ranges ending on another thread cannot be recognised")
     rows = trace.sql(
         """SELECT DISTINCT ((globalTid >> 24) & 16777215)::BIGINT, (globalTid & 16777215)::BIGINT, start::BIGINT

@@ -1,36 +1,33 @@
 """sql_query, list_tables, describe_table: read-only SQL over the trace model and native tables.
 
-Safety comes in layers: the connection itself has external access disabled and its
-configuration locked once the profile is loaded (no file reads, ATTACH, COPY, INSTALL/LOAD or
-SET); a query must be exactly one SELECT (or EXPLAIN of one); functions that open other files
-through the SQLite scanner (which ignores the external-access switch) are refused by walking the
-parsed query; a timer interrupts long queries; rows and characters are capped.
+User SQL never runs in this process. tools/sandbox sends it to a worker process that opens the
+profile's store read-only in a DuckDB instance with external access off, no extension loaded and
+its configuration locked, under an address-space ceiling and a time limit (the worker is killed
+past it). DuckDB's parser decides what the statement is: one SELECT (or EXPLAIN of one), checked
+again on its parsed tree for file-reading functions (tools/sandbox/guard.py). Native tables that
+the reader did not already copy into the store are copied the first time a query names one.
+Rows and characters are capped.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import decimal
-import json
 import re
-import threading
-import uuid
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import duckdb
 from pydantic import BaseModel, Field
 
+from .. import sandbox
+from ..sandbox.cells import jsonable
 from ..model.errors import ProfileError
+from ..model.quote import quote_ident
+from ..model.sqlite_source import connect_readonly, duck_type, lenient_text
 from ..model.trace import MODEL_TABLES, SCHEMA_SQL, Trace
 
 MAX_ROWS = 1000
 MAX_CHARS = 15_000       # JSON characters of the rows; keeps a result well under host output caps
 MAX_CELL_CHARS = 400
-DENIED_FUNCTIONS = re.compile(
-    r"^(sqlite_\w+|query|query_table|read_\w+|glob|sniff_csv|parquet_\w+|iceberg_\w+|delta_scan|"
-    r"json_execute_serialized_sql|load_\w+|install_\w+|checkpoint|force_checkpoint|getenv)$", re.I)
 
 
 class SqlResult(BaseModel):
@@ -44,14 +41,14 @@ class SqlResult(BaseModel):
 
 class TableInfo(BaseModel):
     table: str = Field(description="name to use in SQL")
-    rows: int | None = Field(description="row count (null when the native table cannot be scanned)")
+    rows: int | None = Field(description="row count (null when it cannot be counted)")
     description: str | None = None
 
 
 class TablesResult(BaseModel):
     trace: str
     model_tables: list[TableInfo] = Field(description="the normalised trace model (same for every format)")
-    native_tables: list[TableInfo] = Field(description="the profile's own tables, read-only, as catalog `native`")
+    native_tables: list[TableInfo] = Field(description="the profile's own tables, read-only, under schema `native`")
     note: str
 
 
@@ -71,136 +68,159 @@ class DescribeResult(BaseModel):
 
 def sql_query(trace: Trace, sql: str, limit: int = 100, timeout_s: float = 10.0) -> SqlResult:
     limit = max(1, min(int(limit), MAX_ROWS))
-    check_query(trace, sql)
-    cur = trace.con.cursor()
-    timer = threading.Timer(timeout_s, cur.interrupt)
-    timer.start()
-    try:
-        res = cur.execute(sql)
-        columns = [d[0] for d in res.description] if res.description else []
-        raw = res.fetchmany(limit + 1)
-    except duckdb.InterruptException:
-        raise ProfileError(f"query stopped after the {timeout_s:g} s time limit. Aggregate more (GROUP BY) or filter "
-                           "(WHERE device_id = ..., start_ns BETWEEN ...) so it finishes sooner.") from None
-    except duckdb.ParserException as exc:
-        # The query itself parsed in check_query, so this comes from a native SQLite view whose SQL
-        # DuckDB cannot parse (rocpd writes its views with backtick quoting).
-        raise ProfileError(f"a native SQLite view of this profile cannot be read by DuckDB ({str(exc).strip()}). "
-                           "Query the model tables or the native tables list_tables shows instead.") from None
-    except duckdb.Error as exc:
-        raise ProfileError(f"SQL error: {str(exc).strip()}. Call list_tables / describe_table for table and column names.") from None
-    finally:
-        timer.cancel()
-        cur.close()
-    truncated = len(raw) > limit
-    rows = [[_jsonable(v) for v in r] for r in raw[:limit]]
-    size, kept = 0, []
-    for r in rows:
-        size += len(json.dumps(r, default=str)) + 1
-        if size > MAX_CHARS:
-            truncated = True
-            break
-        kept.append(r)
+    reply = _run(trace, sql, limit, timeout_s)
+    rows, truncated = reply["rows"], bool(reply["truncated"])
     hint = None
     if truncated:
-        hint = (f"showing {len(kept)} rows; more exist. Aggregate, add WHERE/LIMIT/OFFSET, select fewer columns, "
+        hint = (f"showing {len(rows)} rows; more exist. Aggregate, add WHERE/LIMIT/OFFSET, select fewer columns, "
                 f"or raise limit (max {MAX_ROWS}; output is also capped at {MAX_CHARS} characters)")
-    return SqlResult(trace=str(trace.path), columns=columns, rows=kept, row_count=len(kept), truncated=truncated, hint=hint)
+    return SqlResult(trace=str(trace.path), columns=reply["columns"], rows=rows, row_count=len(rows),
+                     truncated=truncated, hint=hint)
 
 
-def check_query(trace: Trace, sql: str) -> None:
-    """Refuse anything but one read-only SELECT that reads only this profile."""
-    if not sql or not sql.strip():
+def _run(trace: Trace, sql: str, limit: int, timeout_s: float) -> dict:
+    if not isinstance(sql, str) or not sql.strip():
         raise ProfileError("empty SQL. Example: SELECT short_name, count(*) FROM kernels GROUP BY 1 ORDER BY 2 DESC")
+    copied: set[str] = set()
+    while True:
+        request = {"plan": _plan(trace), "sql": sql, "limit": limit, "max_chars": MAX_CHARS, "max_cell": MAX_CELL_CHARS}
+        reply = sandbox.ask(request, timeout_s)
+        if "need" not in reply:
+            break
+        fresh = [t for t in reply["need"] if t not in copied]
+        if not fresh:  # the worker keeps asking for what was copied: never loop
+            raise ProfileError(f"native table(s) {', '.join(reply['need'])} could not be prepared for the query.")
+        for table in fresh:
+            _copy_native(trace, table)
+            copied.add(table)
+    if "refused" in reply:
+        raise ProfileError(reply["refused"])
+    if "error" in reply:
+        kind = reply.get("kind")
+        if kind == "OutOfMemoryException":
+            raise ProfileError(f"the query needs more memory than sql_query may use ({reply['error']}). Aggregate or filter "
+                               "more, or raise GPUSCOPE_SQL_MEMORY_LIMIT.")
+        if kind == "internal":
+            raise ProfileError(f"sql_query could not run this statement ({reply['error']}). Simplify it, or query the "
+                               "model tables; please report it with the query.")
+        raise ProfileError(f"SQL error: {reply['error']}. Call list_tables / describe_table for table and column names.")
+    return reply
+
+
+def _plan(trace: Trace) -> dict:
+    """What the worker's catalog holds: the store, and the native tables copied so far."""
+    cat = trace.native
+    lazy = [t for t in cat.tables if t not in cat.in_model] if cat.source == "sqlite" else []
+    files = {t: str(f) for t in lazy if (f := trace.store.native_file(t)).exists()}
+    return {"store": str(trace.store.model_file), "model": list(MODEL_TABLES), "in_model": list(cat.in_model),
+            "files": files, "views": cat.views, "lazy": lazy}
+
+
+def _copy_native(trace: Trace, table: str) -> None:
     try:
-        statements = duckdb.extract_statements(sql)
+        trace.store.copy_native(trace.path, table)
+    except duckdb.OutOfMemoryException:
+        raise ProfileError(f"native.{quote_ident(table)} is too large to copy within GPUSCOPE_MEMORY_LIMIT; query the model "
+                           "tables instead, or raise the limit.") from None
     except duckdb.Error as exc:
-        raise ProfileError(f"SQL does not parse: {str(exc).strip()}") from None
-    if len(statements) != 1:
-        raise ProfileError(f"send exactly one statement (got {len(statements)}); split them into separate calls.")
-    kind = statements[0].type.name
-    if kind not in ("SELECT", "EXPLAIN"):
-        raise ProfileError(f"only read-only SELECT / WITH queries (and EXPLAIN, DESCRIBE, SHOW) are allowed; got {kind}. "
-                           "The profile and the trace model cannot be modified.")
-    body = statements[0].query
-    if kind == "EXPLAIN":
-        body = re.sub(r"^\s*EXPLAIN\s+(ANALYZE\s+)?", "", body, flags=re.I)
-    for name in _function_names(trace, body):
-        if DENIED_FUNCTIONS.match(name):
-            raise ProfileError(f"function {name}() is not allowed in sql_query: it reads files or runs nested SQL. "
-                               "Query the model tables or native.<table> instead.")
-
-
-def _function_names(trace: Trace, sql: str) -> set[str]:
-    cur = trace.con.cursor()
-    try:
-        tree = json.loads(cur.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
-    except duckdb.Error as exc:  # json_serialize_sql reports errors in its result; should it raise, say so plainly
-        raise ProfileError(f"SQL cannot be checked: {str(exc).strip()}. Simplify the query (one SELECT over the model tables).") from None
-    finally:
-        cur.close()
-    if tree.get("error"):
-        # DESCRIBE/SHOW/PRAGMA forms do not serialise; fall back to a lexical scan of call sites.
-        return {m.group(1) for m in re.finditer(r"([A-Za-z_][\w]*)\s*\(", sql)}
-    names: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                if k == "function_name" and isinstance(v, str):
-                    names.add(v)
-                walk(v)
-        elif isinstance(node, list):
-            for v in node:
-                walk(v)
-
-    walk(tree)
-    return names
+        raise ProfileError(f"native.{quote_ident(table)} cannot be read from the profile ({str(exc).strip().splitlines()[0]}); "
+                           "query the model tables instead.") from None
 
 
 def list_tables(trace: Trace) -> TablesResult:
     docs = table_docs()
     model = [TableInfo(table=t, rows=trace.count(t), description=docs.get(t, ("", {}))[0]) for t in MODEL_TABLES]
-    native = []
-    for (name,) in trace.sql(
-        "SELECT table_name FROM duckdb_tables() WHERE database_name = 'native' ORDER BY table_name"):
-        try:
-            rows = int(trace.scalar(f'SELECT count(*) FROM native."{name}"'))
-        except duckdb.Error:
-            rows = None
-        native.append(TableInfo(table=f'native."{name}"', rows=rows))
+    counts = trace.memo(("native_counts",), lambda: _native_counts(trace))
+    native = [TableInfo(table=f"native.{quote_ident(name)}", rows=counts.get(name),
+                        description=("gpuscope's view stacking " + ", ".join(trace.native.views[name])
+                                     if name in trace.native.views else None))
+              for name in [*sorted(trace.native.tables), *sorted(v for v in trace.native.views if v not in trace.native.tables)]]
     return TablesResult(
         trace=str(trace.path), model_tables=model, native_tables=native,
-        note="Times are integer ns. Prefer the model tables: they are the same for every format. "
-             "Native tables with rows=null hold bytes DuckDB cannot decode; the model has their content.",
+        note="Times are integer ns. Prefer the model tables: they are the same for every format. Native tables are "
+             "the profile's own, read as stored (views inside the profile are never run; rocpd's are rebuilt by gpuscope "
+             "from the tables they stack). The first query naming a large native table copies it, once.",
     )
 
 
+def _native_counts(trace: Trace) -> dict[str, int | None]:
+    counts: dict[str, int | None] = {}
+    for name in trace.native.in_model:
+        try:
+            counts[name] = int(trace.scalar(f"SELECT count(*) FROM native.{quote_ident(name)}"))
+        except duckdb.Error:
+            counts[name] = None
+    lazy = [t for t in trace.native.tables if t not in counts]
+    if lazy:
+        conn = connect_readonly(trace.path)
+        try:
+            for name in lazy:
+                try:
+                    counts[name] = int(conn.execute(f"SELECT count(*) FROM {quote_ident(name)}").fetchone()[0])
+                except Exception:  # a damaged page: the count is unknown, not zero
+                    counts[name] = None
+        finally:
+            conn.close()
+    for view, parts in trace.native.views.items():
+        vals = [counts.get(p) for p in parts]
+        counts.setdefault(view, None if any(v is None for v in vals) else sum(vals))
+    return counts
+
+
 def describe_table(trace: Trace, table: str) -> DescribeResult:
-    name = table.strip()
+    name = (table or "").strip()
     if name.lower() in MODEL_TABLES:
-        ref, key = name.lower(), name.lower()
-    else:
-        bare = name.split(".", 1)[1] if name.lower().startswith("native.") else name
-        bare = bare.strip('"')
-        known = {n for (n,) in trace.sql("SELECT table_name FROM duckdb_tables() WHERE database_name = 'native'")}
-        if bare not in known:
-            raise ProfileError(f"unknown table {table!r}. Model tables: {', '.join(MODEL_TABLES)}; "
-                               "list_tables shows the native ones.")
-        ref, key = f'native."{bare}"', None
-    cur = trace.con.cursor()
+        key = name.lower()
+        cur = trace.con.cursor()
+        try:
+            res = cur.execute(f"SELECT * FROM {key} LIMIT 3")
+            cols = [(d[0], str(d[1])) for d in res.description]
+            sample = [[sandbox_value(v) for v in r] for r in res.fetchall()]
+            rows = trace.count(key)
+        finally:
+            cur.close()
+        col_docs = table_docs().get(key, ("", {}))[1]
+        return DescribeResult(trace=str(trace.path), table=key, rows=rows, sample=sample,
+                              columns=[ColumnInfo(name=n, type=t, description=col_docs.get(n)) for n, t in cols])
+    bare = _bare_native(name)
+    found = trace.native.resolve(bare) if bare else None
+    if found is None:
+        raise ProfileError(f"unknown table {table!r}. Model tables: {', '.join(MODEL_TABLES)}; "
+                           "list_tables shows the native ones.")
+    ref = f"native.{quote_ident(found)}"
+    if found in trace.native.in_model or found in trace.native.views or trace.native.source != "sqlite":
+        described = _run(trace, f"DESCRIBE {ref}", MAX_ROWS, 30.0)
+        sample = _run(trace, f"SELECT * FROM {ref} LIMIT 3", 3, 30.0)["rows"]
+        rows = _run(trace, f"SELECT count(*) FROM {ref}", 1, 30.0)["rows"][0][0]
+        columns = [ColumnInfo(name=r[0], type=str(r[1])) for r in described["rows"]]
+        return DescribeResult(trace=str(trace.path), table=ref, rows=int(rows), columns=columns, sample=sample)
+    # A native table not copied yet: read its schema and a sample from the profile, without copying it.
+    conn = connect_readonly(trace.path)
+    conn.text_factory = lenient_text
     try:
-        res = cur.execute(f"SELECT * FROM {ref} LIMIT 3")
-        cols = [(d[0], str(d[1])) for d in res.description]
-        sample = [[_jsonable(v) for v in r] for r in res.fetchall()]
-        rows = int(cur.execute(f"SELECT count(*) FROM {ref}").fetchone()[0])
-    except duckdb.Error as exc:
+        info = conn.execute(f"PRAGMA table_info({quote_ident(found)})").fetchall()
+        sample = [[sandbox_value(v) for v in r] for r in conn.execute(f"SELECT * FROM {quote_ident(found)} LIMIT 3").fetchall()]
+        rows = int(conn.execute(f"SELECT count(*) FROM {quote_ident(found)}").fetchone()[0])
+    except Exception as exc:
         raise ProfileError(f"table {table!r} cannot be read: {str(exc).strip()}") from None
     finally:
-        cur.close()
-    col_docs = table_docs().get(key, ("", {}))[1] if key else {}
-    return DescribeResult(trace=str(trace.path), table=ref, rows=rows, sample=sample,
-                          columns=[ColumnInfo(name=n, type=t, description=col_docs.get(n)) for n, t in cols])
+        conn.close()
+    columns = [ColumnInfo(name=r[1], type=duck_type(r[2] or "") or "ANY") for r in info]
+    return DescribeResult(trace=str(trace.path), table=ref, rows=rows, columns=columns, sample=sample)
+
+
+def _bare_native(name: str) -> str | None:
+    """`native."X"`, `native.X`, `"X"` or `X` -> X."""
+    if name.lower().startswith("native."):
+        name = name[7:]
+    name = name.strip()
+    if len(name) >= 2 and name[0] == name[-1] == '"':
+        name = name[1:-1].replace('""', '"')
+    return name or None
+
+
+def sandbox_value(v: Any) -> Any:
+    return jsonable(v, MAX_CELL_CHARS)
 
 
 @lru_cache(maxsize=1)
@@ -228,21 +248,3 @@ def table_docs() -> dict[str, tuple[str, dict[str, str]]]:
         if not s:
             pending = [] if table is None else pending
     return docs
-
-
-def _jsonable(v: Any) -> Any:
-    if v is None or isinstance(v, (bool, int, float)):
-        return v
-    if isinstance(v, str):
-        return v if len(v) <= MAX_CELL_CHARS else v[: MAX_CELL_CHARS - 1] + "…"
-    if isinstance(v, decimal.Decimal):
-        return int(v) if v == v.to_integral_value() else float(v)
-    if isinstance(v, (bytes, bytearray)):
-        return v.decode("utf-8", errors="replace")[:MAX_CELL_CHARS]
-    if isinstance(v, (_dt.datetime, _dt.date, _dt.time, _dt.timedelta, uuid.UUID, Path)):
-        return str(v)
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    return str(v)

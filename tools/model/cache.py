@@ -7,7 +7,8 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from .errors import ProfileError
+from .detect import regular_file
+from .errors import ProfileError, shown_path
 from .trace import Progress, Trace, _no_progress, load_trace
 
 MAX_TRACES = int(os.environ.get("GPUSCOPE_CACHE_TRACES", "4"))
@@ -32,15 +33,11 @@ def _memory_bytes(trace: Trace) -> int:
 
 def open_trace(path: str | Path, progress: Progress = _no_progress) -> Trace:
     """The trace model of `path`, loaded once and reused while the file is unchanged."""
-    if not str(path).strip():
-        raise ProfileError("No profile path given. Pass the path of a .sqlite, .db/.rpd or .json(.gz) profile.")
-    resolved = Path(path).expanduser().resolve()
+    resolved = regular_file(path)
     try:
-        if not resolved.exists():
-            raise ProfileError(f"No such file: {resolved}. Check the path; list_traces(folder) shows the profiles in a folder.")
         key = _key(resolved)
     except OSError as exc:  # e.g. a parent folder without search permission
-        raise ProfileError(f"Cannot read {resolved}: {exc.strerror or exc}. Check the path and its permissions.") from None
+        raise ProfileError(f"Cannot read {shown_path(resolved)}: {exc.strerror or exc}. Check the path and its permissions.") from None
     with _guard:
         hit = _cache.get(key)
         if hit is not None:

@@ -1,4 +1,4 @@
-"""Read SQLite profiles (Nsight exports, rocpd databases) into DuckDB.
+"""Read SQLite profiles (Nsight exports, rocpd databases) into the store, treating the file as hostile.
 
 Bulk numeric tables are scanned by DuckDB's SQLite extension, which ships on PyPI
 (`duckdb-extension-sqlite`) and loads offline: a 2 M-kernel export ingests ~6x faster than
@@ -6,6 +6,15 @@ copying rows through Python. The extension rejects invalid UTF-8 (real Nsight ex
 it) and type-mismatched cells (legacy RPD stores '' in integer columns), so text-bearing tables go
 through Python's sqlite3 with lenient decoding instead. When the extension cannot be loaded at
 all, every table takes the sqlite3 path: slower, same result.
+
+What a profile cannot do to us:
+  * only real tables are read. Views and triggers hold SQL written by whoever made the file, and
+    virtual tables run module code, so they are never queried (the DuckDB scanner would parse and
+    run a view's SQL the moment it is named); names reach SQL only through quote_ident;
+  * nothing is created, locked or changed beside the profile. sqlite3 opens it `immutable`; the
+    DuckDB scanner cannot take URI flags and would create `-wal`/`-shm` files next to a WAL-mode
+    database (or trip over a hot journal), so such files are scanned from a private copy;
+  * the sqlite3 connection has an authorizer that allows reading and nothing else (no ATTACH).
 """
 
 from __future__ import annotations
@@ -14,16 +23,25 @@ import logging
 import os
 import shutil
 import sqlite3
+import urllib.parse
+import uuid
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 
-from .errors import ProfileError
+from .errors import ProfileError, shown_path
+from .limits import cache_root, private_dir
+from .quote import quote_ident, quote_literal
 
 log = logging.getLogger(__name__)
 
 _EXTENSION_FILE: Path | None | bool = False  # False: not looked for yet; None: unavailable
+SQLITE_HEADER = 100
+
+# sqlite3 authorizer: reading is all a profile connection may do.
+_ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+_ALLOWED_PRAGMAS = {"table_info", "table_xinfo"}
 
 
 def _extension_file() -> Path | None:
@@ -39,10 +57,9 @@ def _extension_file() -> Path | None:
         found = sorted(pkg.glob(f"extensions/v{duckdb.__version__}/*.duckdb_extension"))
         if not found:
             return None
-        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpuscope" / "duckdb" / duckdb.__version__
+        cache = private_dir("duckdb", duckdb.__version__)
         target = cache / "sqlite_scanner.duckdb_extension"
         if not target.exists() or target.stat().st_size != found[0].stat().st_size:
-            cache.mkdir(parents=True, exist_ok=True)
             tmp = target.with_suffix(f".tmp{os.getpid()}")
             shutil.copyfile(found[0], tmp)
             os.replace(tmp, target)
@@ -56,54 +73,129 @@ def lenient_text(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
 
+def _authorize(action: int, arg1, arg2, db_name, trigger) -> int:
+    if action in _ALLOWED_ACTIONS or (action == sqlite3.SQLITE_PRAGMA and arg1 in _ALLOWED_PRAGMAS):
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+def connect_readonly(path: Path) -> sqlite3.Connection:
+    """sqlite3 connection that reads `path` as it is on disk and can do nothing else.
+
+    `immutable=1` makes SQLite skip locking and journal/WAL handling, so no `-shm`/`-wal` file ever
+    appears beside the profile; the URI is percent-encoded so `?` or `#` in a path stay part of it."""
+    uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro&immutable=1"
+    conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+    conn.set_authorizer(_authorize)
+    return conn
+
+
 def open_sqlite(path: Path) -> sqlite3.Connection:
-    """Read-only, immutable-safe sqlite3 connection with lenient text decoding."""
+    """connect_readonly with lenient text decoding, checked to be a readable database."""
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        conn = connect_readonly(path)
         conn.text_factory = lenient_text
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
         raise ProfileError(
-            f"{path} is not a readable SQLite database ({exc}). If it is a profile, it may be truncated or "
+            f"{shown_path(path)} is not a readable SQLite database ({exc}). If it is a profile, it may be truncated or "
             "still being written; re-export it (e.g. `nsys export --type sqlite`) and try again."
         ) from None
     return conn
 
 
+def readable_tables(conn: sqlite3.Connection) -> list[str]:
+    """The profile's ordinary tables: no views, no virtual tables, no SQLite internals."""
+    rows = conn.execute("SELECT name, coalesce(sql, '') FROM sqlite_master WHERE type = 'table'").fetchall()
+    return [name for name, sql in rows
+            if isinstance(name, str) and not name.lower().startswith("sqlite_")
+            and not sql.lstrip().upper().startswith("CREATE VIRTUAL")]
+
+
+def needs_private_copy(path: Path) -> str | None:
+    """Why the DuckDB scanner must not open `path` in place (None: it may)."""
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(SQLITE_HEADER)
+    except OSError:
+        return None
+    if len(header) >= 20 and 2 in (header[18], header[19]):
+        return "the database is in WAL mode"
+    for sidecar in ("-wal", "-journal"):
+        if os.path.lexists(f"{path}{sidecar}"):
+            return f"a {sidecar} file lies beside it"
+    return None
+
+
+def private_copy(path: Path) -> Path:
+    """A copy of `path` in the private cache that SQLite sees as a plain rollback-journal database
+    (WAL flags in the header set back to 1), so scanning it touches nothing beside the profile."""
+    folder = private_dir("tmp")
+    target = folder / f"{os.getpid()}-{uuid.uuid4().hex}.sqlite"
+    try:
+        shutil.copyfile(path, target)
+        with open(target, "r+b") as fh:
+            header = bytearray(fh.read(SQLITE_HEADER))
+            if len(header) >= 20 and 2 in (header[18], header[19]):
+                header[18] = header[19] = 1
+                fh.seek(0)
+                fh.write(header)
+    except OSError as exc:
+        target.unlink(missing_ok=True)
+        raise ProfileError(f"gpuscope could not copy {shown_path(path)} into its cache {shown_path(folder)} ({exc.strerror or exc}); "
+                           "free disk space there or set GPUSCOPE_CACHE_DIR to a folder with room.") from None
+    return target
+
+
+def attach_scanner(con: duckdb.DuckDBPyConnection, path: Path, alias: str) -> Path | None:
+    """Attach `path` read-only through the SQLite extension as catalog `alias`. Returns the private copy
+    made for it (the caller deletes it), or None. Raises duckdb.Error when the extension is unavailable."""
+    ext = _extension_file()
+    if ext is None:
+        raise duckdb.IOException("the DuckDB sqlite extension is not available")
+    copy = private_copy(path) if needs_private_copy(path) else None
+    try:
+        con.execute(f"LOAD {quote_literal(str(ext))}")
+        con.execute(f"ATTACH {quote_literal(str(copy or path))} AS {quote_ident(alias)} (TYPE sqlite, READ_ONLY)")
+    except BaseException:
+        if copy is not None:
+            copy.unlink(missing_ok=True)
+        raise
+    return copy
+
+
 class SqliteSource:
-    """A profile's SQLite tables, attached to a DuckDB connection as catalog `native` when possible."""
+    """A profile's SQLite tables while a reader builds the trace model in the store.
+
+    `relation(t)` names a table the reader can scan in SQL: the profile attached as catalog `src`
+    when the extension is available, else (and always for text=True) a lenient copy that lands in
+    the store as `native."t"`, where sql_query and the tools find it later."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, path: Path):
         self.con = con
         self.path = path
         self.sqlite = open_sqlite(path)
-        rows = self.sqlite.execute(
-            "SELECT name, type FROM sqlite_master WHERE type IN ('table','view')"
-        ).fetchall()
-        self.objects = {name: typ for name, typ in rows}
+        self.tables = readable_tables(self.sqlite)
+        self._lower = {t.lower(): t for t in self.tables}
         self._columns: dict[str, list[str]] = {}
-        self._copied: set[str] = set()
+        self.copied: set[str] = set()
         self.attached = False
-        ext = _extension_file()
-        if ext is not None:
-            try:
-                con.execute(f"LOAD '{ext}'")
-                con.execute(f"ATTACH '{_sql_str(str(path))}' AS native (TYPE sqlite, READ_ONLY)")
-                self.attached = True
-            except duckdb.Error as exc:
-                log.info("sqlite extension could not attach %s (%s); using sqlite3 copies", path, exc)
+        self._private: Path | None = None
+        try:
+            self._private = attach_scanner(con, path, "src")
+            self.attached = True
+        except duckdb.Error as exc:
+            log.info("sqlite extension could not attach %s (%s); using sqlite3 copies", path, exc)
+        con.execute("CREATE SCHEMA IF NOT EXISTS native")
 
     # -- schema probing -------------------------------------------------------------------------
     def has(self, table: str) -> bool:
-        return table in self.objects
+        return table in self.tables
 
     def columns(self, table: str) -> list[str]:
         if table not in self._columns:
-            if not self.has(table):
-                self._columns[table] = []
-            else:
-                info = self.sqlite.execute(f'PRAGMA table_info("{table}")').fetchall()
-                self._columns[table] = [r[1] for r in info]
+            self._columns[table] = ([r[1] for r in self.sqlite.execute(f"PRAGMA table_info({quote_ident(table)})")]
+                                    if self.has(table) else [])
         return self._columns[table]
 
     def has_column(self, table: str, column: str) -> bool:
@@ -118,34 +210,57 @@ class SqliteSource:
         """A DuckDB relation name holding `table`'s rows.
 
         text=True forces the lenient sqlite3 copy (use it for tables with free text that may hold
-        invalid UTF-8, and for small tables where it costs nothing).
-        """
+        invalid UTF-8, and for small tables where it costs nothing)."""
         if not self.has(table):
             raise KeyError(table)
-        if self.attached and not text and self.objects[table] == "table":
-            return f'native."{table}"'
-        return self._copy(table)
+        if self.attached and not text:
+            return f"src.{quote_ident(table)}"
+        return self.copy(table, lenient=True)
 
-    def _copy(self, table: str) -> str:
-        target = f'"_src_{table}"'
-        if table not in self._copied:
-            cur = self.sqlite.execute(f'SELECT * FROM "{table}"')
-            cols = [d[0] for d in cur.description]
-            df = pd.DataFrame.from_records(cur.fetchall(), columns=cols)
-            df = df.apply(_normalise_column)
-            # Declared SQLite types decide the DuckDB types, so empty or all-NULL columns keep them.
-            declared = {r[1]: r[2] for r in self.sqlite.execute(f'PRAGMA table_info("{table}")').fetchall()}
-            select = ", ".join(f'TRY_CAST("{c}" AS {t}) AS "{c}"' if (t := _duck_type(declared.get(c, ""))) else f'"{c}"'
-                               for c in cols)
-            name = f"_df_{abs(hash(table))}"
-            self.con.register(name, df)
-            self.con.execute(f"CREATE TEMP TABLE {target} AS SELECT {select or '*'} FROM {name}")
-            self.con.unregister(name)
-            self._copied.add(table)
+    def copy(self, table: str, *, lenient: bool = False) -> str:
+        """Copy `table` into the store as native."table" (once) and return that name."""
+        target = f"native.{quote_ident(table)}"
+        if table in self.copied:
+            return target
+        if self.attached and not lenient:
+            try:
+                self.con.execute(f"CREATE TABLE {target} AS SELECT * FROM src.{quote_ident(table)}")
+                self.copied.add(table)
+                return target
+            except duckdb.Error as exc:  # invalid UTF-8 or mixed types: the lenient path reads it
+                log.info("scanner copy of %s failed (%s); copying through sqlite3", table, exc)
+                self.con.execute(f"DROP TABLE IF EXISTS {target}")
+        copy_lenient(self.con, self.sqlite, table, target)
+        self.copied.add(table)
         return target
 
     def close(self) -> None:
         self.sqlite.close()
+        if self.attached:
+            try:
+                self.con.execute("DETACH src")
+            except duckdb.Error:
+                pass
+        if self._private is not None:
+            self._private.unlink(missing_ok=True)
+
+
+def copy_lenient(con: duckdb.DuckDBPyConnection, sqlite: sqlite3.Connection, table: str, target: str) -> None:
+    """CREATE TABLE target from a SQLite table read through sqlite3, declared types kept."""
+    cur = sqlite.execute(f"SELECT * FROM {quote_ident(table)}")
+    cols = [d[0] for d in cur.description]
+    df = pd.DataFrame.from_records(cur.fetchall(), columns=cols)
+    df = df.apply(_normalise_column)
+    # Declared SQLite types decide the DuckDB types, so empty or all-NULL columns keep them.
+    declared = {r[1]: r[2] for r in sqlite.execute(f"PRAGMA table_info({quote_ident(table)})").fetchall()}
+    select = ", ".join(f"TRY_CAST({quote_ident(c)} AS {t}) AS {quote_ident(c)}" if (t := duck_type(declared.get(c, "")))
+                       else quote_ident(c) for c in cols)
+    name = f"_df_{uuid.uuid4().hex}"
+    con.register(name, df)
+    try:
+        con.execute(f"CREATE TABLE {target} AS SELECT {select or '*'} FROM {name}")
+    finally:
+        con.unregister(name)
 
 
 def _normalise_column(series: pd.Series) -> pd.Series:
@@ -154,7 +269,10 @@ def _normalise_column(series: pd.Series) -> pd.Series:
         return series
     kinds = {type(v) for v in series.dropna().head(10000)}
     if kinds <= {int}:
-        return pd.array(series, dtype="Int64")
+        try:
+            return pd.array(series, dtype="Int64")
+        except (OverflowError, TypeError, ValueError):  # beyond int64 further down: keep the text
+            return series.map(lambda v: None if v is None else str(v))
     if kinds <= {int, float}:
         return pd.to_numeric(series, errors="coerce")
     if kinds and kinds <= {bytes}:
@@ -162,7 +280,7 @@ def _normalise_column(series: pd.Series) -> pd.Series:
     return series.map(lambda v: None if v is None else (v if isinstance(v, str) else str(v)))
 
 
-def _duck_type(declared: str) -> str | None:
+def duck_type(declared: str) -> str | None:
     """SQLite type affinity rules, mapped onto DuckDB types (None: untyped, keep what the cells hold)."""
     d = declared.upper()
     if not d:
@@ -178,5 +296,22 @@ def _duck_type(declared: str) -> str | None:
     return "VARCHAR"
 
 
-def _sql_str(value: str) -> str:
-    return value.replace("'", "''")
+def cleanup_private_copies() -> None:
+    """Remove private copies left by processes that died mid-ingest."""
+    folder = cache_root() / "tmp"
+    if not folder.is_dir():
+        return
+    for f in folder.glob("*.sqlite"):
+        pid = f.name.split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            f.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,4 +1,4 @@
-"""The shared trace object: one DuckDB connection holding the trace model of one profile."""
+"""The shared trace object: one profile's trace model in its store, read through a locked connection."""
 
 from __future__ import annotations
 
@@ -6,17 +6,20 @@ import importlib
 import sqlite3
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import duckdb
 
-from .detect import FORMAT_NAMES, Detected, detect
-from .errors import ProfileError
+from .detect import FORMAT_NAMES, Detected, detect, regular_file
+from .errors import ProfileError, shown_path
+from .store import NativeCatalog, Store
 
 SCHEMA_SQL = (Path(__file__).parent / "schema.sql").read_text()
 MODEL_TABLES = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops")
+SQLITE_FORMATS = ("nsys", "rocpd", "rpd")
 
 Progress = Callable[[float, str], None]
 MEMO_ENTRIES = 256  # memoized figures kept per open profile
@@ -28,16 +31,25 @@ def _no_progress(fraction: float, message: str) -> None:
 
 @dataclass
 class Trace:
-    """An opened profile. Tools query `con` (via `sql`); the model tables are documented in schema.sql."""
+    """An opened profile. Tools query `con` (via `sql`); the model tables are documented in schema.sql.
+
+    `con` is read-only with external access off and its configuration locked: nothing run on it can
+    change the model or reach another file."""
 
     path: Path
     format: str
     con: duckdb.DuckDBPyConnection
     open_seconds: float
+    store: Store
+    native: NativeCatalog
     meta: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        # A Trace dropped without close() (tests, one-shot CLI calls) still removes its store.
+        self._finalizer = weakref.finalize(self, _release, self.con, self.store)
 
     @property
     def format_name(self) -> str:
@@ -65,6 +77,7 @@ class Trace:
         return rows[0][0] if rows else None
 
     def count(self, table: str) -> int:
+        """Rows of a table named by gpuscope's own code (a model table or e.g. native.events), memoized."""
         return self.memo(("count", table), lambda: int(self.scalar(f"SELECT count(*) FROM {table}")))
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
@@ -84,13 +97,29 @@ class Trace:
         value = self.meta.get(key)
         return int(value) if value not in (None, "") else None
 
+    # -- the profile's own tables ------------------------------------------------------------------------
+    def native_tables(self) -> set[str]:
+        """Native tables the tools' connection can read (those copied into the model store)."""
+        return set(self.native.in_model)
+
+    def native_columns(self, table: str) -> set[str]:
+        return {r[0] for r in self.sql(
+            "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'native' AND table_name = ?", [table])}
+
     def close(self) -> None:
-        self.con.close()
+        self._finalizer()
+
+
+def _release(con: duckdb.DuckDBPyConnection, store: Store) -> None:
+    try:
+        con.close()
+    finally:
+        store.close()
 
 
 def load_trace(path: Path, progress: Progress = _no_progress) -> Trace:
-    """Detect the format, run its reader and return the populated trace model (uncached)."""
-    path = Path(path).expanduser().resolve()
+    """Detect the format, build the trace model into a new store and open it read-only (uncached)."""
+    path = regular_file(path)
     found: Detected = detect(path)
     if found.format == "nsys-rep":
         from .nsys_rep import export_nsys_rep
@@ -98,41 +127,82 @@ def load_trace(path: Path, progress: Progress = _no_progress) -> Trace:
         path = export_nsys_rep(path, progress)
         found = detect(path)
     t0 = time.perf_counter()
-    con = duckdb.connect(":memory:")
+    store = Store.create()
     try:
-        con.execute(SCHEMA_SQL)
-        reader = importlib.import_module(f"{__package__}.readers.{found.format}")
-        progress(0.0, f"reading {FORMAT_NAMES.get(found.format, found.format)}")
-        reader.load(con, path, progress, found)
-        _finalise(con)
-        # From here on the connection only answers queries: no file access, no ATTACH/COPY/LOAD,
-        # and no SET to undo that (sql_query relies on it).
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
-    except ProfileError:
-        con.close()
-        raise
-    except duckdb.Error as exc:
-        con.close()
-        raise ProfileError(
-            f"{path} could not be read as a {FORMAT_NAMES.get(found.format, found.format)}: {exc}. "
-            "The file may be truncated or from an unsupported version."
-        ) from None
-    except (sqlite3.Error, UnicodeDecodeError) as exc:
-        # Readers page through the SQLite file lazily, so a damaged page deep inside only shows up mid-read.
-        con.close()
-        raise ProfileError(
-            f"{path} could not be read as a {FORMAT_NAMES.get(found.format, found.format)}: {exc}. "
-            "The file is damaged (truncated, or copied while still being written); re-export or copy it again."
-        ) from None
+        native = _ingest(store, path, found, progress)
+        con = store.read_only()
     except BaseException:
-        con.close()
+        store.close()
         raise
     meta_rows = con.execute("SELECT key, value FROM trace_meta").fetchall()
     meta = {k: v for k, v in meta_rows if k != "warning"}
     warnings = [v for k, v in meta_rows if k == "warning"]
     progress(1.0, "ready")
-    return Trace(path=path, format=found.format, con=con, open_seconds=time.perf_counter() - t0, meta=meta, warnings=warnings)
+    return Trace(path=path, format=found.format, con=con, open_seconds=time.perf_counter() - t0, store=store,
+                 native=native, meta=meta, warnings=warnings)
+
+
+def _ingest(store: Store, path: Path, found: Detected, progress: Progress) -> NativeCatalog:
+    """Run the format's reader on a read-write connection to the store, then close it for good."""
+    name = FORMAT_NAMES.get(found.format, found.format)
+    con = store.ingest_connection()
+    try:
+        con.execute(SCHEMA_SQL)
+        reader = importlib.import_module(f"{__package__}.readers.{found.format}")
+        progress(0.0, f"reading {name}")
+        reader.load(con, path, progress, found)
+        _finalise(con)
+        native = _native_catalog(con, path, found.format)
+        con.execute("CHECKPOINT")
+    except ProfileError:
+        raise
+    except duckdb.OutOfMemoryException:
+        raise ProfileError(f"{shown_path(path)} needs more memory to read than gpuscope may use. Raise GPUSCOPE_MEMORY_LIMIT "
+                           "(e.g. GPUSCOPE_MEMORY_LIMIT=16GB) or analyse a shorter capture.") from None
+    except duckdb.Error as exc:
+        raise ProfileError(
+            f"{shown_path(path)} could not be read as a {name}: {_first_line(exc)}. "
+            "The file may be truncated or from an unsupported version."
+        ) from None
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        # Readers page through the SQLite file lazily, so a damaged page deep inside only shows up mid-read.
+        raise ProfileError(
+            f"{shown_path(path)} could not be read as a {name}: {exc}. "
+            "The file is damaged (truncated, or copied while still being written); re-export or copy it again."
+        ) from None
+    except MemoryError:
+        raise ProfileError(f"{shown_path(path)} is too large to read within this machine's memory. Analyse a shorter "
+                           "capture, or raise GPUSCOPE_MEMORY_LIMIT if the machine has more to give.") from None
+    finally:
+        con.close()
+    store.save_catalog(native)
+    return native
+
+
+def _native_catalog(con: duckdb.DuckDBPyConnection, path: Path, fmt: str) -> NativeCatalog:
+    in_model = [r[0] for r in con.execute(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'native' UNION "
+        "SELECT view_name FROM duckdb_views() WHERE schema_name = 'native' ORDER BY 1").fetchall()]
+    if fmt not in SQLITE_FORMATS:
+        return NativeCatalog(tables=in_model, in_model=in_model, source="model")
+    from .sqlite_source import open_sqlite, readable_tables
+
+    sqlite = open_sqlite(path)
+    try:
+        tables = sorted(readable_tables(sqlite))
+    finally:
+        sqlite.close()
+    views: dict[str, list[str]] = {}
+    if fmt == "rocpd":
+        from .readers.rocpd import logical_tables
+
+        views = logical_tables(tables)
+    return NativeCatalog(tables=tables, in_model=[t for t in in_model if t in tables], views=views)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _finalise(con: duckdb.DuckDBPyConnection) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 
 from ..errors import ProfileError
+from ..quote import quote_ident, quote_literal
 from ..sqlite_source import SqliteSource
 
 KERNEL, MEMCPY, MEMSET, RUNTIME = (f"CUPTI_ACTIVITY_KIND_{t}" for t in ("KERNEL", "MEMCPY", "MEMSET", "RUNTIME"))
@@ -53,7 +54,7 @@ class _Reader:
 
     # -- helpers ------------------------------------------------------------------------------------
     def col(self, table: str, column: str, alias: str) -> str:
-        return f'{alias}."{column}"' if self.src.has_column(table, column) else "NULL"
+        return f"{alias}.{quote_ident(column)}" if self.src.has_column(table, column) else "NULL"
 
     def warn(self, text: str) -> None:
         self.meta.append(("warning", text))
@@ -82,6 +83,9 @@ class _Reader:
         self._processes()
         self._span()
         self.absent("cpu_ops", "only PyTorch traces have CPU operators")
+        for table in self.src.tables:  # comm_summary reads the MPI tables; they are small
+            if table.startswith("MPI_"):
+                self.src.copy(table)
         self.con.executemany("INSERT INTO trace_meta VALUES (?, ?)", self.meta)
         for t in ("_apiname", "_rt", "_copykind", "_memkind"):
             self.con.execute(f"DROP TABLE IF EXISTS {t}")
@@ -89,7 +93,7 @@ class _Reader:
     # -- metadata -----------------------------------------------------------------------------------
     def _metadata(self) -> None:
         table = next((t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if self.src.has(t)), None)
-        rows = dict(self.src.query(f'SELECT name, value FROM "{table}"')) if table else {}
+        rows = dict(self.src.query(f"SELECT name, value FROM {quote_ident(table)}")) if table else {}
         self.meta += [("format", "nsys"), ("format_version", rows.get("EXPORT_SCHEMA_VERSION") or ""),
                       ("product_version", rows.get("EXPORT_PRODUCT_VERSION") or "")]
         if table is None:
@@ -157,7 +161,7 @@ class _Reader:
         # CUPTI makes (process, correlationId) unique among API calls; should an export break that, the
         # join would duplicate GPU rows, so redo it against one call per pair. Exports are written
         # append-only, so max(rowid) is the row count at O(log n); any mismatch just takes the safe path.
-        if insert("_rt") != self.src.query(f'SELECT coalesce(max(rowid), 0) FROM "{table}"')[0][0]:
+        if insert("_rt") != self.src.query(f"SELECT coalesce(max(rowid), 0) FROM {quote_ident(table)}")[0][0]:
             self.con.execute(f"DELETE FROM {model} WHERE {mine}")
             insert("(SELECT min(globalTid) AS globalTid, correlationId FROM _rt GROUP BY globalTid >> 24, correlationId)")
             self.warn(f"{RUNTIME} repeats correlation ids within a process: {what} linked to the first thread that used each id")
@@ -299,9 +303,9 @@ class _Reader:
         if self.src.has("TARGET_INFO_SYSTEM_ENV"):
             hosts = self.src.query("SELECT DISTINCT globalVid >> 48, value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'")
         if len({h for _, h in hosts}) == 1:
-            host = "'" + hosts[0][1].replace("'", "''") + "'"
+            host = quote_literal(str(hosts[0][1]))
         elif hosts:  # several hosts in one report: match on the VM bits of the process id
-            host = "CASE u.vm " + " ".join(f"WHEN {int(v)} THEN '{h.replace(chr(39), chr(39) * 2)}'" for v, h in hosts if v is not None) + " END"
+            host = "CASE u.vm " + " ".join(f"WHEN {int(v)} THEN {quote_literal(str(h))}" for v, h in hosts if v is not None) + " END"
         else:
             host = "NULL"
         self.con.execute(f"""

@@ -23,22 +23,20 @@ Semantics:
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 
 import duckdb
 import pandas as pd
 
-from ..detect import Detected
+from ..detect import ROCPD_SUFFIXED as _SUFFIXED, Detected
 from ..errors import ProfileError
 from ..names import create_short_names
+from ..quote import quote_ident
 from ..sqlite_source import SqliteSource
 from ..trace import MODEL_TABLES
 
 log = logging.getLogger(__name__)
 
-_UUID = r"_[0-9a-fA-F]{8}_[0-9a-fA-F]{4}_[0-9a-fA-F]{4}_[0-9a-fA-F]{4}_[0-9a-fA-F]{12}"
-_SUFFIXED = re.compile(r"(rocpd_[a-z_]+?)" + _UUID)
 _REQUIRED = ("rocpd_string", "rocpd_event", "rocpd_info_agent", "rocpd_info_kernel_symbol", "rocpd_kernel_dispatch")
 
 # Event category → API family. rocprofv3 buffer-kind names plus rocprof-sys names (§2.3).
@@ -58,16 +56,23 @@ COPY_KINDS = {
 }
 
 
+def logical_tables(tables: list[str]) -> dict[str, list[str]]:
+    """rocpd's unsuffixed names -> the per-process physical tables behind them. rocprofv3 ships views
+    with these names; gpuscope never runs a profile's views and stacks the tables itself instead."""
+    out: dict[str, list[str]] = {}
+    for name in sorted(tables):
+        m = _SUFFIXED.fullmatch(name)
+        if m:
+            out.setdefault(m.group(1), []).append(name)
+    return out
+
+
 class _Tables:
     """Logical rocpd table name → DuckDB relation, over however many UUID suffixes the file has."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, src: SqliteSource, lenient: bool = False):
         self.con, self.src, self.lenient = con, src, lenient
-        self.physical: dict[str, list[str]] = {}
-        for name, typ in sorted(src.objects.items()):
-            m = _SUFFIXED.fullmatch(name)
-            if m and typ == "table":
-                self.physical.setdefault(m.group(1), []).append(name)
+        self.physical = logical_tables(src.tables)
         self._rel: dict[tuple[str, bool], str | None] = {}
         self.views: list[str] = []
 
@@ -89,7 +94,7 @@ class _Tables:
             names = self.sqlite_names(logical)
             if not names:
                 self._rel[key] = None
-            elif len(names) == 1 and not text and self.src.objects[names[0]] == "table":
+            elif len(names) == 1 and not text:
                 self._rel[key] = self.src.relation(names[0])
             else:
                 parts = " UNION ALL BY NAME ".join(self._select(n, text) for n in names)
@@ -312,7 +317,7 @@ def _schema_version(src: SqliteSource, tb: _Tables, path: Path) -> str:
             f"{path} has rocpd tables but no rocpd_metadata: it is not a complete rocprofv3 database (hand-made or "
             "interrupted). Re-run rocprofv3 with `--output-format rocpd`."
         )
-    versions = {str(v) for n in names for (v,) in src.query(f'SELECT value FROM "{n}" WHERE tag = \'schema_version\'')}
+    versions = {str(v) for n in names for (v,) in src.query(f"SELECT value FROM {quote_ident(n)} WHERE tag = 'schema_version'")}
     if len(versions) > 1:
         raise ProfileError(f"{path} merges rocpd databases of different schema versions ({', '.join(sorted(versions))}); "
                            "analyse each process's database separately.")
@@ -375,7 +380,7 @@ def _markers(con, tb: _Tables, region: str | None) -> int:
     if ids:
         id_list = ", ".join(str(i) for (i,) in ids)
         for name in tb.sqlite_names("rocpd_event"):
-            cur = tb.src.sqlite.execute(f'SELECT guid, id, extdata FROM "{name}" WHERE category_id IN ({id_list})')
+            cur = tb.src.sqlite.execute(f"SELECT guid, id, extdata FROM {quote_ident(name)} WHERE category_id IN ({id_list})")
             frames.append(pd.DataFrame.from_records(cur.fetchall(), columns=["guid", "id", "extdata"]))
     msgs = pd.concat(frames) if frames else pd.DataFrame({"guid": [], "id": [], "extdata": []})
     msgs = msgs.astype({"guid": "string", "id": "Int64", "extdata": "string"})
@@ -434,7 +439,7 @@ def _capture_span(con) -> list[tuple[str, str]]:
     """rocprofv3 records when it initialised and finalised in each process: that is the capture."""
     for lo, hi, what in (("init", "fini", "rocpd_info_process init to fini (profiler start to finalisation)"),
                          ("start", "end", "rocpd_info_process start to end (process lifetime)")):
-        row = con.execute(f'SELECT min(NULLIF("{lo}", 0)), max(NULLIF("{hi}", 0)) FROM _proc').fetchone()
+        row = con.execute(f"SELECT min(NULLIF({quote_ident(lo)}, 0)), max(NULLIF({quote_ident(hi)}, 0)) FROM _proc").fetchone()
         if row[0] is not None and row[1] is not None and row[1] > row[0]:
             return [("capture_start_ns", str(row[0])), ("capture_end_ns", str(row[1])), ("capture_span_source", what)]
     return []

@@ -24,6 +24,7 @@ import duckdb
 
 from ..detect import Detected
 from ..errors import ProfileError
+from ..quote import quote_ident
 from ..sqlite_source import SqliteSource
 from ..names import create_short_names
 
@@ -47,7 +48,7 @@ def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected: Detecte
 
 
 def _num(col: str) -> str:
-    return f'TRY_CAST("{col}" AS BIGINT) AS "{col}"'
+    return f"TRY_CAST({quote_ident(col)} AS BIGINT) AS {quote_ident(col)}"
 
 
 def _materialise(con, src: SqliteSource, table: str, cols: list[str], text: bool) -> None:
@@ -55,7 +56,7 @@ def _materialise(con, src: SqliteSource, table: str, cols: list[str], text: bool
     when a cell does not match its declared type."""
     target = f"_rpd_{table}"
     if not src.has(table):
-        con.execute(f"CREATE TEMP TABLE {target} AS SELECT " + ", ".join(f"NULL::BIGINT AS \"{c}\"" for c in cols) + " WHERE false")
+        con.execute(f"CREATE TEMP TABLE {target} AS SELECT " + ", ".join(f"NULL::BIGINT AS {quote_ident(c)}" for c in cols) + " WHERE false")
         return
     missing = [c for c in cols if not src.has_column(table, c)]
     if missing:

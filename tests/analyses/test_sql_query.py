@@ -1,0 +1,76 @@
+"""sql_query over native tables, list_tables and describe_table: the profile's own tables as it stores them."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuscope.fixtures import samples as H
+from gpuscope.tools.analyses.sql_query import describe_table, list_tables, sql_query
+from gpuscope.tools.model.errors import ProfileError
+from gpuscope.tools.model.trace import load_trace
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    profiles = H.write_profiles(tmp_path_factory.mktemp("sqlq"))
+    out = {k: load_trace(profiles[k]) for k in ("nsys", "rocpd", "kineto")}
+    yield out
+    for t in out.values():
+        t.close()
+
+
+def test_native_tables_answer(traces):
+    nsys, rocpd, kineto = traces["nsys"], traces["rocpd"], traces["kineto"]
+    assert sql_query(nsys, 'SELECT count(*) FROM native."CUPTI_ACTIVITY_KIND_KERNEL"').rows == [[H.TOTAL_KERNELS]]
+    assert sql_query(nsys, "SELECT count(*) FROM native.cupti_activity_kind_kernel").rows == [[H.TOTAL_KERNELS]]
+    assert sql_query(nsys, "SELECT count(*) FROM native.StringIds").rows[0][0] > 0
+    # rocpd: gpuscope's own view over the per-process table, and the physical table itself
+    assert sql_query(rocpd, "SELECT count(*) FROM native.rocpd_kernel_dispatch").rows == [[H.TOTAL_KERNELS]]
+    physical = next(t for t in rocpd.native.tables if t.startswith("rocpd_kernel_dispatch_"))
+    assert sql_query(rocpd, f'SELECT count(*) FROM native."{physical}"').rows == [[H.TOTAL_KERNELS]]
+    events = sql_query(kineto, "SELECT count(*) FROM native.events WHERE cat = 'kernel'").rows
+    assert events == [[H.TOTAL_KERNELS]]
+
+
+def test_a_native_table_is_copied_once(traces):
+    nsys = traces["nsys"]
+    target = nsys.store.native_file("CUPTI_ACTIVITY_KIND_RUNTIME")
+    assert not target.exists()
+    sql_query(nsys, "SELECT count(*) FROM native.CUPTI_ACTIVITY_KIND_RUNTIME")
+    assert target.exists()
+    mtime = target.stat().st_mtime_ns
+    sql_query(nsys, "SELECT min(start) FROM native.CUPTI_ACTIVITY_KIND_RUNTIME")
+    assert target.stat().st_mtime_ns == mtime
+
+
+def test_list_tables(traces):
+    res = list_tables(traces["nsys"])
+    model = {t.table: t.rows for t in res.model_tables}
+    assert model["kernels"] == H.TOTAL_KERNELS
+    native = {t.table: t.rows for t in res.native_tables}
+    assert native['native."CUPTI_ACTIVITY_KIND_KERNEL"'] == H.TOTAL_KERNELS
+    assert all(name.startswith('native."') for name in native)
+    rocpd = {t.table: t for t in list_tables(traces["rocpd"]).native_tables}
+    view = rocpd['native."rocpd_kernel_dispatch"']
+    assert view.rows == H.TOTAL_KERNELS and "stacking" in view.description
+    kineto = {t.table: t.rows for t in list_tables(traces["kineto"]).native_tables}
+    assert kineto['native."events"'] == kineto['native."event_store"'] > 0
+
+
+@pytest.mark.parametrize("name", ["kernels", "native.CUPTI_ACTIVITY_KIND_KERNEL", 'native."CUPTI_ACTIVITY_KIND_KERNEL"',
+                                  "CUPTI_ACTIVITY_KIND_KERNEL", "native.StringIds"])
+def test_describe_table(traces, name):
+    res = describe_table(traces["nsys"], name)
+    cols = {c.name: c.type for c in res.columns}
+    if name == "kernels":
+        assert res.rows == H.TOTAL_KERNELS and cols["dur_ns"] == "BIGINT"
+        assert next(c for c in res.columns if c.name == "dur_ns").description
+    elif "StringIds" in name:
+        assert set(cols) == {"id", "value"} and res.rows > 0
+    else:
+        assert res.rows == H.TOTAL_KERNELS and cols["start"] == "BIGINT" and len(res.sample) == 3
+
+
+def test_describe_unknown_table(traces):
+    with pytest.raises(ProfileError, match="unknown table"):
+        describe_table(traces["nsys"], "native.nope")

@@ -1,0 +1,162 @@
+"""The sql_query process: runs user SQL where no file can be reached, in bounded memory.
+
+Started by gpuscope.tools.sandbox (never by hand), it reads one JSON request per line on stdin and
+writes one JSON answer per line. Each request names the trace store and the native table files a
+query may see; the worker builds, per store, an in-memory DuckDB catalog of views over them
+(ATTACHed read-only), then turns external access off and locks the configuration before any user
+text runs. The SQLite extension is never loaded here. The process's address space is capped
+(RLIMIT_AS), so a query that would exhaust memory fails here, and a query past its time limit is
+killed by the parent with the whole process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import sys
+from collections import OrderedDict
+
+import duckdb
+
+from ..model.limits import duckdb_config
+from ..model.quote import quote_ident, quote_literal
+from ..model.store import lock_down
+from .cells import jsonable
+from .guard import Refused, check
+
+CACHED_CATALOGS = 4
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class Catalogs:
+    """Locked in-memory catalogs, one per (store, set of native files), least recently used dropped."""
+
+    def __init__(self, memory_limit: int):
+        self.memory_limit = memory_limit
+        self._cons: OrderedDict[str, duckdb.DuckDBPyConnection] = OrderedDict()
+
+    def get(self, plan: dict) -> duckdb.DuckDBPyConnection:
+        key = json.dumps(plan, sort_keys=True)
+        con = self._cons.get(key)
+        if con is not None:
+            self._cons.move_to_end(key)
+            return con
+        con = _build(plan, self.memory_limit)
+        self._cons[key] = con
+        while len(self._cons) > CACHED_CATALOGS:
+            self._cons.popitem(last=False)[1].close()
+        return con
+
+
+def _build(plan: dict, memory_limit: int) -> duckdb.DuckDBPyConnection:
+    config = {**duckdb_config(memory_limit), "threads": "2", "allow_community_extensions": "false",
+              "allow_unsigned_extensions": "false"}
+    con = duckdb.connect(":memory:", config=config)
+    con.execute(f"ATTACH {quote_literal(plan['store'])} AS store (READ_ONLY)")
+    for t in plan["model"]:
+        con.execute(f"CREATE VIEW main.{quote_ident(t)} AS SELECT * FROM store.main.{quote_ident(t)}")
+    con.execute("CREATE SCHEMA native")
+    for t in plan["in_model"]:
+        con.execute(f"CREATE VIEW native.{quote_ident(t)} AS SELECT * FROM store.native.{quote_ident(t)}")
+    for i, (t, file) in enumerate(sorted(plan["files"].items())):
+        con.execute(f"ATTACH {quote_literal(file)} AS {quote_ident(f'nt{i}')} (READ_ONLY)")
+        con.execute(f"CREATE VIEW native.{quote_ident(t)} AS SELECT * FROM {quote_ident(f'nt{i}')}.main.t")
+    present = {t.lower() for t in [*plan["in_model"], *plan["files"]]}
+    for view, parts in plan["views"].items():
+        if view.lower() not in present and parts and all(p.lower() in present for p in parts):
+            body = " UNION ALL BY NAME ".join(f"SELECT * FROM native.{quote_ident(p)}" for p in parts)
+            con.execute(f"CREATE VIEW native.{quote_ident(view)} AS {body}")
+    lock_down(con)  # from here on nothing can reach a file, load code or undo these settings
+    return con
+
+
+def needed(plan: dict, tables: set[tuple[str, str]]) -> list[str]:
+    """Native tables the query names that are not in the catalog yet (the parent copies them)."""
+    lazy = {t.lower(): t for t in plan["lazy"]}
+    have = {t.lower() for t in [*plan["in_model"], *plan["files"]]}
+    want: list[str] = []
+    for schema, name in tables:
+        if schema.lower() != "native":
+            continue
+        low = name.lower()
+        parts = plan["views"].get(next((v for v in plan["views"] if v.lower() == low), ""), [])
+        for t in ([name] if low in lazy else []) + parts:
+            if t.lower() in lazy and t.lower() not in have and lazy[t.lower()] not in want:
+                want.append(lazy[t.lower()])
+    return want
+
+
+def answer(catalogs: Catalogs, request: dict) -> dict:
+    plan = request["plan"]
+    try:
+        con = catalogs.get(plan)
+        checked = check(con, request["sql"])
+    except Refused as exc:
+        return {"refused": str(exc)}
+    except duckdb.Error as exc:
+        return {"error": _first_line(exc), "kind": type(exc).__name__}
+    need = needed(plan, checked.tables)
+    if need:
+        return {"need": need}
+    limit, max_chars, max_cell = request["limit"], request["max_chars"], request["max_cell"]
+    cur = con.cursor()
+    try:
+        res = cur.execute(checked.sql)
+        columns = [d[0] for d in res.description] if res.description else []
+        raw = res.fetchmany(limit + 1)
+    except duckdb.OutOfMemoryException as exc:
+        return {"error": _first_line(exc), "kind": "OutOfMemoryException"}
+    except duckdb.Error as exc:
+        return {"error": _first_line(exc), "kind": type(exc).__name__}
+    except MemoryError:
+        return {"error": "the result does not fit in the query process's memory", "kind": "OutOfMemoryException"}
+    finally:
+        cur.close()
+    truncated = len(raw) > limit
+    rows, size = [], 0
+    for r in raw[:limit]:
+        row = [jsonable(v, max_cell) for v in r]
+        size += len(json.dumps(row, default=str)) + 1
+        if size > max_chars:
+            truncated = True
+            break
+        rows.append(row)
+    return {"columns": columns, "rows": rows, "truncated": truncated}
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def main() -> None:
+    _die_with_parent()
+    ceiling = int(sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
+    sys.stdout = sys.stderr  # nothing but answers may reach the parent's pipe
+    catalogs = Catalogs(memory_limit=ceiling // 2)
+    for line in sys.stdin:
+        try:
+            reply = answer(catalogs, json.loads(line))
+        except MemoryError:
+            reply = {"error": "the query process ran out of memory", "kind": "OutOfMemoryException"}
+        except Exception as exc:  # keep serving: the parent turns this into a clear error
+            reply = {"error": f"{type(exc).__name__}: {exc}", "kind": "internal"}
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()
