@@ -14,6 +14,7 @@ import os
 import re
 
 from ..model.errors import ProfileError
+from ..model.quote import quote_literal
 
 DEFAULT_PATTERNS: tuple[str, ...] = (
     r"nccl",                      # ncclKernel_*, ncclDevKernel_* (NCCL and RCCL)
@@ -55,8 +56,8 @@ def comm_patterns(extra: list[str] | None = None) -> list[str]:
 
 def is_comm_sql(column: str = "name", extra: list[str] | None = None) -> str:
     """SQL predicate: the kernel name in `column` is communication."""
-    alternation = "|".join(f"(?:{p})" for p in comm_patterns(extra)).replace("'", "''")
-    return f"regexp_matches({column}, '{alternation}', 'i')"
+    alternation = "|".join(f"(?:{p})" for p in comm_patterns(extra))
+    return f"regexp_matches({column}, {quote_literal(alternation)}, 'i')"
 
 
 def collective_index_sql(column: str = "name") -> str:

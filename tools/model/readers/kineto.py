@@ -35,6 +35,7 @@ import pandas as pd
 
 from ..errors import ProfileError
 from ..names import create_short_names
+from ..quote import quote_literal
 
 # Pre-2022 category names (and the 2022 gpu_user_Annotation typo) → current ActivityType names.
 CAT_ALIASES = {
@@ -484,7 +485,7 @@ def _number(v) -> float | None:
 
 def _args_struct(*keys: str, kind: str = "VARCHAR") -> str:
     """json_transform structure reading the given args keys (text of numbers, strings unquoted)."""
-    return "'" + json.dumps({k: kind for k in keys}).replace("'", "''") + "'"
+    return quote_literal(json.dumps({k: kind for k in keys}))
 
 
 # JSON text in json.dumps' layout (', ' and ': ' outside strings), as the cpu_ops input columns always had.
@@ -608,7 +609,7 @@ def _build(con, top: dict) -> None:
            FROM kin_ev e JOIN kin_piddev p USING (pid) WHERE e.cat = 'gpu_user_annotation' AND name IS NOT NULL"""
     )
     lift = _args_struct(*CPU_OP_LIFTED, kind="JSON")
-    patch = "'" + json.dumps(dict.fromkeys(CPU_OP_LIFTED)).replace("'", "''") + "'"
+    patch = quote_literal(json.dumps(dict.fromkeys(CPU_OP_LIFTED)))
     con.execute(
         f"""INSERT INTO cpu_ops
             SELECT pid, tid, ts, ts + dur, dur, name, cat, TRY_CAST(l."External id"::VARCHAR AS BIGINT),
