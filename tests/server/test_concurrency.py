@@ -1,0 +1,119 @@
+"""Many clients at once: 8 HTTP clients and 4 stdio clients call the tools concurrently on several profiles; every
+call answers, and every answer equals the serial answer to the same call."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+
+from gpuscope.fixtures import samples as H
+
+pytestmark = pytest.mark.anyio
+
+CALLS_PER_CLIENT = 24
+
+
+def _calls(profiles: dict) -> list[tuple[str, dict]]:
+    out = []
+    for fmt in ("nsys", "rocpd", "kineto"):
+        p = str(profiles[fmt])
+        out += [("trace_info", {"trace": p}), ("top_kernels", {"trace": p}), ("gap_histogram", {"trace": p}),
+                ("sql_query", {"trace": p, "sql": "SELECT device_id, count(*), sum(dur_ns) FROM kernels GROUP BY 1 ORDER BY 1"}),
+                ("gpu_timeline", {"trace": p}), ("list_tables", {"trace": p}), ("diagnose", {"trace": p}),
+                ("stream_summary", {"trace": p})]
+    return out
+
+
+def _comparable(res) -> str:
+    sc = dict(res.structured_content or {})
+    sc.pop("open_seconds", None)
+    return json.dumps(sc, sort_keys=True, default=str)
+
+
+async def _run_clients(connect, n_clients: int, calls: list, serial: dict[int, str]) -> None:
+    failures: list[str] = []
+
+    async def client(k: int) -> None:
+        async with connect() as c:
+            for j in range(CALLS_PER_CLIENT):
+                i = (k * 7 + j) % len(calls)
+                tool, args = calls[i]
+                res = await c.call_tool(tool, args)
+                if res.is_error:
+                    failures.append(f"{tool}: {res.content[0].text[:200]}")
+                elif _comparable(res) != serial[i]:
+                    failures.append(f"{tool} differs from the serial answer")
+
+    async with anyio.create_task_group() as tg:
+        for k in range(n_clients):
+            tg.start_soon(client, k)
+    assert not failures, failures[:5]
+
+
+async def _serial(connect, calls) -> dict[int, str]:
+    out = {}
+    async with connect() as c:
+        for i, (tool, args) in enumerate(calls):
+            res = await c.call_tool(tool, args)
+            assert not res.is_error, res.content[0].text
+            out[i] = _comparable(res)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_eight_http_clients(anyio_backend, tmp_path):
+    exe = H.VENV_BIN / "gpuscope"
+    if not exe.exists():
+        pytest.skip("gpuscope console script not installed in .venv")
+    profiles = H.write_profiles(tmp_path / "p")
+    calls = _calls(profiles)
+    port = _free_port()
+    log = open(tmp_path / "server.log", "wb")
+    proc = subprocess.Popen([str(exe), "serve", "--http", "--port", str(port)], cwd=tmp_path, stdout=log,
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, (tmp_path / "server.log").read_text()
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline
+                await anyio.sleep(0.2)
+        with anyio.fail_after(240):
+            serial = await _serial(lambda: Client(url), calls)
+            await _run_clients(lambda: Client(url), 8, calls, serial)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+async def test_four_stdio_clients(anyio_backend, tmp_path):
+    profiles = H.write_profiles(tmp_path / "p")
+    calls = _calls(profiles)
+    python = H.VENV_BIN / "python"
+    params = StdioServerParameters(command=str(python if python.exists() else sys.executable), args=["-m", "gpuscope"],
+                                   cwd=str(tmp_path), env=dict(os.environ))
+    with anyio.fail_after(240):
+        serial = await _serial(lambda: Client(params, mode="legacy"), calls)
+        await _run_clients(lambda: Client(params, mode="legacy"), 4, calls, serial)
