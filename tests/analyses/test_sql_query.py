@@ -74,3 +74,36 @@ def test_describe_table(traces, name):
 def test_describe_unknown_table(traces):
     with pytest.raises(ProfileError, match="unknown table"):
         describe_table(traces["nsys"], "native.nope")
+
+
+def test_bare_native_names_resolve(traces):
+    """Queries copied from the Nsight / rocprofiler documentation name native tables bare."""
+    nsys, rocpd, kineto = traces["nsys"], traces["rocpd"], traces["kineto"]
+    assert sql_query(nsys, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").rows == [[H.TOTAL_KERNELS]]
+    joined = sql_query(nsys, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName "
+                             "WHERE s.value = 'gemm_kernel'")
+    assert joined.rows == [[sum(1 for p in H.KERNEL_PLAN if p[3] == "gemm_kernel")]]
+    assert sql_query(rocpd, "SELECT count(*) FROM rocpd_kernel_dispatch").rows == [[H.TOTAL_KERNELS]]
+    assert sql_query(kineto, "SELECT count(*) FROM events WHERE cat = 'kernel'").rows == [[H.TOTAL_KERNELS]]
+    assert sql_query(nsys, "SELECT count(*) FROM kernels").note is None
+    names = {t.table: t.bare_name for t in list_tables(nsys).native_tables}
+    assert names['native."CUPTI_ACTIVITY_KIND_KERNEL"'] == "CUPTI_ACTIVITY_KIND_KERNEL"
+
+
+def test_model_names_win_and_the_answer_says_so(tmp_path):
+    import sqlite3
+
+    path = H.write_profiles(tmp_path)["nsys"]
+    with sqlite3.connect(path) as c:
+        c.execute("CREATE TABLE kernels (x INTEGER)")
+        c.executemany("INSERT INTO kernels VALUES (?)", [(i,) for i in range(3)])
+    trace = load_trace(path)
+    try:
+        res = sql_query(trace, "SELECT count(*) FROM kernels")
+        assert res.rows == [[H.TOTAL_KERNELS]]
+        assert res.note and "model table" in res.note and 'native."kernels"' in res.note
+        assert sql_query(trace, "SELECT count(*) FROM native.kernels").rows == [[3]]
+        names = {t.table: t.bare_name for t in list_tables(trace).native_tables}
+        assert names['native."kernels"'] is None
+    finally:
+        trace.close()

@@ -37,10 +37,14 @@ class SqlResult(BaseModel):
     row_count: int = Field(description="rows returned here")
     truncated: bool = Field(description="true when more rows exist (row or character cap reached)")
     hint: str | None = None
+    note: str | None = Field(None, description="how a bare table name was resolved when the profile has a table of "
+                                               "the same name as a model table")
 
 
 class TableInfo(BaseModel):
     table: str = Field(description="name to use in SQL")
+    bare_name: str | None = Field(None, description="the same table without the native. prefix, as the profiler's "
+                                                    "documentation writes it (null when a model table has that name)")
     rows: int | None = Field(description="row count (null when it cannot be counted)")
     description: str | None = None
 
@@ -74,8 +78,13 @@ def sql_query(trace: Trace, sql: str, limit: int = 100, timeout_s: float = 10.0)
     if truncated:
         hint = (f"showing {len(rows)} rows; more exist. Aggregate, add WHERE/LIMIT/OFFSET, select fewer columns, "
                 f"or raise limit (max {MAX_ROWS}; output is also capped at {MAX_CHARS} characters)")
+    note = None
+    if reply.get("shadowed"):
+        names = ", ".join(reply["shadowed"])
+        note = (f"{names}: the bare name is the gpuscope model table; the profile's own table of that name is "
+                f"native.{quote_ident(reply['shadowed'][0])}")
     return SqlResult(trace=str(trace.path), columns=reply["columns"], rows=rows, row_count=len(rows),
-                     truncated=truncated, hint=hint)
+                     truncated=truncated, hint=hint, note=note)
 
 
 def _run(trace: Trace, sql: str, limit: int, timeout_s: float) -> dict:
@@ -131,14 +140,16 @@ def list_tables(trace: Trace) -> TablesResult:
     docs = table_docs()
     model = [TableInfo(table=t, rows=trace.count(t), description=docs.get(t, ("", {}))[0]) for t in MODEL_TABLES]
     counts = trace.memo(("native_counts",), lambda: _native_counts(trace))
+    model_names = set(MODEL_TABLES)
     native = [TableInfo(table=f"native.{quote_ident(name)}", rows=counts.get(name),
+                        bare_name=None if name.lower() in model_names else name,
                         description=("gpuscope's view stacking " + ", ".join(trace.native.views[name])
                                      if name in trace.native.views else None))
               for name in [*sorted(trace.native.tables), *sorted(v for v in trace.native.views if v not in trace.native.tables)]]
     return TablesResult(
         trace=str(trace.path), model_tables=model, native_tables=native,
         note="Times are integer ns. Prefer the model tables: they are the same for every format. Native tables are "
-             "the profile's own, read as stored (views inside the profile are never run; rocpd's are rebuilt by gpuscope "
+             "the profile's own (native.\"X\", or bare X unless a model table has that name), read as stored (views inside the profile are never run; rocpd's are rebuilt by gpuscope "
              "from the tables they stack). The first query naming a large native table copies it, once.",
     )
 

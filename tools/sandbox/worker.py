@@ -71,11 +71,18 @@ def _build(plan: dict, memory_limit: int) -> duckdb.DuckDBPyConnection:
     for i, (t, file) in enumerate(sorted(plan["files"].items())):
         con.execute(f"ATTACH {quote_literal(file)} AS {quote_ident(f'nt{i}')} (READ_ONLY)")
         con.execute(f"CREATE VIEW native.{quote_ident(t)} AS SELECT * FROM {quote_ident(f'nt{i}')}.main.t")
-    present = {t.lower() for t in [*plan["in_model"], *plan["files"]]}
+    present = {t.lower(): t for t in [*plan["in_model"], *plan["files"]]}
     for view, parts in plan["views"].items():
         if view.lower() not in present and parts and all(p.lower() in present for p in parts):
             body = " UNION ALL BY NAME ".join(f"SELECT * FROM native.{quote_ident(p)}" for p in parts)
             con.execute(f"CREATE VIEW native.{quote_ident(view)} AS {body}")
+            present[view.lower()] = view
+    # Bare names, as queries copied from the Nsight/rocprofiler documentation write them; a model table
+    # of the same name keeps the bare name.
+    model = {t.lower() for t in plan["model"]}
+    for low, name in present.items():
+        if low not in model:
+            con.execute(f"CREATE VIEW main.{quote_ident(name)} AS SELECT * FROM native.{quote_ident(name)}")
     lock_down(con)  # from here on nothing can reach a file, load code or undo these settings
     return con
 
@@ -85,10 +92,12 @@ def needed(plan: dict, tables: set[tuple[str, str]]) -> list[str]:
     lazy = {t.lower(): t for t in plan["lazy"]}
     have = {t.lower() for t in [*plan["in_model"], *plan["files"]]}
     want: list[str] = []
+    model = {t.lower() for t in plan["model"]}
     for schema, name in tables:
-        if schema.lower() != "native":
-            continue
         low = name.lower()
+        # native.X, or a bare X that is not a model table (model names win: the bare name is the model's)
+        if schema.lower() != "native" and (schema or low in model):
+            continue
         parts = plan["views"].get(next((v for v in plan["views"] if v.lower() == low), ""), [])
         for t in ([name] if low in lazy else []) + parts:
             if t.lower() in lazy and t.lower() not in have and lazy[t.lower()] not in want:
@@ -108,6 +117,7 @@ def answer(catalogs: Catalogs, request: dict) -> dict:
     need = needed(plan, checked.tables)
     if need:
         return {"need": need}
+    shadowed = sorted({name for schema, name in checked.tables if not schema and name.lower() in _clashes(plan)})
     limit, max_chars, max_cell = request["limit"], request["max_chars"], request["max_cell"]
     cur = con.cursor()
     try:
@@ -131,7 +141,13 @@ def answer(catalogs: Catalogs, request: dict) -> dict:
             truncated = True
             break
         rows.append(row)
-    return {"columns": columns, "rows": rows, "truncated": truncated}
+    return {"columns": columns, "rows": rows, "truncated": truncated, "shadowed": shadowed}
+
+
+def _clashes(plan: dict) -> set[str]:
+    """Lower-cased names that are both a model table and a native table or view."""
+    native = {t.lower() for t in [*plan["in_model"], *plan["lazy"], *plan["views"]]}
+    return native & {t.lower() for t in plan["model"]}
 
 
 def _first_line(exc: Exception) -> str:
