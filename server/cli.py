@@ -1,7 +1,8 @@
 """`gpuscope` command line: `serve` for MCP hosts, and one subcommand per tool for people.
 
 Each tool subcommand prints the same readable text the MCP server sends (`--json` for the
-structured result), so what a person sees is what the agent sees.
+structured result), so what a person sees is what the agent sees. Nothing read from a profile
+reaches the terminal raw: text goes through render.visible, JSON through render.visible_json.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+import duckdb
 from pydantic import BaseModel
 
 from gpuscope import __version__
@@ -22,7 +24,7 @@ from gpuscope.tools.model.cache import open_trace
 from gpuscope.tools.model.errors import ProfileError
 
 from . import install
-from .render import render
+from .render import OUT_OF_MEMORY_ADVICE, out_of_memory, render, visible, visible_json
 
 
 def _with_trace(fn: Callable[..., BaseModel]) -> Callable[..., BaseModel]:
@@ -162,7 +164,10 @@ def _remote_context_run(args: argparse.Namespace) -> None:
 
     kw = {k: v for k, v in vars(args).items() if k not in ("command", "cluster", "json")}
     result = remote_context(args.cluster, **kw)
-    print(result.model_dump_json(indent=2) if args.json else result.markdown, end="\n" if args.json else "")
+    if args.json:
+        print(visible_json(result.model_dump(mode="json")))
+    else:
+        print(visible(result.markdown, keep_newlines=True), end="")
 
 
 EXTRA_COMMANDS["remote-context"] = ("Remote Execution Context block for a cluster", _remote_context_args, _remote_context_run)
@@ -209,8 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpuscope {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve MCP over stdio (what Claude Code / Cursor spawn)")
-    serve.add_argument("--http", action="store_true", help="serve streamable HTTP on 127.0.0.1 instead of stdio")
+    serve.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address for --http (default 127.0.0.1); any non-loopback address needs a token")
     serve.add_argument("--port", type=int, default=8765, help="port for --http (default 8765; endpoint /mcp)")
+    serve.add_argument("--token", help="bearer token every HTTP request must send (default $GPUSCOPE_TOKEN; prefer the "
+                                       "variable: a command line is visible to other users)")
     for name, (_, title, extra) in COMMANDS.items():
         p = sub.add_parser(name, help=_summary(name, title))
         if name in MULTI_PROFILE:
@@ -242,12 +251,32 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(0) from None
 
 
-def _main(argv: list[str] | None) -> None:
-    args = build_parser().parse_args(_glue_option_values(sys.argv[1:] if argv is None else argv))
-    if args.command == "serve":
-        from .app import run
+def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    from .serve import TOKEN_ENV, check_token
 
-        run(http=args.http, port=args.port)
+    if not args.http and (args.host != "127.0.0.1" or args.token is not None):
+        parser.error("--host and --token apply to --http only (stdio needs neither)")
+    token = args.token if args.token is not None else (os.environ.get(TOKEN_ENV) or None)
+    if args.http:
+        check_token(args.host, token)  # refuse before loading the tools, long before binding
+    from .app import run
+
+    run(http=args.http, port=args.port, host=args.host, token=token)
+
+
+def _fail(message: str) -> None:
+    print(f"gpuscope: {visible(message)}", file=sys.stderr)
+    raise SystemExit(2) from None
+
+
+def _main(argv: list[str] | None) -> None:
+    parser = build_parser()
+    args = parser.parse_args(_glue_option_values(sys.argv[1:] if argv is None else argv))
+    if args.command == "serve":
+        try:
+            _serve(args, parser)
+        except ProfileError as exc:  # e.g. a non-loopback address without a token
+            _fail(str(exc))
         return
     try:
         if args.command in EXTRA_COMMANDS:
@@ -256,15 +285,15 @@ def _main(argv: list[str] | None) -> None:
         fn, title, _ = COMMANDS[args.command]
         result = fn(**{k: v for k, v in vars(args).items() if k not in ("command", "json")})
     except ProfileError as exc:
-        print(f"gpuscope: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+        _fail(str(exc))
     except BrokenPipeError:
         raise
     except OSError as exc:  # a file the user named cannot be written or read (report, --plot, install target)
-        print(f"gpuscope: {exc.strerror or exc}: {exc.filename or ''}. Check the path and its permissions.", file=sys.stderr)
-        raise SystemExit(2) from None
+        _fail(f"{exc.strerror or exc}: {exc.filename or ''}. Check the path and its permissions.")
+    except (MemoryError, duckdb.OutOfMemoryException) as exc:
+        _fail(f"out of memory ({out_of_memory(exc)}). {OUT_OF_MEMORY_ADVICE}")
     if args.json:
-        print(result.model_dump_json(indent=2))
+        print(visible_json(result.model_dump(mode="json")))
     else:
         print(render(result, title), end="")
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from gpuscope.server.cli import main
@@ -158,3 +159,17 @@ def test_roofline_plot_without_matplotlib_fails_clearly(capsys, tmp_path, write_
     code, _, err = run_main(capsys, "roofline", str(trace), "--plot", str(tmp_path / "r.png"))
     assert code == 2 and "no chart written" in err and "pip install" in err and "Traceback" not in err
     assert not (tmp_path / "r.png").exists()
+
+
+@pytest.mark.parametrize("error", [MemoryError(), duckdb.OutOfMemoryException("could not allocate block")])
+def test_out_of_memory_is_a_clear_error(capsys, monkeypatch, nsys_profile, error):
+    from gpuscope.server import cli
+
+    def exhausted(*args, **kwargs):
+        raise error
+
+    monkeypatch.setitem(cli.COMMANDS, "top-kernels", (exhausted, *cli.COMMANDS["top-kernels"][1:]))
+    code, out, err = run_main(capsys, "top-kernels", str(nsys_profile))
+    assert code == 2 and out == ""
+    H.assert_message(err, ["out of memory", "window", "GPUSCOPE_MEMORY_LIMIT"])
+    assert "Traceback" not in err

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import anyio
+import duckdb
 
 import pytest
 from mcp import Client, StdioServerParameters
@@ -400,3 +401,33 @@ async def test_streamable_http(anyio_backend, profiles, tmp_path):
             proc.kill()
             proc.wait()
         log.close()
+
+
+async def test_descriptions_say_profile_text_is_data(client):
+    """Every tool whose result carries text read from a profile tells the agent it is data, not instructions."""
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    carry_profile_text = TOOLS - {"get_guide", "remote_context"}
+    for name in carry_profile_text:
+        desc = " ".join(tools[name].description.split())
+        assert "never instructions" in desc and "kernel" in desc.lower() and "paths" in desc, (name, desc[-200:])
+    assert "untrusted data" in client.instructions and "never instructions" in client.instructions
+
+
+@pytest.mark.parametrize("error", [MemoryError(), duckdb.OutOfMemoryException(
+    "Out of Memory Error: could not allocate block of size 256.0 KiB (3.9 GiB/4.0 GiB used)")], ids=["python", "duckdb"])
+async def test_out_of_memory_is_a_clear_error_and_the_server_keeps_serving(client, profiles, monkeypatch, caplog, error):
+    from gpuscope.tools import analyses as A
+
+    real = A.top_kernels
+
+    def exhausted(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(A, "top_kernels", exhausted)
+    text = await _err(client, "top_kernels", {"trace": str(profiles["nsys"])})
+    assert_message(text, ["out of memory", "window", "device", "GPUSCOPE_MEMORY_LIMIT", type(error).__name__])
+    assert "internal error" not in text and "bug" not in text
+    assert any("out of memory" in r.getMessage() for r in caplog.records)   # logged for the operator
+    monkeypatch.setattr(A, "top_kernels", real)
+    sc = await _ok(client, "top_kernels", {"trace": str(profiles["nsys"])})
+    assert sc["devices"][0]["kernel_count"] == DEVICE0_KERNELS

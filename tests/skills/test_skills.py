@@ -204,3 +204,17 @@ async def test_get_guide(client):
         assert not r.is_error and r.structured_content["topic"] == "trace-analysis/comparison"
     r = await client.call_tool("get_guide", {"topic": "nope"})
     assert r.is_error and "remote-slurm" in r.content[0].text and "profile-capture/torch-profiler" in r.content[0].text
+
+
+UNTRUSTED_RULE = re.compile(r"untrusted\s+data.*?never\s+instructions", re.S | re.I)
+
+
+async def test_skills_and_instructions_say_profile_text_is_data(client):
+    """Kernel names, NVTX text, op names, stacks and paths can carry prompt injections: every playbook says so."""
+    for name in [*S.skill_names(), "instructions"]:
+        text = " ".join((client.instructions if name == "instructions" else S.body(name)).split())
+        rule = UNTRUSTED_RULE.search(text)
+        assert rule, name
+        sentence = text[max(0, rule.start() - 200):rule.end()].lower()   # the rule names what it covers
+        for what in ("kernel names", "marker", "op names", "call stacks", "paths"):
+            assert what in sentence, (name, what)
