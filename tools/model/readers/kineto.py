@@ -132,7 +132,7 @@ def _time_issue_sql() -> str:
     for x in ("ts", "dur"):
         checks += [f"WHEN {x} IS NULL THEN '{x} is missing'",
                    f"WHEN NOT isfinite({x}) THEN '{x} is not a finite number (NaN, Infinity or text)'",
-                   f"WHEN abs({x}) >= {US_LIMIT} THEN '{x} is out of range (|{x}| >= 4.6e15 us)'"]
+                   f"WHEN abs({x}) >= {US_LIMIT} THEN '{x} is out of range (beyond ±4.6e15 us)'"]
     return f"CASE WHEN ph = 'X' THEN CASE {' '.join(checks)} END END"
 
 
