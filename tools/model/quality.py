@@ -67,23 +67,23 @@ def check_model(con: duckdb.DuckDBPyConnection) -> None:
     """Repair and count rows of the duration tables that break dur_ns = end_ns - start_ns >= 0.
 
     Readers repair what they know to be wrong before this runs, so every count here is a reader bug
-    (or a source value no reader anticipated); the reasons say so. The arithmetic is done in HUGEINT:
-    end_ns - start_ns of two extreme BIGINTs does not fit a BIGINT."""
-    span = "end_ns::HUGEINT - start_ns"
+    (or a source value no reader anticipated); the reasons say so. end_ns - start_ns of two extreme
+    BIGINTs does not fit a BIGINT: such rows are found without computing it (CASE evaluates its
+    branches only for the rows that reach them) and left out."""
+    too_long = f"CASE WHEN start_ns < 0 THEN end_ns > {_BIGINT_MAX} + start_ns ELSE false END"
+    wrong_dur = f"CASE WHEN end_ns < start_ns OR {too_long} THEN false ELSE dur_ns <> end_ns - start_ns END"
     counts = con.execute(" UNION ALL ".join(
-        f"""SELECT '{t}', count(*) FILTER (WHERE end_ns < start_ns),
-                   count(*) FILTER (WHERE end_ns >= start_ns AND {span} <= {_BIGINT_MAX} AND dur_ns <> {span}),
-                   count(*) FILTER (WHERE {span} > {_BIGINT_MAX})
-            FROM {t}""" for t in DURATION_TABLES)).fetchall()
-    for table, backwards, wrong_dur, too_long in counts:
+        f"""SELECT '{t}', count(*) FILTER (WHERE end_ns < start_ns), count(*) FILTER (WHERE {wrong_dur}),
+                   count(*) FILTER (WHERE {too_long}) FROM {t}""" for t in DURATION_TABLES)).fetchall()
+    for table, backwards, wrong, long in counts:
+        if wrong:
+            con.execute(f"UPDATE {table} SET dur_ns = end_ns - start_ns WHERE {wrong_dur}")
         if backwards:
             con.execute(f"UPDATE {table} SET end_ns = start_ns, dur_ns = 0 WHERE end_ns < start_ns")
-        if wrong_dur:
-            con.execute(f"UPDATE {table} SET dur_ns = end_ns - start_ns WHERE {span} <= {_BIGINT_MAX} AND dur_ns <> {span}")
-        if too_long:
-            con.execute(f"DELETE FROM {table} WHERE {span} > {_BIGINT_MAX}")
+        if long:
+            con.execute(f"DELETE FROM {table} WHERE {too_long}")
         record(con, [
             (table, "repaired", backwards, "model check: end before start, not repaired by the reader: end set to start (duration 0)"),
-            (table, "repaired", wrong_dur, "model check: dur_ns was not end_ns - start_ns (reader error): dur_ns recomputed"),
-            (table, "skipped", too_long, "model check: end_ns - start_ns exceeds the 64-bit ns range: row left out"),
+            (table, "repaired", wrong, "model check: dur_ns was not end_ns - start_ns (reader error): dur_ns recomputed"),
+            (table, "skipped", long, "model check: end_ns - start_ns exceeds the 64-bit ns range: row left out"),
         ])
