@@ -211,6 +211,30 @@ def test_both_kineto_parsers_count_the_same(case, parser, tmp_path, monkeypatch)
     trace.close()
 
 
+def test_nsys_rows_without_times_or_device_are_counted(tmp_path):
+    """Real exports declare these columns NOT NULL; a hand-edited one may not. The rows left out are
+    counted, and the rest are not mistaken for duplicated launches."""
+    import sqlite3
+
+    path = nsys.write(scenario(), tmp_path / "nulls.sqlite")
+    con = sqlite3.connect(path)
+    con.executescript("""
+        ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO k_old;
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM k_old;
+        DROP TABLE k_old;
+        UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = NULL WHERE rowid = 1;
+        UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = NULL WHERE rowid = 2;
+        UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = NULL WHERE rowid = 3;""")
+    con.commit()
+    con.close()
+    trace = load_trace(path)
+    assert sorted(trace.sql("SELECT * FROM data_issues")) == sorted(NSYS_ISSUES + [
+        ("kernels", "skipped", 2, MISSING), ("kernels", "skipped", 1, "deviceId is missing or not an integer")])
+    assert trace.count("kernels") == N_KERNELS - 3
+    assert not any("repeats correlation ids" in w for w in trace.warnings)
+    trace.close()
+
+
 def test_a_clean_profile_has_no_issues_and_tools_say_nothing(tmp_path):
     s = scenario()
     for table, i in BACKWARDS.items():
