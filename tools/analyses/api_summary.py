@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, pct, resolve_selection
+from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection
 from .intervals import unions
 
 CATEGORIES = ("synchronize", "blocking_copy", "pageable_async_copy", "event_query_spin")
@@ -150,6 +150,7 @@ class ApiSummaryResult(BaseModel):
     absent: list[str] = Field(description="figures the profile cannot give, with the reason")
     truncated: bool = Field(description="true when a list was cut to `limit`")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def api_summary(
@@ -232,6 +233,7 @@ def api_summary(
         launches = dev_rows + stream_rows[:limit]
 
     return ApiSummaryResult(
+        data_issues=data_issue_notes(trace, ("api_calls", "kernels", "memops")),
         trace=str(trace.path), window=window,
         filters={"pid": pid, "device": device, "stream": stream, "name_contains": name_contains, "per_thread": per_thread,
                  "spin_min_calls": spin_min_calls, "spin_max_gap_ns": spin_max_gap_ns,

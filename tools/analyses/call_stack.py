@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import CONTAINS_SQL, clip_name, contains_pattern
+from .common import ALL_TABLES, CONTAINS_SQL, clip_name, contains_pattern, data_issue_notes, data_issues_field, skipped_note
 from .op_tree import launchers, node_parents
 from .projection import with_sql as projection_sql
 
@@ -99,6 +99,7 @@ class CallStackResult(BaseModel):
     subtree_totals: Totals | None = None
     truncated: bool = Field(description="true when the chain or subtree was cut by depth/limit")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def call_stack(trace: Trace, *, kernel: str | None = None, op: str | None = None, instance: int | None = None,
@@ -245,7 +246,7 @@ def _pick(df: pd.DataFrame, instance: int | None, longest_cols: list[str], what:
 
 def _kernel_mode(trace: Trace, kernel: str, instance: int | None, depth: int, limit: int, has_ops: bool) -> CallStackResult:
     if trace.count("kernels") == 0:
-        raise ProfileError(f"{trace.path.name} contains no kernels. trace_info says what the profile holds.")
+        raise ProfileError(f"{trace.path.name} contains no kernels. trace_info says what the profile holds." + skipped_note(trace, ("kernels",)))
     rows = trace.sql(f"SELECT rowid * 2 AS gop_id, short_name FROM kernels WHERE name {CONTAINS_SQL} OR short_name {CONTAINS_SQL}",
                      [contains_pattern(kernel)] * 2)
     if not rows:
@@ -295,6 +296,7 @@ def _kernel_mode(trace: Trace, kernel: str, instance: int | None, depth: int, li
     if truncated:
         hint = ((hint + " ") if hint else "") + "output cut: raise depth (chain levels and subtree depth, max 200) or limit (subtree entries, max 500)."
     return CallStackResult(
+        data_issues=data_issue_notes(trace, ALL_TABLES),
         trace=str(trace.path), target="kernel", query=kernel, matched_names=names[:10], instances=len(sel), instance=pos,
         instance_rule=rule, launcher_kind=str(g["launcher_kind"]), chain=chain, chain_truncated=dropped, module_path=mp,
         innermost_python_frame=frame, model_code_frame=model_frame, call_stack_arg=stack_arg, op=op_level, subtree=subtree, subtree_totals=totals,
@@ -364,6 +366,7 @@ def _op_mode(trace: Trace, op: str, instance: int | None, depth: int, limit: int
     if truncated:
         hint = ((hint + " ") if hint else "") + "output cut: raise depth (chain levels and subtree depth, max 200) or limit (subtree entries, max 500)."
     return CallStackResult(
+        data_issues=data_issue_notes(trace, ALL_TABLES),
         trace=str(trace.path), target="op", query=op, matched_names=[clip_name(name, 120)], instances=len(sel), instance=pos,
         instance_rule=rule, chain=chain, chain_truncated=dropped, module_path=mp, innermost_python_frame=frame, model_code_frame=model_frame,
         call_stack_arg=_stack_arg(nodes.at[key, "args"]) if key[0] == "cpu_ops" else None, op=op_level, subtree=subtree,

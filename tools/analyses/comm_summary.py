@@ -22,7 +22,7 @@ from ..model.quote import quote_ident
 from ..model.trace import Trace
 from .comm_patterns import COLLECTIVES, collective_index_sql
 from .comm_patterns import comm_patterns as active_patterns
-from .common import Window, clip_name, pct, resolve_selection, split_gpu_time
+from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, split_gpu_time
 from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
 from .intervals import NULL_KEY, merged, unions
 
@@ -130,6 +130,7 @@ class CommSummaryResult(BaseModel):
     notes: list[str] = Field(description="what the profile could not say (no message sizes, MPI tables unreadable, ...)")
     truncated: bool = Field(description="true when kernels/messages/mpi rows were cut to `limit`")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def comm_summary(
@@ -143,7 +144,7 @@ def comm_summary(
 ) -> CommSummaryResult:
     if trace.count("kernels") == 0:
         raise ProfileError(f"{trace.path.name} contains no kernels, so there is no communication to summarise. "
-                           "trace_info says what the profile holds.")
+                           "trace_info says what the profile holds." + skipped_note(trace, ("kernels",)))
     patterns = active_patterns(comm_patterns)
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 200))
@@ -213,6 +214,7 @@ def comm_summary(
         message = ("no kernel in the selection matched the communication patterns " + "; ".join(patterns)
                    + ". Pass comm_patterns=[...] (regexes over kernel names) if this profile's collectives use other names.")
     return CommSummaryResult(
+        data_issues=data_issue_notes(trace, ("kernels", "cpu_ops", "markers")),
         trace=str(trace.path), window=window, comm_patterns=patterns, matched=matched, message=message, devices=devices,
         collectives=collectives, kernels=kernels, messages=messages, nccl_ranges=ranges, mpi=mpi, notes=notes,
         truncated=truncated, hint=f"rows beyond limit={limit} were cut; raise limit (max 200) or pass device=" if truncated else None,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from pydantic import BaseModel, Field
 
@@ -61,6 +61,47 @@ class Selection:
             clauses.append(f"{p}start_ns < ?")
             params.append(self.end_ns)
         return " AND ".join(clauses), params
+
+
+# The model tables op-level tools read: operators link host calls, markers and GPU work.
+ALL_TABLES = ("kernels", "memops", "api_calls", "markers", "cpu_ops")
+_ROWS = {"kernels": ("kernel", "kernels"), "memops": ("memory copy/set", "memory copies/sets"),
+         "api_calls": ("API call", "API calls"), "markers": ("marker", "markers"), "cpu_ops": ("CPU op", "CPU ops")}
+DATA_ISSUES_DOC = ("source rows behind these figures that the reader left out ('skipped') or corrected ('repaired'), "
+                   "as 'N <rows> <action>: <reason>'; the figures count only the rows kept. Empty when none; "
+                   "trace_info lists them for the whole profile")
+
+
+def data_issues_field() -> Any:
+    """The `data_issues` field every tool result carries (one definition, one meaning)."""
+    return Field(default_factory=list, description=DATA_ISSUES_DOC)
+
+
+def data_issues(trace: Trace) -> list[tuple[str, str, int, str]]:
+    """The profile's data_issues rows (table, action, rows, reason): per table, skipped before
+    repaired, most rows first."""
+    return trace.memo(("data_issues",), lambda: [(t, a, int(n), r) for t, a, n, r in trace.sql(
+        "SELECT table_name, action, rows, reason FROM data_issues ORDER BY table_name, action DESC, rows DESC, reason")])
+
+
+def data_issue_notes(trace: Trace, tables: Iterable[str]) -> list[str]:
+    """'N kernels skipped: ts is not a finite number' for each data_issues row of the model tables a
+    tool's figures read, in the order `tables` names them."""
+    rows = data_issues(trace)
+    notes = []
+    for table in tables:
+        for t, action, n, reason in rows:
+            if t == table:
+                one, many = _ROWS.get(t, (f"{t} row", f"{t} rows"))
+                notes.append(f"{n} {one if n == 1 else many} {action}: {reason}")
+    return notes
+
+
+def skipped_note(trace: Trace, tables: Iterable[str]) -> str:
+    """For an error that says a table has nothing to analyse: the rows the reader left out of it, so that
+    'no kernels' is never the answer when the profile's kernels were all unreadable."""
+    notes = [n for n in data_issue_notes(trace, tables) if " skipped: " in n]
+    return f" The reader left rows out: {'; '.join(notes)} (trace_info lists every data issue)." if notes else ""
 
 
 def capture_window(trace: Trace) -> Window:

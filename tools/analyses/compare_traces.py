@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from ..hardware.peaks import peaks_for_device
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import capture_window, clip_name, pct
+from .common import ALL_TABLES, capture_window, clip_name, data_issue_notes, data_issues_field, pct, skipped_note
 from .gpu_timeline import gpu_timeline
 from .ops_summary import ops_summary
 
@@ -95,6 +95,7 @@ class CompareResult(BaseModel):
     kernels: EntryList
     ops: EntryList | None = Field(description="PyTorch ops by name + shapes; null unless both sides have cpu_ops")
     notes: list[str]
+    data_issues: list[str] = data_issues_field()
 
 
 def _devices(trace: Trace) -> list[int]:
@@ -105,7 +106,7 @@ def _devices(trace: Trace) -> list[int]:
 def _pick(trace: Trace, dev: int | None, side: str) -> int | None:
     devs = _devices(trace)
     if not devs:
-        raise ProfileError(f"{trace.path.name} ({side}) has no GPU work to compare.")
+        raise ProfileError(f"{trace.path.name} ({side}) has no GPU work to compare." + skipped_note(trace, ("kernels", "memops")))
     if dev is None:
         return devs[0] if len(devs) == 1 else None
     if dev not in devs:
@@ -281,7 +282,9 @@ def compare_traces(
     notes.append(f"'unchanged' = |delta| < max({UNCHANGED_MIN_NS} ns, {UNCHANGED_FRACTION:.0%} of baseline); "
                  "positive delta: takes longer on candidate.")
     return CompareResult(baseline=str(baseline.path), candidate=str(candidate.path), devices=[bdev, cdev], totals=totals,
-                         platform=platform, kernels=kernels, ops=ops, notes=notes)
+                         platform=platform, kernels=kernels, ops=ops, notes=notes,
+                         data_issues=[f"{side}: {note}" for side, trace in (("baseline", baseline), ("candidate", candidate))
+                                      for note in data_issue_notes(trace, ALL_TABLES)])
 
 
 def _expected_ratio(bounds: dict, bw: float | None, pb, pc, key: tuple) -> tuple[str, float | None]:

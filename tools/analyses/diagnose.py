@@ -17,7 +17,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .api_summary import api_summary
 from .comm_patterns import comm_patterns
-from .common import Window, clip_name, pct
+from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues, data_issues_field, pct
 from .comm_summary import comm_summary
 from .gpu_timeline import gpu_timeline
 from .intervals import unions
@@ -35,6 +35,8 @@ HOST_WAIT_PCT = 50.0         # >= 50 % of stream idle is host-wait gaps -> idle_
 FAR_BELOW_ROOF_PCT = 50.0    # a rated op below 50 % of its binding roof is 'far below'
 DOMINANT_KERNEL_PCT = 40.0   # one kernel >= 40 % of the device's summed kernel time is 'dominant'
 SLOW_LAUNCH_NS = 1_000_000   # a median launch call >= 1 ms is first-call cost (module load, JIT), not per-launch overhead
+ABSTAIN_GPU_ROWS_PCT = 1.0   # more GPU rows skipped or repaired than this share of the source's GPU rows -> no findings
+LOWER = {"high": "medium", "medium": "low", "low": "low"}
 
 RULES = [
     "Time at stake is ns of GPU time the cause accounts for; share = time at stake / GPU span of the analysed device "
@@ -63,6 +65,9 @@ RULES = [
     "span is capped at it, with the uncapped value in the evidence).",
     "Confidence: high = measured directly and the linking data is complete; medium = inferred from a heuristic threshold "
     "or partial data; low = the profile lacks data needed to separate causes.",
+    "Damaged GPU rows (data_issues of kernels/memops: rows the reader left out or corrected, whose true times are unknown): "
+    "any such row lowers every finding's confidence one level (high -> medium -> low); above 1 % of the profile's GPU rows "
+    "(kept + skipped, all devices) diagnose abstains: no finding is ranked and the verdict says why.",
 ]
 
 
@@ -103,9 +108,11 @@ class DiagnoseResult(BaseModel):
     gpu_busy_ns: int | None = Field(description="union of the device's GPU ops, ns")
     verdict: str = Field(description="one line: the decisive finding, or why there is none")
     findings: list[Finding] = Field(description="ranked by time at stake")
-    dropped_findings: int = Field(description="findings cut by `limit` or below 2 % share")
+    dropped_findings: int = Field(description="findings cut by `limit` or below 2 % share, or all of them when diagnose abstains")
+    abstained: bool = Field(False, description="true when too many GPU rows were skipped or repaired to rank causes (see verdict, rules)")
     not_applicable: list[NotApplicable] = Field(description="analyses that could not run, with the reason")
     rules: list[str]
+    data_issues: list[str] = data_issues_field()
 
 
 def _amdahl(f: float | None) -> tuple[float | None, float | None]:
@@ -376,6 +383,23 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
         findings.append(Finding(rank=len(findings) + 1, bottleneck=f["bottleneck"], title=f["title"], evidence=f["evidence"][:10],
                                 time_at_stake_ns=f["stake"], share_pct=share, denominator=denom, speedup_if_halved=h,
                                 speedup_if_removed=r, confidence=f["conf"], confidence_reason=f["why"], next_step=f["step"]))
+    notes = data_issue_notes(trace, ALL_TABLES)
+    damaged, gpu_rows = _damaged_gpu_rows(trace)
+    damaged_pct = pct(damaged, gpu_rows)
+    if 100 * damaged > ABSTAIN_GPU_ROWS_PCT * gpu_rows:  # exact: damaged_pct is rounded
+        verdict = (f"abstained: {damaged} of {gpu_rows} GPU rows ({damaged_pct} %, above {ABSTAIN_GPU_ROWS_PCT} %) were skipped or "
+                   "repaired by the reader, so their times are unknown and the ranking of causes cannot be trusted; "
+                   "data_issues says what was wrong. Fix or re-export the profile; gpu_timeline and top_kernels still give "
+                   "the figures of the rows kept")
+        return DiagnoseResult(trace=tl.trace, window=tl.window, device_id=dev, device_name=main.device_name, other_devices=others,
+                              gpu_span_ns=span, gpu_busy_ns=main.busy_ns, verdict=verdict, findings=[],
+                              dropped_findings=len(ranked), abstained=True, not_applicable=na, rules=RULES,
+                              data_issues=notes)
+    if damaged:
+        for f in findings:
+            f.confidence = LOWER[f.confidence]
+            f.confidence_reason += (f"; lowered one level: {damaged} of {gpu_rows} GPU rows ({damaged_pct} %) were skipped or "
+                                    "repaired by the reader (data_issues)")
     if findings:
         top_f = findings[0]
         verdict = (f"{top_f.bottleneck}: {top_f.title} — {top_f.share_pct} % of the GPU span at stake "
@@ -385,7 +409,14 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                    f"{main.busy_pct_of_total} % of its span — rate kernels with roofline (needs op shapes) or {kprof}")
     return DiagnoseResult(trace=tl.trace, window=tl.window, device_id=dev, device_name=main.device_name, other_devices=others,
                           gpu_span_ns=span, gpu_busy_ns=main.busy_ns, verdict=verdict, findings=findings, dropped_findings=dropped,
-                          not_applicable=na, rules=RULES)
+                          not_applicable=na, rules=RULES, data_issues=notes)
+
+
+def _damaged_gpu_rows(trace: Trace) -> tuple[int, int]:
+    """(kernel/copy/set source rows skipped or repaired, GPU rows in the source = kept + skipped)."""
+    skipped = sum(n for t, a, n, _ in data_issues(trace) if t in ("kernels", "memops") and a == "skipped")
+    repaired = sum(n for t, a, n, _ in data_issues(trace) if t in ("kernels", "memops") and a == "repaired")
+    return skipped + repaired, trace.count("kernels") + trace.count("memops") + skipped
 
 
 def _kernel_wall_ns(trace: Trace, dev: int, short_name: str, start_ns: int | None, end_ns: int | None) -> int:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, clip_name, gpu_activity_sql, pct, resolve_selection
+from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note
 from .intervals import Union, unions
 
 # Upper bounds (exclusive) in ns; PerfAdvisor's buckets, kept so figures compare.
@@ -74,6 +74,7 @@ class GapHistogramResult(BaseModel):
     profiles: list[GapProfile]
     truncated: bool = Field(description="true when profiles were cut to `limit` (per-stream mode)")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def gap_histogram(
@@ -99,7 +100,8 @@ def gap_histogram(
     found = unions(trace, acts, acts_params, part)
     if not found:
         what = "kernels, copies or sets" if include_memops else "kernels"
-        raise ProfileError(f"no GPU activity ({what}) in the selection, so there are no gaps to measure. trace_info shows what the profile holds.")
+        raise ProfileError(f"no GPU activity ({what}) in the selection, so there are no gaps to measure. trace_info shows what the profile holds."
+                           + skipped_note(trace, ("kernels", "memops")))
     keys = sorted(found, key=lambda k: tuple(-1 if v is None else v for v in k))
     truncated = len(keys) > limit
     bounds = np.array([hi for _, hi in BUCKETS if hi is not None], dtype=np.int64)
@@ -124,6 +126,7 @@ def gap_histogram(
         ))
     activity = "kernels, memory copies and memsets" if include_memops else "kernels only"
     return GapHistogramResult(
+        data_issues=data_issue_notes(trace, ("kernels", "memops", "api_calls")),
         trace=str(trace.path), window=window, activity=activity, mode="per stream" if per_stream else "per device",
         profiles=profiles, truncated=truncated,
         hint=(f"only the first {limit} {'streams' if per_stream else 'devices'} are shown; raise limit or pass device= to narrow"

@@ -26,7 +26,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import Window, pct, resolve_selection, split_gpu_time
+from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, split_gpu_time
 from .intervals import NULL_KEY, merged, union_of, unions
 
 ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
@@ -124,6 +124,7 @@ class GpuTimelineResult(BaseModel):
     streams: list[StreamIdle] = Field(description="HTA per-stream idle breakdown, most idle first")
     truncated: bool = Field(description="true when streams were cut to `limit`")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 DEFINITIONS = ("TraceLens gpu_timeline: computation=|COMP| (non-communication kernels + memsets), exposed_comm=|COMM-COMP|, "
@@ -157,7 +158,8 @@ def gpu_timeline(
     by_cls = unions(trace, f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", params2, (*part, "cls"))
     if not by_cls:
         what = "" if include_unlinked else " with their host launch in the profile (include_unlinked=False)"
-        raise ProfileError(f"no GPU operation{what} in the selection (device/time window); widen it. trace_info lists devices and spans.")
+        raise ProfileError(f"no GPU operation{what} in the selection (device/time window); widen it. trace_info lists devices and spans."
+                           + skipped_note(trace, ("kernels", "memops")))
     counts = {(r[0], r[1]): r[2:] for r in trace.sql(
         f"""SELECT device_id, coalesce(owner, {NULL_KEY}), count(*), count(*) FILTER (WHERE cls = {COMM}),
                    count(*) FILTER (WHERE cls = {MEMCPY}), count(*) FILTER (WHERE NOT launched),
@@ -180,6 +182,7 @@ def gpu_timeline(
         all_devices = _timeline(sets, None, None, None, None, tot)
     streams, truncated = _stream_idle(trace, ops, params2, kernel_wait_threshold_ns, limit)
     return GpuTimelineResult(
+        data_issues=data_issue_notes(trace, ("kernels", "memops", "api_calls")),
         trace=str(trace.path), window=window, include_unlinked=include_unlinked, comm_patterns=patterns,
         definitions=DEFINITIONS, timelines=timelines, all_devices=all_devices,
         kernel_wait_threshold_ns=int(kernel_wait_threshold_ns), streams=streams, truncated=truncated,

@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, clip_name, pct, resolve_selection
+from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
 from .intervals import unions
 from .marker_summary import NO_MARKERS
 from .projection import RANGE_KINDS, SHIFT, normalised_sql, projection_absent_reason, tree, with_sql
@@ -133,6 +133,7 @@ class IterationsResult(BaseModel):
     steps: list[Step]
     truncated: bool = Field(description="true when more steps exist than `limit` (summaries cover all)")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def iterations(
@@ -214,6 +215,7 @@ def iterations(
         ["cov", "instances", "min_depth"], ascending=[False, False, True]).head(10)
     truncated = limit is not None and len(steps) > limit
     return IterationsResult(
+        data_issues=data_issue_notes(trace, ("markers", "kernels", "memops")),
         trace=str(trace.path), window=window, filters={"marker": marker, "pid": pid, "device": device},
         choice=choice,
         alternatives=[Candidate(pattern=clip_name(r.pattern), example=clip_name(r.example), domain=r.domain, pid=int(r.pid),

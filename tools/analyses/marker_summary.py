@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, pct, resolve_selection
+from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection
 from .intervals import unions
 from .projection import RANGE_KINDS, cross_thread, projection_absent_reason, tree, with_sql
 
@@ -106,6 +106,7 @@ class MarkerSummaryResult(BaseModel):
         description="PyTorch's GPU-side annotation spans by name and device (a cross-check; empty for other formats)")
     truncated: bool = Field(description="true when more groups exist than `limit`")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def marker_summary(
@@ -254,6 +255,7 @@ def marker_summary(
     if sort_by in ("gpu_busy", "gpu_work") and absent is not None:
         hint = ((hint + "; ") if hint else "") + f"sorted by CPU time instead: {absent}"
     return MarkerSummaryResult(
+        data_issues=data_issue_notes(trace, ("markers", "kernels", "memops")),
         trace=str(trace.path), window=window,
         filters={"device": device, "pid": pid, "name_contains": name_contains}, sort_by=sort_by,
         ranges=sum(g["n"] for g in groups), names=len(groups), instant_marks=marks, projection=projection,

@@ -44,7 +44,7 @@ from ..hardware import peaks_for_device
 from ..hardware.peaks import DevicePeaks, default_table
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, pct, resolve_selection
+from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection
 from .intervals import Union, intersect, measure, merged, unions
 
 UNITS = "1 GB = 10^9 bytes; GB/s = bytes per ns; times in ns on the profile timeline"
@@ -151,6 +151,7 @@ class MemcpySummaryResult(BaseModel):
     notes: list[str] = Field(description="findings and caveats: pageable copies, unknown links, missing sizes")
     truncated: bool = Field(description="true when some device had more groups than `limit`")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def memcpy_summary(
@@ -260,6 +261,7 @@ def memcpy_summary(
                              "the recorded durations are too short (a clock or capture artefact); do not read it as a measured rate.")
     largest = _largest(trace, base, params, top, largest_by) if top else []
     return MemcpySummaryResult(
+        data_issues=data_issue_notes(trace, ("memops", "kernels", "api_calls")),
         trace=str(trace.path), window=window,
         filters={"device": device, "stream": stream, "host_link_gb_per_s": host_link_gb_per_s,
                  "peer_link_gb_per_s": peer_link_gb_per_s, "largest_by": largest_by},

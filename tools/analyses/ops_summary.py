@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, clip_name, pct, resolve_selection
+from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
 from .op_tree import launchers, union_ns
 
 UNATTRIBUTED = "<unattributed>"
@@ -230,6 +230,7 @@ class OpsSummaryResult(BaseModel):
     remainder_rows: int = Field(description="rows beyond the limit")
     remainder_direct_ns: int = Field(description="direct time (kernels: summed time) of the rows beyond the limit, ns")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 # -- computation --------------------------------------------------------------------------------------
@@ -358,6 +359,7 @@ def ops_summary(
             rows, rem_n, rem_t = _shape_rows(g, inst, totals, limit)
     truncated = rem_n > 0
     return OpsSummaryResult(
+        data_issues=data_issue_notes(trace, ALL_TABLES),
         trace=str(trace.path), group_by=group_by, attribution=attribution, window=window, filters=filters,
         totals=totals, rows=rows, truncated=truncated, remainder_rows=rem_n, remainder_direct_ns=rem_t,
         hint=(f"{rem_n} more rows beyond limit={limit}; raise limit (max 500) or filter with name_contains/device/time window"

@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from ..perf_models import model_for
-from .common import Window, clip_name, pct, resolve_selection
+from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
 from .ops_summary import _instances, selected_frame
 from .op_tree import union_ns
 
@@ -92,6 +92,7 @@ class PerfSummaryResult(BaseModel):
     remainder_rows: int = Field(description="signatures beyond the limit")
     remainder_kernel_time_ns: int = Field(description="kernel time of the signatures beyond the limit, ns")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def _r(x: float | None, digits: int = 6) -> float | None:
@@ -204,6 +205,7 @@ def perf_summary(
         not_op_attributed_gpu_ops=len(other), not_op_attributed_time_ns=other_t)
     truncated = len(rest) > 0
     return PerfSummaryResult(
+        data_issues=data_issue_notes(trace, ALL_TABLES),
         trace=str(trace.path), window=window,
         filters={"device": device, "category": category, "name_contains": name_contains},
         totals=totals, rows=rows, truncated=truncated, remainder_rows=len(rest),

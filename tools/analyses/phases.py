@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, clip_name, gpu_activity_sql, pct, resolve_selection
+from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note
 from .intervals import merged, unions
 from .iterations import iterations
 from .projection import with_sql
@@ -123,6 +123,7 @@ class PhasesResult(BaseModel):
     phases: list[Phase]
     truncated: bool = Field(description="true when some phase has more kernel names than `limit`")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def phases(
@@ -146,7 +147,7 @@ def phases(
     found = unions(trace, acts, acts_params, ("device_id",))
     if not found:
         raise ProfileError("no GPU activity (kernels, copies or sets) in the selection, so there are no phases to find. "
-                           "trace_info shows what the profile holds and its capture span.")
+                           "trace_info shows what the profile holds and its capture span." + skipped_note(trace, ("kernels", "memops")))
     note = None
     if device is None:
         dev = max(found, key=lambda k: (found[k].busy_ns, -k[0]))[0]
@@ -246,6 +247,7 @@ def phases(
     iter_info = IterationMarkers(name=iters[0], count=iters[2], with_gpu_work=len(iters[1])) if iters else None
     names_dev = dict(trace.sql("SELECT device_id, name FROM devices"))
     return PhasesResult(
+        data_issues=data_issue_notes(trace, ("kernels", "memops", "markers", "api_calls")),
         trace=str(trace.path), window=window, device_id=dev, device_name=names_dev.get(dev), device_note=note,
         activity="kernels, memory copies and memsets",
         gpu_first_ns=t0, gpu_last_ns=t1, gpu_span_ns=span,

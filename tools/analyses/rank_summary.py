@@ -36,7 +36,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import pct, split_gpu_time
+from .common import data_issue_notes, data_issues_field, pct, split_gpu_time
 from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
 from .intervals import merged, unions
 from .iterations import iterations
@@ -152,6 +152,7 @@ class RankSummaryResult(BaseModel):
     notes: list[str]
     truncated: bool = Field(description="true when ranks or iterations were cut to `limit`")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 DEFINITIONS = (
@@ -242,6 +243,8 @@ def rank_summary(
         iterations = iterations[:limit]
         hint = (hint + " " if hint else "") + f"only the first {limit} iterations are listed; raise limit to see more."
     return RankSummaryResult(
+        data_issues=[f"{t.path.name}: {note}" if len(traces) > 1 else note for t in traces
+                     for note in data_issue_notes(t, ("kernels", "memops", "api_calls", "markers"))],
         traces=[str(t.path) for t in traces], ranks_found=len(units), world_size=world_size, definitions=DEFINITIONS,
         ranks=rows, imbalance=imbalance, iterations=iterations, straggler=straggler, notes=notes,
         truncated=truncated, hint=hint,

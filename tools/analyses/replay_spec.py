@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .call_stack import parse_json, resolve_op_name
-from .common import clip_name
+from .common import ALL_TABLES, clip_name, data_issue_notes, data_issues_field
 from .op_tree import launchers
 
 # Kineto 'Input type' strings → torch dtypes
@@ -90,6 +90,7 @@ class ReplaySpecResult(BaseModel):
     snippet: str = Field(description="TEMPLATE Python reproducer; check it against the op schema before use")
     truncated: bool
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def _contig(shape: list) -> list[int]:
@@ -237,6 +238,7 @@ def replay_spec(trace: Trace, *, op: str, shapes_index: int = 0, limit: int = 10
     if n > limit:
         hints.append(f"{n - limit} more signatures beyond limit={limit}")
     return ReplaySpecResult(
+        data_issues=data_issue_notes(trace, ALL_TABLES),
         trace=str(trace.path), op=name, torch_op=handle, device_name=dev, shapes_index=si, signatures_total=n,
         signatures=[SignatureRow(shapes_index=i, input_dims=parse_json(r.dims or None), input_types=parse_json(r.types or None),
                                  calls=int(r.calls), kernel_time_total_ns=int(r.kt)) for i, r in enumerate(sig.iloc[:limit].itertuples())],

@@ -46,7 +46,7 @@ from ..hardware import peaks_for_device
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from ..perf_models.dtypes import normalize_dtype
-from .common import Window, clip_name, pct, resolve_selection
+from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note
 from .intervals import unions
 
 TARGETS = (20, 50, 80)
@@ -151,6 +151,7 @@ class RooflineResult(BaseModel):
     message: str | None = None
     plot_note: str | None = None
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def _r(x: float | None, digits: int = 6) -> float | None:
@@ -278,7 +279,7 @@ def _op_rows(trace: Trace, device: int) -> list[dict]:
 
 def _kernel_rows(trace: Trace, device: int, kernel_flops: Mapping[str, Mapping[str, Any]]) -> tuple[list[dict], list[str]]:
     if trace.count("kernels") == 0:
-        raise ProfileError(f"{trace.path.name} holds no kernels; kernel_flops has nothing to match.")
+        raise ProfileError(f"{trace.path.name} holds no kernels; kernel_flops has nothing to match." + skipped_note(trace, ("kernels",)))
     groups = trace.sql("SELECT name, count(*), sum(dur_ns)::BIGINT FROM kernels WHERE device_id = ? GROUP BY name", [device])
     rows, unmatched, owner = [], [], {}
     for key, spec in kernel_flops.items():
@@ -371,6 +372,7 @@ def roofline(
         message = (f"unknown GPU: no peaks for device {dev} ({name!r}); nothing is rated (no guessing). To rate it, "
                    f"{PEAKS_HINT}.")
     res = RooflineResult(
+        data_issues=data_issue_notes(trace, ALL_TABLES),
         trace=str(trace.path), window=window, device_id=dev, device_name=name, peaks_known=pk is not None,
         peaks_model=pk.entry.key if pk else None, peaks_confidence=pk.confidence if pk else None,
         peaks_notes=(list(pk.notes) + list(pk.discrepancies)) if pk else [],

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, pct, resolve_selection
+from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note
 from .intervals import merged, unions
 
 
@@ -79,6 +79,7 @@ class StreamSummaryResult(BaseModel):
     streams: list[StreamRow] = Field(description="per device, streams by busy time (desc)")
     truncated: bool = Field(description="true when some device had more streams than `limit`")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def stream_summary(
@@ -115,7 +116,7 @@ def stream_summary(
     if not stats:
         what = "kernels, copies or sets" if include_memops else "kernels"
         raise ProfileError(f"no GPU activity ({what}) in the selection (device/time window), so there are no streams to "
-                           "summarise. trace_info shows what the profile holds.")
+                           "summarise. trace_info shows what the profile holds." + skipped_note(trace, ("kernels", "memops")))
     per_stream = unions(trace, acts, acts_params, ("device_id", "stream_id", "owner"))
     names = dict(trace.sql("SELECT device_id, name FROM devices"))
     devices, rows, truncated = [], [], False
@@ -167,6 +168,7 @@ def stream_summary(
             remainder_streams=max(0, len(stream_rows) - limit),
         ))
     return StreamSummaryResult(
+        data_issues=data_issue_notes(trace, ("kernels", "memops")),
         trace=str(trace.path), window=window,
         activity="kernels, memory copies and memsets" if include_memops else "kernels only",
         filters={"device": device, "include_memops": include_memops},

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, pct, resolve_selection
+from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note
 from .intervals import unions
 
 SORT_COLUMNS = {"total": "total_ns", "count": "count", "avg": "avg_ns", "max": "max_ns"}
@@ -62,6 +62,7 @@ class TopKernelsResult(BaseModel):
     kernels: list[KernelGroup] = Field(description="top groups per device, sorted by sort_by")
     truncated: bool = Field(description="true when some device had more groups than `limit`")
     hint: str | None = None
+    data_issues: list[str] = data_issues_field()
 
 
 def top_kernels(
@@ -77,7 +78,8 @@ def top_kernels(
     limit: int = 15,
 ) -> TopKernelsResult:
     if trace.count("kernels") == 0:
-        raise ProfileError(f"{trace.path.name} contains no kernels, so there is nothing to rank. trace_info says what the profile holds.")
+        raise ProfileError(f"{trace.path.name} contains no kernels, so there is nothing to rank. trace_info says what the profile holds."
+                           + skipped_note(trace, ("kernels",)))
     sel, window = resolve_selection(trace, device, stream, start_ns, end_ns)
     limit = max(1, min(int(limit), 200))
     where, params = sel.where("k")
@@ -159,6 +161,7 @@ def top_kernels(
                 shared_mem_bytes=None if r["smem"] is None else int(r["smem"]), launch_configs=int(r["configs"]),
             ))
     return TopKernelsResult(
+        data_issues=data_issue_notes(trace, ("kernels",)),
         trace=str(trace.path), group_by=group_by, sort_by=sort_by, window=window,
         filters={"device": device, "stream": stream, "name_contains": name_contains},
         devices=totals, kernels=groups, truncated=truncated,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns
-from .common import Window, capture_window, gpu_activity_sql, pct
+from .common import Window, capture_window, data_issues, gpu_activity_sql, pct, skipped_note
 from .intervals import unions
 from .iterations import iterations
 
@@ -38,6 +39,13 @@ class ProcessInfo(BaseModel):
     kernels: int = Field(description="kernel executions launched by this process, all devices")
 
 
+class DataIssue(BaseModel):
+    table: str = Field(description="model table the source rows belong to")
+    action: Literal["skipped", "repaired"] = Field(description="skipped: left out of the table; repaired: kept with a corrected value")
+    rows: int = Field(description="source rows")
+    reason: str = Field(description="what was wrong and what was done")
+
+
 class Capability(BaseModel):
     tool: str
     available: bool
@@ -63,6 +71,9 @@ class TraceInfoResult(BaseModel):
     capabilities: list[Capability]
     absent: list[str] = Field(description="data the profile does not contain, with the reason")
     warnings: list[str]
+    data_issues_summary: str | None = Field(description="one line over data_issues; null when every source row was used as written")
+    data_issues: list[DataIssue] = Field(description="source rows the reader left out of a model table or corrected, per table "
+                                         "and reason (the data_issues table); tools name those of the tables they read")
     meta: dict[str, str] = Field(description="other facts the reader recorded")
 
 
@@ -109,6 +120,7 @@ def trace_info(trace: Trace) -> TraceInfoResult:
         gpu = Window(start_ns=lo, end_ns=hi, span_ns=hi - lo, source="first to last GPU operation, all devices")
     absent = [v for (v,) in trace.sql("SELECT value FROM trace_meta WHERE key = 'absent' ORDER BY value")]
     warnings = list(trace.warnings)
+    issues = [DataIssue(table=t, action=a, rows=n, reason=r) for t, a, n, r in data_issues(trace)]
     return TraceInfoResult(
         trace=str(trace.path), format=trace.format, format_name=trace.format_name,
         format_version=trace.meta.get("format_version") or None, product_version=trace.meta.get("product_version") or None,
@@ -116,8 +128,23 @@ def trace_info(trace: Trace) -> TraceInfoResult:
         capture=capture_window(trace), gpu_activity=gpu, devices=devices, processes=processes, other_processes=other_processes, counts=counts,
         unlinked_gpu_ops=int(unlinked[0]), unlinked_gpu_time_ns=int(unlinked[1]),
         capabilities=capabilities(trace, counts), absent=absent, warnings=warnings,
+        data_issues_summary=_issues_summary(issues), data_issues=issues,
         meta={k: v for k, v in trace.meta.items() if k not in _SHOWN_META},
     )
+
+
+def _issues_summary(issues: list[DataIssue]) -> str | None:
+    if not issues:
+        return None
+    parts = []
+    for action in ("skipped", "repaired"):
+        per = {}
+        for i in issues:
+            if i.action == action:
+                per[i.table] = per.get(i.table, 0) + i.rows
+        if per:
+            parts.append(f"{sum(per.values())} source rows {action} ({', '.join(f'{t} {n}' for t, n in per.items())})")
+    return "; ".join(parts) + ": every tool's data_issues names those of the tables it reads"
 
 
 def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
@@ -127,7 +154,8 @@ def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
         return Capability(tool=tool, available=ok, reason=None if ok else why)
 
     gpu = counts["kernels"] + counts["memops"]
-    no_gpu = "the profile contains no GPU activity"
+    no_gpu = "the profile contains no GPU activity" + skipped_note(trace, ("kernels", "memops"))
+    no_kernels = "the profile contains no kernels" + skipped_note(trace, ("kernels",))
     ops = trace.scalar("SELECT count(*) FROM cpu_ops WHERE category = 'cpu_op'") if counts["cpu_ops"] else 0
     shaped = trace.scalar("SELECT count(*) FROM cpu_ops WHERE category = 'cpu_op' AND input_dims IS NOT NULL "
                           "AND input_dims NOT IN ('', '[]')") if ops else 0
@@ -142,7 +170,7 @@ def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
     no_ops = f"no PyTorch operators ({trace.format_name} profiles have none; PyTorch profiler traces do)"
     no_shapes = no_ops if not ops else "operators recorded without input shapes (profile with record_shapes=True)"
     return [
-        cap("top_kernels", counts["kernels"] > 0, "the profile contains no kernels"),
+        cap("top_kernels", counts["kernels"] > 0, no_kernels),
         cap("gap_histogram", gpu > 0, no_gpu),
         cap("gap_histogram.host_calls", counts["api_calls"] > 0, "no host API calls recorded, so gaps cannot be tied to host activity"),
         cap("gpu_timeline", gpu > 0, no_gpu),
@@ -157,7 +185,7 @@ def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
         cap("iterations", steps_why is None, steps_why or ""),
         cap("comm_summary", comm, "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass comm_patterns for custom ones)"),
         cap("ops_summary", gpu > 0, no_gpu),
-        cap("call_stack", counts["kernels"] > 0, "the profile contains no kernels"),
+        cap("call_stack", counts["kernels"] > 0, no_kernels),
         cap("perf_summary", shaped > 0, no_shapes),
         cap("roofline", shaped > 0, no_shapes + "; or pass kernel_flops (FLOPs/bytes per kernel name)"),
         cap("replay_spec", shaped > 0, no_shapes),

@@ -111,15 +111,20 @@ def detect(path: Path) -> Detected:
     if head.startswith(GZIP_MAGIC):
         try:
             with gzip.open(path, "rb") as fh:
-                inner = fh.read(JSON_PEEK)
+                inner = _json_start(fh.read, path)
         except (OSError, EOFError, zlib.error) as exc:
             raise ProfileError(f"{shown_path(path)} is a corrupt or truncated gzip file ({exc}). Copy the trace again.") from None
-        if inner.lstrip()[:1] in (b"{", b"["):
+        if inner is not None:
             return _kineto(path, inner, compressed=True)
         raise ProfileError(f"{shown_path(path)} is gzip-compressed but does not contain JSON; gpuscope reads gzipped PyTorch profiler traces (.json.gz).")
-    if head.lstrip()[:1] in (b"{", b"["):
-        with open(path, "rb") as fh:
-            return _kineto(path, fh.read(JSON_PEEK), compressed=False)
+    if head.removeprefix(UTF8_BOM).lstrip(JSON_WS)[:1] in (b"", b"{", b"["):
+        try:
+            with open(path, "rb") as fh:
+                start = _json_start(fh.read, path)
+        except OSError as exc:
+            raise ProfileError(f"Cannot read {shown_path(path)}: {exc.strerror}. Check the path and its permissions.") from None
+        if start is not None:
+            return _kineto(path, start, compressed=False)
     if path.suffix in (".nsys-rep", ".qdrep"):
         return Detected("nsys-rep")
     raise ProfileError(
@@ -130,6 +135,33 @@ def detect(path: Path) -> Detected:
 
 
 JSON_PEEK = 1 << 20
+UTF8_BOM = b"\xef\xbb\xbf"
+JSON_WS = b" \t\n\r"
+# Whitespace accepted before a JSON document: as much as the Kineto reader's fast path reads ahead for
+# the keys before traceEvents. Real traces have none; a file that is mostly blank is refused, not read on.
+JSON_LEAD_MAX = 64 << 20
+
+
+def _json_start(read, path: Path) -> bytes | None:
+    """Up to JSON_PEEK bytes of a JSON document from its first '{' or '[' on, after an optional UTF-8
+    BOM and any whitespace (skipped in JSON_PEEK chunks, at most JSON_LEAD_MAX bytes); None when the
+    content starts with anything else."""
+    chunk = read(JSON_PEEK).removeprefix(UTF8_BOM)
+    skipped = 0
+    while True:
+        body = chunk.lstrip(JSON_WS)
+        if body:
+            break
+        if not chunk:
+            raise ProfileError(f"{shown_path(path)} holds nothing but whitespace: it is not a profile. Re-capture or re-export the trace.")
+        skipped += len(chunk)
+        if skipped > JSON_LEAD_MAX:
+            raise ProfileError(f"{shown_path(path)} starts with more than {JSON_LEAD_MAX >> 20} MiB of whitespace, so it is not a profile "
+                               "gpuscope reads. Remove the leading blank space, or export the trace again.")
+        chunk = read(JSON_PEEK)
+    if body[:1] not in (b"{", b"["):
+        return None
+    return body + read(JSON_PEEK - len(body)) if len(body) < JSON_PEEK else body
 KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
 
 

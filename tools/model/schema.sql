@@ -130,3 +130,12 @@ CREATE TABLE cpu_ops (
     concrete_inputs VARCHAR,         -- JSON list of scalar inputs
     args VARCHAR                     -- all other args as a JSON object
 );
+
+-- Source rows a reader (or the model check) left out of a model table or kept with a corrected value.
+-- One row per (model table, action, reason); empty when every source row was used as written.
+CREATE TABLE data_issues (
+    table_name VARCHAR NOT NULL,     -- model table the source rows belong to, e.g. 'kernels'
+    action VARCHAR NOT NULL,         -- 'skipped' (left out of the table) or 'repaired' (kept with a corrected value)
+    rows BIGINT NOT NULL,            -- number of source rows, > 0
+    reason VARCHAR NOT NULL          -- what was wrong and what was done, e.g. 'ts is not a finite number'
+);

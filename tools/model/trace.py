@@ -15,10 +15,12 @@ import duckdb
 
 from .detect import FORMAT_NAMES, Detected, detect, regular_file
 from .errors import ProfileError, shown_path
+from .quality import check_model
 from .store import NativeCatalog, Store
 
 SCHEMA_SQL = (Path(__file__).parent / "schema.sql").read_text()
-MODEL_TABLES = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops")
+MODEL_TABLES = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops",
+                "data_issues")
 SQLITE_FORMATS = ("nsys", "rocpd", "rpd")
 
 Progress = Callable[[float, str], None]
@@ -207,12 +209,7 @@ def _first_line(exc: Exception) -> str:
 
 def _finalise(con: duckdb.DuckDBPyConnection) -> None:
     """Checks every reader must pass, and facts derived the same way for every format."""
-    bad = con.execute(
-        "SELECT (SELECT count(*) FROM kernels WHERE dur_ns <> end_ns - start_ns OR dur_ns < 0)"
-        " + (SELECT count(*) FROM memops WHERE dur_ns <> end_ns - start_ns OR dur_ns < 0)"
-    ).fetchone()[0]
-    if bad:
-        raise AssertionError(f"reader produced {bad} GPU rows with inconsistent durations")
+    check_model(con)
     have = {k for (k,) in con.execute("SELECT DISTINCT key FROM trace_meta").fetchall()}
     if "capture_start_ns" not in have:
         lo, hi = con.execute(

@@ -36,6 +36,7 @@ import pandas as pd
 from ..errors import ProfileError
 from ..names import create_short_names
 from ..quote import quote_literal
+from ..quality import record_query
 
 # Pre-2022 category names (and the 2022 gpu_user_Annotation typo) → current ActivityType names.
 CAT_ALIASES = {
@@ -86,7 +87,7 @@ def load(con, path: Path, progress, detected) -> None:
         _drop_temp(con)
 
 
-_FILLED = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops")
+_FILLED = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops", "data_issues")
 
 
 def _drop_temp(con) -> None:
@@ -112,23 +113,41 @@ def _int_sql(x: str) -> str:
     return f"TRY_CAST(trunc(TRY_CAST({x} AS DOUBLE)) AS BIGINT)"
 
 
+# |ts| and |dur| above this many µs (2^62 ns, the year 2116 as epoch time) are not times: ts + dur of two
+# values below it still fits a BIGINT, so no end time can overflow.
+US_LIMIT = 4.6e15
+
+
 def _ns_sql(x: str) -> str:
     """µs (DOUBLE) → integer ns as round(us*1000), done on the integer and fractional parts
     separately so absolute integer µs (~1.7e15) stay exact and 3-decimal relative µs round to the
     written ns (half to even, like numpy.rint)."""
-    return (f"CASE WHEN isfinite({x}) AND abs({x}) < 9.2e15 "
+    return (f"CASE WHEN isfinite({x}) AND abs({x}) < {US_LIMIT} "
             f"THEN floor({x})::BIGINT * 1000 + round_even(({x} - floor({x})) * 1000, 0)::BIGINT END")
+
+
+def _time_issue_sql() -> str:
+    """Why a complete (ph X) event has no usable ts/dur, or NULL. The source relation writes NULL for
+    an absent value and a non-finite DOUBLE for one that is present but not a number."""
+    checks = []
+    for x in ("ts", "dur"):
+        checks += [f"WHEN {x} IS NULL THEN '{x} is missing'",
+                   f"WHEN NOT isfinite({x}) THEN '{x} is not a finite number (NaN, Infinity or text)'",
+                   f"WHEN abs({x}) >= {US_LIMIT} THEN '{x} is out of range (beyond ±4.6e15 us)'"]
+    return f"CASE WHEN ph = 'X' THEN CASE {' '.join(checks)} END END"
 
 
 def _create_store(con, source: str, params: list | None = None) -> None:
     """native.event_store from a relation with ph, cat, name, pid, tid (text or numbers), ts, dur
-    (DOUBLE µs) and args (JSON text); rows in file order, so rowid is the event's index."""
+    (DOUBLE µs: NULL when absent, non-finite when not a number) and args (JSON text); rows in file
+    order, so rowid is the event's index."""
     con.execute("CREATE SCHEMA IF NOT EXISTS native")
     con.execute(
         f"""CREATE TABLE native.event_store AS
             SELECT ph, cat, name, {_int_sql('pid')} AS pid, {_int_sql('tid')} AS tid,
                    {_ns_sql('ts')} AS ts_ns, {_ns_sql('dur')} AS dur_ns,
-                   CASE WHEN starts_with(args, '{{') AND args <> '{{}}' THEN args END AS args
+                   CASE WHEN starts_with(args, '{{') AND args <> '{{}}' THEN args END AS args,
+                   {_time_issue_sql()} AS time_issue
             FROM {source}""",
         params,
     )
@@ -161,8 +180,8 @@ def _load_duckdb(con, path: Path, detected, progress) -> dict:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     n, blank = con.execute(
-        """SELECT count(*), count(*) FILTER (WHERE ph IS NULL AND cat IS NULL AND name IS NULL AND pid IS NULL
-                                              AND tid IS NULL AND ts_ns IS NULL AND dur_ns IS NULL AND args IS NULL)
+        """SELECT count(*), count(*) FILTER (WHERE ph IS NULL AND cat IS NULL AND name IS NULL AND pid IS NULL AND tid IS NULL
+                                              AND ts_ns IS NULL AND dur_ns IS NULL AND args IS NULL AND time_issue IS NULL)
            FROM native.event_store"""
     ).fetchone()
     if blank or not n:
@@ -392,8 +411,8 @@ def _load_python(con, path: Path, detected, progress) -> dict:
                for k in ("ph", "cat", "name")},
             "pid": _floats(field("pid"), text=True),
             "tid": _floats(field("tid"), text=True),
-            "ts": _floats(field("ts")),
-            "dur": _floats(field("dur")),
+            "ts": _times(field("ts")),
+            "dur": _times(field("dur")),
             "args": np.array([_json(a) if type(a) is dict else None for a in field("args")], dtype=object),
         })
         del doc, events
@@ -472,6 +491,18 @@ def _floats(values: list, text: bool = False) -> np.ndarray:
     return np.array([v if type(v) is int or type(v) is float else _number(v) for v in values], dtype=np.float64)
 
 
+def _times(values: list) -> np.ndarray:
+    """ts/dur values as float64: absent (or null) → NaN, which DuckDB reads as NULL; present but not a
+    number ('abc', NaN, a list) → +inf, so the store tells 'missing' from 'not a finite number' as the
+    read_json path does. Only the NaN positions are looked at again."""
+    out = _floats(values)
+    nan = np.flatnonzero(np.isnan(out))
+    if nan.size:
+        present = np.fromiter((values[i] is not None for i in nan), dtype=bool, count=nan.size)
+        out[nan[present]] = np.inf
+    return out
+
+
 def _number(v) -> float | None:
     if type(v) is str:
         try:
@@ -501,15 +532,17 @@ def _spaced(x: str) -> str:
 def _build(con, top: dict) -> None:
     aliases = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in CAT_ALIASES.items())
     con.execute("COMMENT ON TABLE native.event_store IS 'storage behind native.events (rowid = idx); query native.events'")
-    con.execute("CREATE VIEW native.events AS SELECT rowid AS idx, ph, cat, name, pid, tid, ts_ns, dur_ns, args FROM native.event_store")
+    con.execute("CREATE VIEW native.events AS SELECT rowid AS idx, ph, cat, name, pid, tid, ts_ns, dur_ns, args, time_issue "
+                "FROM native.event_store")
     con.execute(
         "COMMENT ON VIEW native.events IS 'Kineto traceEvents, one row per entry (ORDER BY idx for file order); "
-        "ts_ns/dur_ns = round(us*1000); pid/tid NULL where the trace writes text; args as JSON text'"
+        "ts_ns/dur_ns = round(us*1000); pid/tid NULL where the trace writes text; args as JSON text; "
+        "time_issue says why a complete (ph X) event has no usable ts/dur (it is then in no model table)'"
     )
     con.execute(
         f"""CREATE TEMP VIEW kin_ev AS SELECT rowid AS idx, ph, CASE cat {aliases} ELSE cat END AS cat, name, pid, tid,
                   ts_ns AS ts, greatest(dur_ns, 0) AS dur, dur_ns < 0 AS neg_dur, args
-           FROM native.event_store WHERE ph = 'X' AND ts_ns IS NOT NULL AND dur_ns IS NOT NULL"""
+           FROM native.event_store WHERE ph = 'X' AND time_issue IS NULL"""
     )
     i = _int_sql
     gpu_args = _args_struct("device", "inDevice", "stream", "correlation", "graph id", "registers per thread", "shared memory",
@@ -620,6 +653,7 @@ def _build(con, top: dict) -> None:
                   FROM kin_ev WHERE cat IN ('cpu_op', 'python_function') AND pid IS NOT NULL AND name IS NOT NULL)
             ORDER BY idx"""
     )
+    _issues(con, aliases)
     dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
     rank = _int_or_none(dist.get("rank"))
     n_cpu = con.execute("SELECT count(*) FROM kin_pids").fetchone()[0]
@@ -639,6 +673,37 @@ def _build(con, top: dict) -> None:
     )
     _devices(con, top)
     _meta(con, top, dist, rank, n_cpu)
+
+
+def _table_of(cat: str) -> str:
+    """The model table an event of (aliased) category `cat` belongs in, or NULL for none."""
+    return (f"CASE WHEN {cat} = 'kernel' THEN 'kernels' WHEN {cat} IN ('gpu_memcpy', 'gpu_memset') THEN 'memops' "
+            f"WHEN {cat} IN {RUNTIME_CATS} THEN 'api_calls' WHEN {cat} IN ('user_annotation', 'gpu_user_annotation') "
+            f"THEN 'markers' WHEN {cat} IN ('cpu_op', 'python_function') THEN 'cpu_ops' END")
+
+
+def _issues(con, aliases: str) -> None:
+    """data_issues: every event of a model table's category that the inserts above left out or
+    changed, each counted once with the first reason that applies. The conditions mirror the
+    inserts' WHERE clauses: kept + skipped = the category's complete events."""
+    gpu_ops = "('kernel', 'gpu_memcpy', 'gpu_memset')"
+    record_query(con, f"""
+        SELECT tbl, 'skipped', count(*), time_issue
+        FROM (SELECT {_table_of(f'CASE cat {aliases} ELSE cat END')} AS tbl, time_issue
+              FROM native.event_store WHERE ph = 'X' AND time_issue IS NOT NULL)
+        WHERE tbl IS NOT NULL GROUP BY ALL
+        UNION ALL
+        SELECT tbl, CASE WHEN reason IS NULL THEN 'repaired' ELSE 'skipped' END, count(*),
+               coalesce(reason, 'dur is negative: set to 0')
+        FROM (SELECT {_table_of('e.cat')} AS tbl, e.neg_dur,
+                     CASE WHEN e.pid IS NULL AND e.cat NOT IN {gpu_ops} THEN 'pid is not a number'
+                          WHEN e.pid IS NULL AND g.device IS NULL AND e.cat IN {gpu_ops}
+                               THEN 'no device: args.device is missing or not a number, and pid is not a number'
+                          WHEN e.name IS NULL AND e.cat NOT IN ('gpu_memcpy', 'gpu_memset') THEN 'name is missing'
+                     END AS reason
+              FROM kin_ev e LEFT JOIN kin_gpu g USING (idx))
+        WHERE tbl IS NOT NULL AND (reason IS NOT NULL OR neg_dur) GROUP BY ALL
+        ORDER BY 1, 2, 4""")
 
 
 def _devices(con, top: dict) -> None:
@@ -742,13 +807,11 @@ def _meta(con, top: dict, dist: dict, rank, n_cpu: int) -> None:
                 rows.append((meta_key, _text(dist[key])))
         if rank is not None and n_cpu > 1:
             rows.append(("warning", f"distributedInfo gives rank {rank} but the trace has {n_cpu} CPU processes; process ranks are left unset."))
-    (n_gpu, n_unlinked, n_kern, n_mem, n_rt, n_mark, n_cpu_ops, n_neg, n_nopid, n_flows) = con.execute(
+    (n_gpu, n_unlinked, n_kern, n_mem, n_rt, n_mark, n_cpu_ops, n_flows) = con.execute(
         f"""SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops),
                   (SELECT count(*) FILTER (WHERE NOT launched) FROM kernels) + (SELECT count(*) FILTER (WHERE NOT launched) FROM memops),
                   (SELECT count(*) FROM kernels), (SELECT count(*) FROM memops), (SELECT count(*) FROM api_calls),
                   (SELECT count(*) FROM markers), (SELECT count(*) FROM cpu_ops),
-                  (SELECT count(*) FROM kin_ev WHERE neg_dur),
-                  (SELECT count(*) FROM kin_ev WHERE pid IS NULL AND cat IN ('cpu_op','python_function','user_annotation','cuda_runtime','cuda_driver')),
                   (SELECT count(*) FROM native.event_store WHERE ph IN ('s', 'f', 't') AND cat IN {FLOW_CATS})"""
     ).fetchone()
     if n_unlinked:
@@ -756,10 +819,6 @@ def _meta(con, top: dict, dist: dict, rank, n_cpu: int) -> None:
                                 "(launched before profiling started, or the call was not captured); they count as GPU work but have no host thread."))
     if n_gpu and not n_flows:
         rows.append(("warning", "The trace has no flow (ac2g) events; GPU work was linked to runtime calls by args.correlation alone."))
-    if n_neg:
-        rows.append(("warning", f"{n_neg} events have a negative duration; they were given duration 0."))
-    if n_nopid:
-        rows.append(("warning", f"{n_nopid} host events have a non-numeric pid and were left out of the model tables (they remain in native.events)."))
     for count, what in ((n_kern, "kernels: no kernel events"), (n_mem, "memops: no gpu_memcpy/gpu_memset events"),
                         (n_rt, "api_calls: no cuda_runtime/cuda_driver events"), (n_mark, "markers: no user annotations"),
                         (n_cpu_ops, "cpu_ops: no cpu_op/python_function events")):

@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 
 from ..errors import ProfileError
+from ..quality import END_BEFORE_START, count_sql, record, record_query, time_checks
 from ..quote import quote_ident, quote_literal
 from ..sqlite_source import SqliteSource
 
@@ -135,13 +136,15 @@ class _Reader:
         # nsys reports strip `_vNNNNN` (substr(name,-6,2)='_v'); driver names also end in `_v2`. Folding the
         # few distinct strings, not every call, keeps the regex off the per-event path.
         self.con.execute(f"CREATE TEMP TABLE _apiname AS SELECT id, regexp_replace(value, '_v[0-9]+$', '') AS name FROM {self.strings}")
+        record_query(self.con, count_sql("api_calls", "_rt", time_checks()))
         self.con.execute(
             f"""INSERT INTO api_calls
-                SELECT {PID.format(g='r.globalTid')}, {TID.format(g='r.globalTid')}, r.start, r."end", r."end" - r.start,
+                SELECT {PID.format(g='r.globalTid')}, {TID.format(g='r.globalTid')}, r.start, greatest(r."end", r.start),
+                       greatest(r."end", r.start) - r.start,
                        coalesce(s.name, 'unknown API (StringIds ' || r.nameId || ')'),
                        CASE r.eventClass WHEN 0 THEN 'cuda_runtime' WHEN 1 THEN 'cuda_driver' ELSE 'cuda_class_' || r.eventClass END,
                        r.correlationId, NULL
-                FROM _rt r LEFT JOIN _apiname s ON s.id = r.nameId""")
+                FROM _rt r LEFT JOIN _apiname s ON s.id = r.nameId WHERE r.start IS NOT NULL AND r."end" IS NOT NULL""")
 
     # -- GPU work -----------------------------------------------------------------------------------
     def _gpu_rows(self, table: str, what: str, model: str, select: str, joins: str = "") -> None:
@@ -156,12 +159,20 @@ class _Reader:
                     SELECT {select}, k.correlationId, {graph} {PID.format(g='k.globalPid')}, {TID.format(g='l.globalTid')},
                            l.globalTid IS NOT NULL
                     FROM {rel} k LEFT JOIN {launch} l ON l.globalTid >> 24 = k.globalPid >> 24 AND l.correlationId = k.correlationId
-                    {joins}""").fetchone()[0]
+                    {joins} WHERE k.start IS NOT NULL AND k."end" IS NOT NULL AND k.deviceId IS NOT NULL""").fetchone()[0]
 
         # CUPTI makes (process, correlationId) unique among API calls; should an export break that, the
         # join would duplicate GPU rows, so redo it against one call per pair. Exports are written
-        # append-only, so max(rowid) is the row count at O(log n); any mismatch just takes the safe path.
-        if insert("_rt") != self.src.query(f"SELECT coalesce(max(rowid), 0) FROM {quote_ident(table)}")[0][0]:
+        # append-only, so max(rowid) is the row count at O(log n); only on a mismatch is the table scanned
+        # for rows left out (no times, no device), and any mismatch left after them takes the safe path.
+        inserted, rows = insert("_rt"), self.src.query(f"SELECT coalesce(max(rowid), 0) FROM {quote_ident(table)}")[0][0]
+        if inserted != rows:
+            missing_time, _ = time_checks("k.start", 'k."end"')
+            skipped = self.con.execute(count_sql(model, f"{rel} k", [
+                missing_time, ("k.deviceId IS NULL", "skipped", "deviceId is missing or not an integer")])).fetchall()
+            record(self.con, skipped)
+            rows -= sum(n for _, _, n, _ in skipped)
+        if inserted != rows:
             self.con.execute(f"DELETE FROM {model} WHERE {mine}")
             insert("(SELECT min(globalTid) AS globalTid, correlationId FROM _rt GROUP BY globalTid >> 24, correlationId)")
             self.warn(f"{RUNTIME} repeats correlation ids within a process: {what} linked to the first thread that used each id")
@@ -170,7 +181,7 @@ class _Reader:
             f"SELECT count(*) FILTER (WHERE dur_ns < 0), count(*) FILTER (WHERE NOT launched) FROM {model} WHERE {mine}").fetchone()
         if bad:
             self.con.execute(f"UPDATE {model} SET end_ns = start_ns, dur_ns = 0 WHERE dur_ns < 0 AND {mine}")
-            self.warn(f"{bad} {what} in {table} end before they start: their end is set to their start")
+            record(self.con, [(model, "repaired", bad, END_BEFORE_START)])
         if unlinked and self.src.has(RUNTIME):
             self.warn(f"{unlinked} {what} have no launching API call in the profile")
 
@@ -221,11 +232,14 @@ class _Reader:
             WITH named AS (SELECT n.start, n."end", n.eventType, n.globalTid, coalesce({dom}, 0) AS dom, coalesce({text}, s.value) AS label
                            FROM {n} n LEFT JOIN {self.strings} s ON s.id = {text_id}),
                  domains AS (SELECT globalTid >> 24 AS proc, dom, min(label) AS domain FROM named WHERE eventType = 75 GROUP BY ALL)
-            SELECT {PID.format(g='n.globalTid')}, {TID.format(g='n.globalTid')}, n.start, coalesce(n."end", n.start),
-                   coalesce(n."end", n.start) - n.start, coalesce(n.label, ''), CASE WHEN n.dom = 0 THEN '' ELSE d.domain END,
+            SELECT {PID.format(g='n.globalTid')}, {TID.format(g='n.globalTid')}, n.start, greatest(coalesce(n."end", n.start), n.start),
+                   greatest(coalesce(n."end", n.start), n.start) - n.start, coalesce(n.label, ''), CASE WHEN n.dom = 0 THEN '' ELSE d.domain END,
                    CASE n.eventType {kinds} END, 'nvtx', NULL, NULL
             FROM named n LEFT JOIN domains d ON d.proc = n.globalTid >> 24 AND d.dom = n.dom
-            WHERE n.eventType IN ({', '.join(map(str, NVTX_KINDS))})""")
+            WHERE n.eventType IN ({', '.join(map(str, NVTX_KINDS))}) AND n.start IS NOT NULL""")
+        # An end of NULL is an open range (warned about below), not damage; an end before the start is.
+        record_query(self.con, count_sql("markers", f"{n} WHERE eventType IN ({', '.join(map(str, NVTX_KINDS))})", [
+            ("start IS NULL", "skipped", "start time is missing or not an integer"), time_checks()[1]]))
         open_ranges = self.scalar(f"SELECT count(*) FROM {n} WHERE \"end\" IS NULL AND eventType IN (59, 60, 70, 71)")
         if open_ranges:
             self.warn(f"{open_ranges} NVTX ranges never ended in the capture: their end is set to their start")

@@ -31,6 +31,7 @@ import pandas as pd
 from ..detect import ROCPD_SUFFIXED as _SUFFIXED, Detected
 from ..errors import ProfileError
 from ..names import create_short_names
+from ..quality import count_sql, record_query, time_checks
 from ..quote import quote_ident
 from ..sqlite_source import SqliteSource
 from ..trace import MODEL_TABLES
@@ -49,6 +50,9 @@ API_CATEGORIES = {
 RANGE_CATEGORIES = ("MARKER_CORE_RANGE_API", "rocm_marker_api")
 # Single calls: only roctxMark* calls are annotations; the raw push/pop calls reappear as ranges.
 MARK_CATEGORIES = ("MARKER_CORE_API",)
+
+UNKNOWN_AGENT = "names an agent that rocpd_info_agent does not list"
+NO_MARKER_TEXT = "marker has no text (no message in rocpd_event.extdata, no name string)"
 
 COPY_KINDS = {
     "MEMORY_COPY_HOST_TO_DEVICE": "HtoD", "MEMORY_COPY_DEVICE_TO_HOST": "DtoH",
@@ -135,7 +139,7 @@ def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected: Detecte
 
 def _cleanup(con, tb: _Tables) -> None:
     for t in ("_catmap", "_str", "_ev", "_api", "_link", "_sym", "_sym0", "_sym_names", "_copy", "_agent", "_proc", "_thr",
-              "_msg", "_samp"):
+              "_msg", "_samp", "_mk"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
     for v in tb.views:
         con.execute(f"DROP VIEW IF EXISTS {v}")
@@ -200,9 +204,10 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
                 LEFT JOIN _proc p ON p.id = r.pid AND p.guid = r.guid
                 LEFT JOIN _thr t ON t.id = r.tid AND t.guid = r.guid"""
         )
+        record_query(con, count_sql("api_calls", "_api", time_checks()))
         con.execute(
-            """INSERT INTO api_calls SELECT pid, tid, start, "end", "end" - start, name, api, stack_id, NULL
-               FROM _api ORDER BY start"""
+            """INSERT INTO api_calls SELECT pid, tid, start, greatest("end", start), greatest("end", start) - start, name, api, stack_id, NULL
+               FROM _api WHERE start IS NOT NULL AND "end" IS NOT NULL ORDER BY start"""
         )
     else:
         con.execute("CREATE TEMP TABLE _api (guid VARCHAR, rpid BIGINT, tid BIGINT, start BIGINT, stack_id BIGINT)")
@@ -233,7 +238,7 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
 
     con.execute(
         f"""INSERT INTO kernels
-            SELECT a.ordinal, k.stream_id, k.start, k."end", k."end" - k.start,
+            SELECT a.ordinal, k.stream_id, k.start, greatest(k."end", k.start), greatest(k."end", k.start) - k.start,
                    COALESCE(s.name, 'kernel symbol ' || k.kernel_id), COALESCE(s.short_name, 'kernel symbol ' || k.kernel_id),
                    {wg('x')}, {wg('y')}, {wg('z')}, k.workgroup_size_x, k.workgroup_size_y, k.workgroup_size_z,
                    s.arch_vgpr_count, s.group_segment_size,
@@ -245,12 +250,14 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
             LEFT JOIN _ev e ON e.id = k.event_id AND e.guid = k.guid
             LEFT JOIN _link l ON l.guid = k.guid AND l.rpid = k.pid AND l.stack_id = e.stack_id
             LEFT JOIN _proc p ON p.id = k.pid AND p.guid = k.guid
+            WHERE k.start IS NOT NULL AND k."end" IS NOT NULL
             ORDER BY k.start"""
     )
-    n_raw = con.execute(f"SELECT count(*) FROM {disp}").fetchone()[0]
+    missing_time, backwards = time_checks("k.start", 'k."end"')
+    record_query(con, count_sql("kernels", f"{disp} k LEFT JOIN _agent a ON a.id = k.agent_id AND a.guid = k.guid", [
+        missing_time, ("a.id IS NULL", "skipped", UNKNOWN_AGENT),
+        ("a.type IS DISTINCT FROM 'GPU'", "skipped", "runs on an agent that rocpd_info_agent does not list as a GPU"), backwards]))
     n_k, n_unlinked = con.execute("SELECT count(*), count(*) FILTER (WHERE NOT launched) FROM kernels").fetchone()
-    if n_raw > n_k:
-        warnings.append(f"{n_raw - n_k} of {n_raw} kernel dispatches name no GPU agent in rocpd_info_agent and were left out.")
     if n_unlinked:
         hint = ("the database has no HIP API regions; run rocprofv3 with --hip-trace or --sys-trace to record launches"
                 if not con.execute("SELECT count(*) FROM api_calls WHERE api = 'hip'").fetchone()[0]
@@ -268,7 +275,8 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
                 SELECT c.stream_id, c.start, c."end", c.size, CASE n.string {kinds} ELSE 'Unknown' END AS kind,
                        CASE WHEN sa.type = 'GPU' THEN sa.ordinal END AS src_gpu,
                        CASE WHEN da.type = 'GPU' THEN da.ordinal END AS dst_gpu,
-                       e.stack_id, l.tid AS launch_tid, l.rpid IS NOT NULL AS launched, COALESCE(p.pid, c.pid) AS os_pid
+                       e.stack_id, l.tid AS launch_tid, l.rpid IS NOT NULL AS launched, COALESCE(p.pid, c.pid) AS os_pid,
+                       sa.id IS NULL OR da.id IS NULL AS unknown_agent
                 FROM {copy} c
                 LEFT JOIN _str n ON n.id = c.name_id AND n.guid = c.guid
                 LEFT JOIN _agent sa ON sa.id = c.src_agent_id AND sa.guid = c.guid
@@ -280,18 +288,25 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
         # The GPU side is the device whose engine did the copy: destination for HtoD, source otherwise.
         con.execute(
             """INSERT INTO memops
-               SELECT device_id, stream_id, start, "end", "end" - start, 'copy', kind, size,
+               SELECT device_id, stream_id, start, greatest("end", start), greatest("end", start) - start, 'copy', kind, size,
                       CASE WHEN src_gpu IS NOT NULL THEN 'Device' END, CASE WHEN dst_gpu IS NOT NULL THEN 'Device' END,
                       CASE WHEN kind = 'DtoD' THEN src_gpu END, CASE WHEN kind = 'DtoD' THEN dst_gpu END,
                       stack_id, os_pid, launch_tid, launched
                FROM (SELECT *, CASE WHEN kind = 'HtoD' THEN COALESCE(dst_gpu, src_gpu) ELSE COALESCE(src_gpu, dst_gpu) END AS device_id
                      FROM _copy)
-               WHERE device_id IS NOT NULL ORDER BY start"""
+               WHERE device_id IS NOT NULL AND start IS NOT NULL AND "end" IS NOT NULL ORDER BY start"""
         )
-        n_raw = con.execute("SELECT count(*) FROM _copy").fetchone()[0]
-        n_m = con.execute("SELECT count(*) FROM memops").fetchone()[0]
-        if n_raw > n_m:
-            warnings.append(f"{n_raw - n_m} of {n_raw} memory copies involve no GPU agent (host-to-host) and were left out of memops.")
+        # Copies between two known host agents are not GPU work (a warning says so); a copy whose
+        # agent is not in rocpd_info_agent, or without times, is damage and counted as such.
+        no_gpu = "COALESCE(src_gpu, dst_gpu) IS NULL"
+        missing_time, backwards = time_checks()
+        record_query(con, count_sql("memops", "_copy", [
+            missing_time, (f"{no_gpu} AND unknown_agent", "skipped", UNKNOWN_AGENT), (f"NOT {no_gpu} AND {backwards[0]}", *backwards[1:])]))
+        n_raw, n_host = con.execute(
+            f"""SELECT count(*), count(*) FILTER (WHERE {no_gpu} AND NOT unknown_agent AND start IS NOT NULL AND "end" IS NOT NULL)
+                FROM _copy""").fetchone()
+        if n_host:
+            warnings.append(f"{n_host} of {n_raw} memory copies involve no GPU agent (host-to-host) and were left out of memops.")
     if not con.execute("SELECT count(*) FROM memops").fetchone()[0]:
         absent.append("memops: no memory copies recorded (rocprofv3 --memory-copy-trace or --sys-trace records them)")
 
@@ -392,10 +407,8 @@ def _markers(con, tb: _Tables, region: str | None) -> int:
     con.unregister("_msg_df")
     if region:
         con.execute(
-            f"""INSERT INTO markers
-                SELECT pid, tid, start, CASE WHEN kind = 'mark' THEN start ELSE "end" END,
-                       CASE WHEN kind = 'mark' THEN 0 ELSE "end" - start END, name, '', kind, 'roctx', NULL, NULL
-                FROM (SELECT COALESCE(p.pid, r.pid) AS pid, COALESCE(t.tid, r.tid) AS tid, r.start, r."end",
+            f"""CREATE TEMP TABLE _mk AS
+                SELECT * FROM (SELECT COALESCE(p.pid, r.pid) AS pid, COALESCE(t.tid, r.tid) AS tid, r.start, r."end",
                              COALESCE(g.message, n.string) AS name,
                              CASE WHEN m.marker = 'mark' THEN 'mark'
                                   WHEN n.string ILIKE '%start%' THEN 'start_end' ELSE 'push_pop' END AS kind,
@@ -407,8 +420,20 @@ def _markers(con, tb: _Tables, region: str | None) -> int:
                       LEFT JOIN _str n ON n.id = r.name_id AND n.guid = r.guid
                       LEFT JOIN _proc p ON p.id = r.pid AND p.guid = r.guid
                       LEFT JOIN _thr t ON t.id = r.tid AND t.guid = r.guid)
-                WHERE name IS NOT NULL AND (marker = 'range' OR op ILIKE 'roctxMark%')"""
+                WHERE marker = 'range' OR op ILIKE 'roctxMark%'"""
         )
+        # A mark has no end: only its start must be there.
+        (_, _, missing), backwards = time_checks()
+        record_query(con, count_sql("markers", "_mk", [
+            ("""start IS NULL OR ("end" IS NULL AND kind <> 'mark')""", "skipped", missing),
+            ("name IS NULL", "skipped", NO_MARKER_TEXT), (f"kind <> 'mark' AND {backwards[0]}", *backwards[1:])]))
+        con.execute(
+            """INSERT INTO markers
+               SELECT pid, tid, start, CASE WHEN kind = 'mark' THEN start ELSE greatest("end", start) END,
+                      CASE WHEN kind = 'mark' THEN 0 ELSE greatest("end", start) - start END, name, '', kind, 'roctx', NULL, NULL
+               FROM _mk WHERE name IS NOT NULL AND start IS NOT NULL AND ("end" IS NOT NULL OR kind = 'mark')"""
+        )
+        con.execute("DROP TABLE _mk")
     skipped = 0
     sample, track = tb.rel("rocpd_sample"), tb.rel("rocpd_track", True)
     if sample and track:
@@ -425,9 +450,11 @@ def _markers(con, tb: _Tables, region: str | None) -> int:
                 LEFT JOIN _proc p ON p.id = tr.pid AND p.guid = tr.guid
                 LEFT JOIN _thr t ON t.id = tr.tid AND t.guid = tr.guid"""
         )
+        record_query(con, count_sql("markers", "_samp WHERE marker IS NOT NULL", [
+            ("ts IS NULL", "skipped", "timestamp is missing or not an integer"), ("name IS NULL", "skipped", NO_MARKER_TEXT)]))
         con.execute(
             """INSERT INTO markers SELECT pid, tid, ts, ts, 0, name, '', 'mark', 'roctx', NULL, NULL
-               FROM _samp WHERE marker IS NOT NULL AND name IS NOT NULL"""
+               FROM _samp WHERE marker IS NOT NULL AND name IS NOT NULL AND ts IS NOT NULL"""
         )
         skipped = con.execute("SELECT count(*) FROM _samp WHERE api IS NOT NULL").fetchone()[0]
         con.execute("DROP TABLE _samp")

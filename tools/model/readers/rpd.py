@@ -27,6 +27,7 @@ from ..errors import ProfileError
 from ..quote import quote_ident
 from ..sqlite_source import SqliteSource
 from ..names import create_short_names
+from ..quality import count_sql, record_query, time_checks
 
 KERNEL_OPS = ("KernelExecution", "DispatchKernel")
 COPY_OPS = {
@@ -37,6 +38,14 @@ FILL_OPS = ("FillBuffer",)
 WORKITEM_GRID_APIS = ("hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel")
 API_FAMILY = "CASE WHEN {n} LIKE 'hip%' THEN 'hip' WHEN {n} LIKE 'hsa\\_%' ESCAPE '\\' THEN 'hsa' WHEN {n} LIKE 'nccl%' OR {n} LIKE 'rccl%' THEN 'rccl' END"
 MARKER_API = "({n} = 'UserMarker' OR {n} LIKE 'roctx%')"
+# Times present and a device to put the op on; a row failing them is counted in data_issues, never dropped silently.
+GPU_OK = """start IS NOT NULL AND "end" IS NOT NULL AND gpuId IS NOT NULL"""
+HOST_OK = """start IS NOT NULL AND "end" IS NOT NULL"""
+
+
+def _gpu_checks() -> list[tuple[str, str, str]]:
+    missing_time, backwards = time_checks()
+    return [missing_time, ("gpuId IS NULL", "skipped", "gpuId is missing or not an integer"), backwards]
 
 
 def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected: Detected) -> None:
@@ -121,12 +130,13 @@ def _load(con, path: Path, progress, src: SqliteSource) -> None:
             WHERE o.op_type IN ({kinds})"""
     )
     create_short_names(con, "_rpd_names", "SELECT name FROM _rpd_kernels")
+    record_query(con, count_sql("kernels", "_rpd_kernels", _gpu_checks()))
     con.execute(
-        """INSERT INTO kernels
-           SELECT gpuId, queueId, start, "end", "end" - start, k.name, n.short,
+        f"""INSERT INTO kernels
+           SELECT gpuId, queueId, start, greatest("end", start), greatest("end", start) - start, k.name, n.short,
                   g_x, g_y, g_z, workgroupX, workgroupY, workgroupZ, vgpr, NULL, groupSegmentSize,
                   api_id, NULL, pid, tid, api_id IS NOT NULL AND pid IS NOT NULL
-           FROM _rpd_kernels k LEFT JOIN _rpd_names n USING (name)
+           FROM _rpd_kernels k LEFT JOIN _rpd_names n USING (name) WHERE {GPU_OK}
            ORDER BY start"""
     )
 
@@ -134,18 +144,22 @@ def _load(con, path: Path, progress, src: SqliteSource) -> None:
     copy_case = " ".join(f"WHEN '{t}' THEN '{k}'" for t, k in COPY_OPS.items())
     fills = ", ".join(f"'{f}'" for f in FILL_OPS)
     con.execute(
+        f"""CREATE TEMP TABLE _rpd_memops AS
+            SELECT o.*, CASE WHEN o.op_type IN ({fills}) THEN 'set' ELSE 'copy' END AS op,
+                   CASE WHEN o.op_type IN ({fills}) THEN 'memset' ELSE CASE o.op_type {copy_case} ELSE 'Unknown' END END AS kind,
+                   c.size AS bytes, c.srcDevice, c.dstDevice
+            FROM _rpd_ops o LEFT JOIN _rpd_rocpd_copyapi c ON c.api_ptr_id = o.api_id
+            WHERE o.op_type LIKE 'Copy%' OR o.op_type IN ({fills})"""
+    )
+    record_query(con, count_sql("memops", "_rpd_memops", _gpu_checks()))
+    con.execute(
         f"""INSERT INTO memops
-            SELECT gpuId, queueId, start, "end", "end" - start, op, kind, bytes,
+            SELECT gpuId, queueId, start, greatest("end", start), greatest("end", start) - start, op, kind, bytes,
                    CASE WHEN kind IN ('DtoH', 'DtoD', 'PtoP') THEN 'Device' END,
                    CASE WHEN kind IN ('HtoD', 'DtoD', 'PtoP') OR op = 'set' THEN 'Device' END,
                    CASE WHEN kind IN ('DtoD', 'PtoP') THEN srcDevice END, CASE WHEN kind IN ('DtoD', 'PtoP') THEN dstDevice END,
                    api_id, pid, tid, api_id IS NOT NULL AND pid IS NOT NULL
-            FROM (SELECT o.*, CASE WHEN o.op_type IN ({fills}) THEN 'set' ELSE 'copy' END AS op,
-                         CASE WHEN o.op_type IN ({fills}) THEN 'memset' ELSE CASE o.op_type {copy_case} ELSE 'Unknown' END END AS kind,
-                         c.size AS bytes, c.srcDevice, c.dstDevice
-                  FROM _rpd_ops o LEFT JOIN _rpd_rocpd_copyapi c ON c.api_ptr_id = o.api_id
-                  WHERE o.op_type LIKE 'Copy%' OR o.op_type IN ({fills}))
-            ORDER BY start"""
+            FROM _rpd_memops WHERE {GPU_OK} ORDER BY start"""
     )
 
     progress(0.75, "rpd: API calls and markers")
@@ -154,21 +168,24 @@ def _load(con, path: Path, progress, src: SqliteSource) -> None:
            SELECT a.*, n.string AS name, g.string AS args FROM _rpd_rocpd_api a
            LEFT JOIN _rpd_str n ON n.id = a.apiName_id LEFT JOIN _rpd_str g ON g.id = a.args_id"""
     )
+    api, marker = f"{API_FAMILY.format(n='name')} IS NOT NULL", MARKER_API.format(n='name')
+    record_query(con, count_sql("api_calls", f"_rpd_calls WHERE {api}", time_checks()))
+    record_query(con, count_sql("markers", f"_rpd_calls WHERE {marker}", time_checks()))
     con.execute(
         f"""INSERT INTO api_calls
-            SELECT pid, tid, start, "end", "end" - start, name, {API_FAMILY.format(n='name')}, id, NULL
-            FROM _rpd_calls WHERE {API_FAMILY.format(n='name')} IS NOT NULL ORDER BY start"""
+            SELECT pid, tid, start, greatest("end", start), greatest("end", start) - start, name, {API_FAMILY.format(n='name')}, id, NULL
+            FROM _rpd_calls WHERE {api} AND {HOST_OK} ORDER BY start"""
     )
     con.execute(
         f"""INSERT INTO markers
-            SELECT pid, tid, start, "end", "end" - start, COALESCE(NULLIF(args, ''), name), '',
+            SELECT pid, tid, start, greatest("end", start), greatest("end", start) - start, COALESCE(NULLIF(args, ''), name), '',
                    CASE WHEN "end" = start THEN 'mark' ELSE 'push_pop' END, 'roctx', NULL, NULL
-            FROM _rpd_calls WHERE {MARKER_API.format(n='name')} ORDER BY start"""
+            FROM _rpd_calls WHERE {marker} AND {HOST_OK} ORDER BY start"""
     )
     _meta(con, path, version)
     for t in ("op", "api", "api_ops", "kernelapi", "copyapi", "kernelcodeobject"):
         con.execute(f"DROP TABLE IF EXISTS _rpd_rocpd_{t}")
-    for t in ("_rpd_str", "_rpd_ops", "_rpd_calls", "_rpd_kernels", "_rpd_names"):
+    for t in ("_rpd_str", "_rpd_ops", "_rpd_calls", "_rpd_kernels", "_rpd_names", "_rpd_memops"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
     progress(0.95, "rpd: done")
 

@@ -1,0 +1,89 @@
+"""Bad values in the trace model: how readers record them, and the model check every profile passes.
+
+A reader never drops or corrects a source row silently: it counts, with SQL over its source, the rows
+it leaves out of a model table ('skipped') or keeps with a corrected value ('repaired') and records
+the counts in `data_issues` (schema.sql) with `record`. After the reader, `check_model` guarantees
+what every tool assumes - dur_ns = end_ns - start_ns >= 0 in every table with durations - by
+repairing and counting any row that breaks it: a reader bug shows up in data_issues, not as a
+traceback or a negative figure.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import duckdb
+
+from .quote import quote_literal
+
+DURATION_TABLES = ("kernels", "memops", "api_calls", "markers", "cpu_ops")
+
+# Reasons shared by the readers, so one kind of damage reads the same in every format.
+END_BEFORE_START = "end before start: end set to start (duration 0)"
+TIME_MISSING = "start or end time is missing or not an integer"
+
+_BIGINT_MAX = 2**63 - 1
+
+
+def record(con: duckdb.DuckDBPyConnection, rows: Iterable[tuple[str, str, int, str]]) -> None:
+    """Add (table_name, action, rows, reason) counts to data_issues: zero counts are left out and a
+    reason already recorded for the table has its count raised (a few rows, never one per event)."""
+    for table, action, n, reason in rows:
+        if not n:
+            continue
+        if action not in ("skipped", "repaired"):
+            raise ValueError(f"data_issues action must be 'skipped' or 'repaired', not {action!r}")
+        updated = con.execute(
+            "UPDATE data_issues SET rows = rows + ? WHERE table_name = ? AND action = ? AND reason = ?",
+            [int(n), table, action, reason]).fetchone()[0]
+        if not updated:
+            con.execute("INSERT INTO data_issues VALUES (?, ?, ?, ?)", [table, action, int(n), reason])
+
+
+def record_query(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> None:
+    """Record the (table_name, action, rows, reason) rows a counting query over the source returns."""
+    record(con, con.execute(sql, params).fetchall() if params is not None else con.execute(sql).fetchall())
+
+
+def count_sql(table: str, source: str, checks: list[tuple[str, str, str]]) -> str:
+    """A query for record_query: rows of `source` counted by the first check they fail. Each check is
+    (SQL condition, action, reason); list them in the order the reader applies them, so that a row
+    with several faults is counted once, under the fault that decided its fate."""
+    def case(pick: int) -> str:
+        return "CASE " + " ".join(f"WHEN {c[0]} THEN {quote_literal(c[pick])}" for c in checks) + " END"
+
+    return (f"SELECT {quote_literal(table)}, action, count(*), reason FROM "
+            f"(SELECT {case(1)} AS action, {case(2)} AS reason FROM {source}) "
+            "WHERE reason IS NOT NULL GROUP BY ALL ORDER BY 2, 4")
+
+
+def time_checks(start: str = "start", end: str = '"end"') -> list[tuple[str, str, str]]:
+    """The checks every interval row of a SQLite source gets: times present, end not before start."""
+    return [(f"{start} IS NULL OR {end} IS NULL", "skipped", TIME_MISSING),
+            (f"{end} < {start}", "repaired", END_BEFORE_START)]
+
+
+def check_model(con: duckdb.DuckDBPyConnection) -> None:
+    """Repair and count rows of the duration tables that break dur_ns = end_ns - start_ns >= 0.
+
+    Readers repair what they know to be wrong before this runs, so every count here is a reader bug
+    (or a source value no reader anticipated); the reasons say so. end_ns - start_ns of two extreme
+    BIGINTs does not fit a BIGINT: such rows are found without computing it (CASE evaluates its
+    branches only for the rows that reach them) and left out."""
+    too_long = f"CASE WHEN start_ns < 0 THEN end_ns > {_BIGINT_MAX} + start_ns ELSE false END"
+    wrong_dur = f"CASE WHEN end_ns < start_ns OR {too_long} THEN false ELSE dur_ns <> end_ns - start_ns END"
+    counts = con.execute(" UNION ALL ".join(
+        f"""SELECT '{t}', count(*) FILTER (WHERE end_ns < start_ns), count(*) FILTER (WHERE {wrong_dur}),
+                   count(*) FILTER (WHERE {too_long}) FROM {t}""" for t in DURATION_TABLES)).fetchall()
+    for table, backwards, wrong, long in counts:
+        if wrong:
+            con.execute(f"UPDATE {table} SET dur_ns = end_ns - start_ns WHERE {wrong_dur}")
+        if backwards:
+            con.execute(f"UPDATE {table} SET end_ns = start_ns, dur_ns = 0 WHERE end_ns < start_ns")
+        if long:
+            con.execute(f"DELETE FROM {table} WHERE {too_long}")
+        record(con, [
+            (table, "repaired", backwards, "model check: end before start, not repaired by the reader: end set to start (duration 0)"),
+            (table, "repaired", wrong, "model check: dur_ns was not end_ns - start_ns (reader error): dur_ns recomputed"),
+            (table, "skipped", long, "model check: end_ns - start_ns exceeds the 64-bit ns range: row left out"),
+        ])
