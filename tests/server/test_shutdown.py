@@ -66,10 +66,40 @@ def _stdio_busy(argv: list[str], profile: Path, tmp_path: Path) -> subprocess.Po
     return proc
 
 
+def _sql_workers(server_pid: int) -> list[int]:
+    """Live sql_query worker processes whose parent is the server."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmd = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == server_pid and b"gpuscope.tools.sandbox.worker" in cmd and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _is_worker(pid: int) -> bool:
+    try:
+        return b"gpuscope.tools.sandbox.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_stdio_exits_mid_query(profiles, tmp_path, sig):
+def test_stdio_exits_mid_query(profiles, tmp_path, sig, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(cache))
     proc = _stdio_busy([_gpuscope(), "serve"], profiles["nsys"], tmp_path)
+    workers = _sql_workers(proc.pid)
+    assert workers, "the query is not running in a worker process"
     took = _exit_time(proc, sig)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(map(_is_worker, workers)):
+        time.sleep(0.1)
+    assert not any(map(_is_worker, workers)), "a SQL worker outlived the server"
+    assert not list((cache / "stores").glob(f"{proc.pid}-*")), "the server's store was left behind"
     answered = proc.stdout.read().decode()
     assert took < EXIT_LIMIT_S, f"exit took {took:.1f} s; stderr: {(tmp_path / 'stderr.log').read_text()[-2000:]}"
     assert '"id":2' not in answered.replace(" ", ""), "the query had finished: the test did not catch a busy server"

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import duckdb
 
+from . import lifecycle
 from .errors import ProfileError, shown_path
 from .limits import cache_root, duckdb_config, private_dir
 from .quote import quote_ident
@@ -90,6 +91,8 @@ class Store:
         if not _swept:
             _swept = True
             cleanup_stale()
+            # The server's signal path exits without running finalizers: remove this process's stores then.
+            lifecycle.on_shutdown(_remove_own)
         base = private_dir("stores")
         folder = base / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         folder.mkdir(mode=0o700)
@@ -155,6 +158,14 @@ class Store:
 def _remove(db: Path) -> None:
     for f in (db, Path(f"{db}.wal")):
         f.unlink(missing_ok=True)
+
+
+def _remove_own() -> None:
+    pid = str(os.getpid())
+    for sub in ("stores", "spill"):
+        base = cache_root() / sub
+        for entry in (base.glob(f"{pid}-*") if sub == "stores" else [base / pid]):
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def cleanup_stale() -> None:

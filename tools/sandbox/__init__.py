@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+from ..model import lifecycle
 from ..model.errors import ProfileError
 from ..model.limits import sql_memory_limit_bytes
 
@@ -116,13 +117,17 @@ def _discard(worker: _Worker) -> None:
 
 
 def shutdown() -> None:
-    """Kill every worker (the server calls this on exit; also registered with atexit)."""
-    with _guard:
-        workers = list(_all)
-        _all.clear()
-        _idle.clear()
+    """Kill every worker. Runs at interpreter exit and on the server's signal path (lifecycle), where it must not
+    block: the workers get SIGKILL and are not waited for (they also die with their parent, PR_SET_PDEATHSIG)."""
+    workers = list(_all)
+    _all.clear()
+    _idle.clear()
     for w in workers:
-        w.kill()
+        try:
+            w.proc.kill()
+        except OSError:
+            pass
 
 
 atexit.register(shutdown)
+lifecycle.on_shutdown(shutdown)
