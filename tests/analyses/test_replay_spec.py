@@ -80,3 +80,20 @@ def test_real_qwen_mm_against_raw_json():
         compile(r.snippet, "<snippet>", "exec")
         with pytest.raises(ProfileError, match="aten::matmul"):
             replay_spec(tr, op="aten::matmull")
+
+
+def test_profile_text_cannot_add_code_to_the_snippet():
+    """Op names, recorded types and device names are profile data: a newline in one must not start a line of code
+    in the reproducer an agent may run."""
+    import ast
+
+    from gpuscope.tools.analyses.replay_spec import ReplayInput, _snippet
+
+    evil = "aten::mm'\nimport os; os.system('touch /tmp/pwned')  #\r\u2028x"
+    inputs = [ReplayInput(index=0, kind="scalar", recorded_type="Scalar\nos.system('id')", value=1),
+              ReplayInput(index=1, kind="none")]
+    safe = _snippet("aten::mm", "torch.ops.aten.mm", inputs, "H100", 10.0)
+    hostile = _snippet(evil, None, inputs, "GPU\nimport socket", 10.0)
+    assert len(ast.parse(hostile).body) == len(ast.parse(safe).body)
+    assert "os.system" not in "\n".join(line.split("#", 1)[0] for line in hostile.splitlines())
+    assert not any(line.lstrip().startswith(("import os", "import socket")) for line in hostile.splitlines())

@@ -346,6 +346,7 @@ def test_nsys_rep_export_and_cache(tmp_path, monkeypatch):
     rep = tmp_path / "run.nsys-rep"
     rep.write_bytes(b"NSYS report bytes")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("GPUSCOPE_CACHE_DIR", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     with pytest.raises(ProfileError, match=re.escape(f"nsys export --type sqlite --output {tmp_path / 'run.sqlite'} {rep}")):
         load_trace(rep)

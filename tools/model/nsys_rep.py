@@ -12,16 +12,34 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from . import lifecycle
 from .errors import ProfileError
+from .limits import cache_root
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpuscope" / "exports"
+    return cache_root() / "exports"
 
 
 def export_path(path: Path) -> Path:
     st = path.stat()
     return cache_dir() / f"{path.stem}-{st.st_size}-{st.st_mtime_ns}.sqlite"
+
+
+def _export(nsys: str, tmp: Path, path: Path) -> subprocess.CompletedProcess:
+    """Run `nsys export`; the child is killed if the server stops meanwhile (lifecycle) or after an hour."""
+    child = subprocess.Popen([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(tmp), str(path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    unregister = lifecycle.on_shutdown(child.kill)
+    try:
+        out, err = child.communicate(timeout=3600)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise
+    finally:
+        unregister()
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err)
 
 
 def export_nsys_rep(path: Path, progress=lambda fraction, message: None) -> Path:
@@ -40,8 +58,7 @@ def export_nsys_rep(path: Path, progress=lambda fraction, message: None) -> Path
     tmp = target.with_name(f".{target.stem}.{os.getpid()}.sqlite")  # nsys appends .sqlite unless present
     progress(0.0, f"exporting {path.name} with nsys")
     try:
-        proc = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(tmp), str(path)],
-                              capture_output=True, text=True, timeout=3600)
+        proc = _export(nsys, tmp, path)
     except (OSError, subprocess.TimeoutExpired) as exc:
         tmp.unlink(missing_ok=True)
         raise ProfileError(f"`nsys export` could not convert {path} ({exc}). Export it manually with "
