@@ -46,7 +46,7 @@ from gpuscope.tools.analyses.stream_summary import StreamSummaryResult
 from gpuscope.tools.analyses.sql_query import DescribeResult, SqlResult, TablesResult
 from gpuscope.tools.analyses.top_kernels import TopKernelsResult
 from gpuscope.tools.analyses.trace_info import TraceInfoResult
-from gpuscope.tools.model.cache import open_trace
+from gpuscope.tools.model.cache import leases, open_trace
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import Trace
 from gpuscope.tools.remote_context import RemoteContextResult
@@ -100,8 +100,9 @@ def profile_tool(title: str):
 
 async def _answer(ctx: Context | None, title: str, work: Callable[[], BaseModel]) -> CallToolResult:
     def produce() -> tuple[str, dict]:
-        result = work()  # rendering too stays off the event loop, and inside the error handling below
-        return render(result, title), result.model_dump(mode="json")
+        with leases():  # profiles opened by this call stay open until it is done
+            result = work()  # rendering too stays off the event loop, and inside the error handling below
+            return render(result, title), result.model_dump(mode="json")
 
     try:
         text, structured = await anyio.to_thread.run_sync(produce)

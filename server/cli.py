@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from gpuscope import __version__
 from gpuscope.tools import analyses as A
-from gpuscope.tools.model.cache import open_trace
+from gpuscope.tools.model.cache import leases, open_trace
 from gpuscope.tools.model.errors import ProfileError
 
 from . import install
@@ -171,6 +171,40 @@ def _remote_context_run(args: argparse.Namespace) -> None:
 
 
 EXTRA_COMMANDS["remote-context"] = ("Remote Execution Context block for a cluster", _remote_context_args, _remote_context_run)
+def _cache_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["list", "clear"], help="list the stored profiles, or delete every store not in use")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _cache_run(args: argparse.Namespace) -> None:
+    from gpuscope.tools.model import store
+
+    if args.action == "list":
+        entries, kept = store.list_stores(), []
+    else:
+        entries, kept = store.clear()
+    rows = [{"profile": e.profile, "format": e.format, "profile_bytes": e.profile_bytes, "store_bytes": e.store_bytes,
+             "store_share_of_profile": round(e.store_bytes / e.profile_bytes, 3) if e.profile_bytes else None,
+             "last_used_unix_s": round(e.last_used_unix_s, 3), "in_use": e.in_use, "current_version": e.current,
+             "store": str(e.folder)} for e in entries]
+    total = sum(e.store_bytes for e in entries)
+    if args.json:
+        print(visible_json({"cache": str(store.stores_root()), "action": args.action, "stores": rows, "store_bytes": total,
+                            "kept_in_use": [str(e.folder) for e in kept], "limit_bytes": store.cache_bytes()}))
+        return
+    verb = "deleted" if args.action == "clear" else "stored"
+    print(visible(f"{len(rows)} profile stores {verb}, {total / 1e6:,.1f} MB, in {store.stores_root()} "
+                  f"(limit GPUSCOPE_CACHE_GB = {store.cache_bytes() / 1e9:g} GB)"))
+    for r in rows:
+        share = f"{r['store_share_of_profile']:.2f}x the profile" if r["store_share_of_profile"] is not None else ""
+        flags = ", in use" if r["in_use"] else ""
+        flags += "" if r["current_version"] else ", older gpuscope version"
+        print(visible(f"  {r['store_bytes'] / 1e6:9,.1f} MB  {share:>18}  {r['format']:<7} {r['profile']}{flags}"))
+    if kept:
+        print(visible(f"{len(kept)} stores kept: in use by a running gpuscope"))
+
+
+EXTRA_COMMANDS["cache"] = ("list or clear the trace-store cache (GPUSCOPE_CACHE_DIR)", _cache_args, _cache_run)
 EXTRA_COMMANDS["install"] = ("register the MCP server with Claude Code or Cursor and copy the skills",
                              install.add_arguments, install.run_cli)
 
@@ -283,7 +317,8 @@ def _main(argv: list[str] | None) -> None:
             EXTRA_COMMANDS[args.command][2](args)
             return
         fn, title, _ = COMMANDS[args.command]
-        result = fn(**{k: v for k, v in vars(args).items() if k not in ("command", "json")})
+        with leases():
+            result = fn(**{k: v for k, v in vars(args).items() if k not in ("command", "json")})
     except ProfileError as exc:
         _fail(str(exc))
     except BrokenPipeError:

@@ -99,7 +99,9 @@ def test_stdio_exits_mid_query(profiles, tmp_path, sig, monkeypatch):
     while time.monotonic() < deadline and any(map(_is_worker, workers)):
         time.sleep(0.1)
     assert not any(map(_is_worker, workers)), "a SQL worker outlived the server"
-    assert not list((cache / "stores").glob(f"{proc.pid}-*")), "the server's store was left behind"
+    # The store is the persistent cache (kept for the next process); only half-built ones must not stay.
+    assert list((cache / "stores").glob("*/*/model.duckdb")), "the profile's store was not kept for reuse"
+    assert not list((cache / "stores").glob(f"*/.tmp-{proc.pid}-*")), "a half-built store was left behind"
     answered = proc.stdout.read().decode()
     assert took < EXIT_LIMIT_S, f"exit took {took:.1f} s; stderr: {(tmp_path / 'stderr.log').read_text()[-2000:]}"
     assert '"id":2' not in answered.replace(" ", ""), "the query had finished: the test did not catch a busy server"

@@ -1,34 +1,69 @@
-"""Opened profiles stay open: keyed by path, size and mtime, bounded by count and memory."""
+"""Opened profiles stay open, and a profile in use is never closed under a running tool.
+
+Opening a profile whose store exists costs milliseconds (tools/model/store.py) and an open one costs
+little (its store is attached to the process's one DuckDB instance, tools/model/hub.py, whose memory
+limit covers them all), so many stay open: GPUSCOPE_CACHE_TRACES (default 64), least recently used
+closed first. A file changed in any way (size, mtime, inode, or ctime: also a rewrite that restores
+size and mtime) is opened again, and its new content finds or builds its own store.
+
+Leases: a tool call runs inside `leases()`; every profile it opens there is held until the call ends.
+Eviction closes only profiles nobody holds; a held one leaves the cache at once and closes on release.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from .detect import regular_file
 from .errors import ProfileError, shown_path
 from .trace import Progress, Trace, _no_progress, load_trace
 
-MAX_TRACES = int(os.environ.get("GPUSCOPE_CACHE_TRACES", "4"))
-MAX_BYTES = int(float(os.environ.get("GPUSCOPE_CACHE_MB", "4096")) * 1e6)
+MAX_TRACES = int(os.environ.get("GPUSCOPE_CACHE_TRACES", "64"))
 
 _cache: "OrderedDict[tuple, Trace]" = OrderedDict()
 _loading: dict[tuple, threading.Lock] = {}
+_holders: dict[int, int] = {}       # id(trace) -> leases held on it
+_retired: dict[int, Trace] = {}     # evicted while held: closed when the last lease ends
 _guard = threading.Lock()
+_scope = threading.local()
 
 
 def _key(path: Path) -> tuple:
     st = path.stat()
-    return (str(path), st.st_size, st.st_mtime_ns)
+    return (str(path), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
 
-def _memory_bytes(trace: Trace) -> int:
+@contextmanager
+def leases() -> Iterator[None]:
+    """Hold every profile opened in this block (on this thread) until the block ends."""
+    outer = getattr(_scope, "held", None)
+    held: list[Trace] = []
+    _scope.held = held
     try:
-        return int(trace.scalar("SELECT sum(memory_usage_bytes) FROM duckdb_memory()") or 0)
-    except Exception:
-        return 0
+        yield
+    finally:
+        _scope.held = outer
+        with _guard:
+            for trace in held:
+                _holders[id(trace)] -= 1
+                if _holders[id(trace)] == 0:
+                    del _holders[id(trace)]
+                    retired = _retired.pop(id(trace), None)
+                    if retired is not None:
+                        retired.close()
+
+
+def _hold(trace: Trace) -> Trace:
+    held = getattr(_scope, "held", None)
+    if held is not None:
+        _holders[id(trace)] = _holders.get(id(trace), 0) + 1
+        held.append(trace)
+    return trace
 
 
 def open_trace(path: str | Path, progress: Progress = _no_progress) -> Trace:
@@ -42,34 +77,43 @@ def open_trace(path: str | Path, progress: Progress = _no_progress) -> Trace:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
-            return hit
+            return _hold(hit)
         lock = _loading.setdefault(key, threading.Lock())
     with lock:  # two concurrent first calls load the file once
         try:
             with _guard:
                 hit = _cache.get(key)
                 if hit is not None:
-                    return hit
+                    return _hold(hit)
             trace = load_trace(resolved, progress)
             with _guard:
                 for stale in [k for k in _cache if k[0] == key[0]]:
-                    _cache.pop(stale).close()
+                    _drop(stale)
                 _cache[key] = trace
-                _evict()
+                _hold(trace)
+                while len(_cache) > MAX_TRACES:
+                    _drop(next(iter(_cache)))
         finally:
             with _guard:  # a failed load leaves no lock behind (the same bad file is retried often)
                 _loading.pop(key, None)
     return trace
 
 
-def _evict() -> None:
-    while len(_cache) > MAX_TRACES:
-        _cache.popitem(last=False)[1].close()
-    while len(_cache) > 1 and sum(_memory_bytes(t) for t in _cache.values()) > MAX_BYTES:
-        _cache.popitem(last=False)[1].close()
+def _drop(key: tuple) -> None:
+    """Remove from the cache; close now if nobody holds it, else when the last holder is done. (Under _guard.)"""
+    trace = _cache.pop(key)
+    if _holders.get(id(trace)):
+        _retired[id(trace)] = trace
+    else:
+        trace.close()
+
+
+def open_count() -> int:
+    with _guard:
+        return len(_cache) + len(_retired)
 
 
 def clear() -> None:
     with _guard:
         while _cache:
-            _cache.popitem()[1].close()
+            _drop(next(iter(_cache)))

@@ -2,9 +2,11 @@
 
 Settings come from the environment so that an MCP host can set them in its server entry:
   GPUSCOPE_CACHE_DIR            cache folder (default $XDG_CACHE_HOME/gpuscope, else ~/.cache/gpuscope)
-  GPUSCOPE_MEMORY_LIMIT         DuckDB memory per open profile, e.g. '4GB' (default a quarter of RAM, <= 8 GB)
+  GPUSCOPE_MEMORY_LIMIT         DuckDB memory of the process's analysis instance (all open profiles together) and of
+                                each ingest, e.g. '4GB' (default a quarter of RAM, <= 8 GB); beyond it DuckDB spills
   GPUSCOPE_SQL_MEMORY_LIMIT     memory of the process that runs sql_query, e.g. '2GB' (default an eighth of RAM, <= 4 GB)
   GPUSCOPE_MAX_DECOMPRESSED_GB  largest decompressed .json.gz accepted, GB (default half of RAM)
+  GPUSCOPE_CACHE_GB             size of the trace-store cache before least recently used stores go, GB (default 20)
 Sizes accept a plain number of bytes or a number with KB/MB/GB/TB (powers of 1000) or KiB/MiB/GiB/TiB.
 """
 
@@ -87,11 +89,26 @@ def max_decompressed_bytes() -> int:
     return int(value * 1e9)
 
 
-def duckdb_config(memory_limit: int | None = None) -> dict[str, str]:
+def cache_bytes() -> int:
+    raw = os.environ.get("GPUSCOPE_CACHE_GB")
+    if raw in (None, ""):
+        return 20 * 10**9
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ProfileError(f"GPUSCOPE_CACHE_GB={raw!r} is not a number of GB (1 GB = 1e9 bytes); 0 keeps only stores in use.")
+    return int(value * 1e9)
+
+
+def duckdb_config(memory_limit: int | None = None, spill: bool = True) -> dict[str, str]:
     """Settings every gpuscope DuckDB instance starts with: bounded memory, spill to the private cache."""
-    return {
+    config = {
         "memory_limit": f"{(memory_limit or memory_limit_bytes()) // 2**20}MiB",
-        "temp_directory": str(private_dir("spill", str(os.getpid()))),
         "autoinstall_known_extensions": "false",
         "autoload_known_extensions": "false",
     }
+    if spill:
+        config["temp_directory"] = str(private_dir("spill", str(os.getpid())))
+    return config

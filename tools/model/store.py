@@ -1,41 +1,102 @@
-"""One profile's trace model on disk, and the only connections that may read it.
+"""The persistent trace store: each profile's trace model on disk, built once, reopened in milliseconds.
 
-A store is a private folder under <cache>/stores/:
-  model.duckdb             the trace model tables, plus schema `native` with the profile tables a
-                           reader copied while building it (text-bearing tables, Kineto events)
-  native/<sha1>.duckdb     a further native table (as table `t`), copied the first time sql_query or
-                           describe_table asks for it: big numeric tables are only copied when wanted
-  catalog.json             which native tables exist, where they are, gpuscope's own rocpd views
+Layout under <cache>/stores/<version>/ (the cache folder: GPUSCOPE_CACHE_DIR, else $XDG_CACHE_HOME/gpuscope):
+  <key>/model.duckdb        the trace model tables, plus schema `native` with the profile tables a reader
+                            copied while building it (text-bearing tables, Kineto events)
+  <key>/native/<sha1>.duckdb a further native table (as table `t`), copied the first time sql_query or
+                            describe_table asks for it: big numeric tables are only copied when wanted
+  <key>/catalog.json        which native tables exist, where they are, gpuscope's own rocpd views
+  <key>/info.json           the profile it was built from (path last seen, format, size); its mtime is the last use
+  <key>.lock                held shared by every process reading the store; eviction needs it exclusively
+  <key>.build               held exclusively while one process builds the store; the others wait for it
+
+`key` is the profile's content identity (`content_key`), so a file rewritten in place, even with the same
+size and mtime, gets a new store, while the same file reopened by any process finds its store. `version`
+hashes the model code and the DuckDB version: a store written by other code is never read, only evicted.
+
+A store is built in a temporary folder and renamed into place (atomic), so a reader never sees a half
+store and a crash leaves only a temporary folder that the next process removes. When the cache folder
+cannot be written (read-only or full disk) the model is built in memory instead, with a warning.
 
 Two kinds of connection, never one doing both jobs:
   * the ingest connection writes model.duckdb. Only gpuscope's readers run on it, with the SQLite
     extension loaded to scan the profile; it is closed before anything else reads the store;
-  * read-only connections (tools here, user SQL in the sandbox process) open the finished file in a
-    fresh DuckDB instance that never loaded an extension, with external access off and the
-    configuration locked: no statement on them can open another file.
+  * read-only access (tools through tools/model/hub.py, user SQL in the sandbox process) happens in DuckDB
+    instances that never loaded an extension, with external access off and the configuration locked.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 import duckdb
 
-from . import lifecycle
 from .errors import ProfileError, shown_path
-from .limits import cache_root, duckdb_config, private_dir
+from .limits import cache_bytes, cache_root, duckdb_config, private_dir  # noqa: F401 (cache_bytes: for callers)
 from .quote import quote_ident
 
 MODEL_FILE = "model.duckdb"
-_swept = False  # stale stores of dead processes are removed once per process
 CATALOG_FILE = "catalog.json"
+INFO_FILE = "info.json"
+
+# Content identity: files up to WHOLE_FILE are hashed whole; larger ones by their first and last EDGE bytes
+# (the SQLite header with its change counter and page count; the gzip trailer with CRC-32 and size) and
+# SAMPLES blocks spread evenly between. Together with size and mtime this costs < 1 ms on a warm file.
+WHOLE_FILE = 8 * 2**20
+EDGE = 64 * 2**10
+SAMPLES = 64
+SAMPLE = 4096
+
+_swept: set[Path] = set()  # version folders whose leftovers this process already cleaned
+
+
+def _code_version() -> str:
+    """A hash of everything that decides what a store holds: the model code and the DuckDB version."""
+    here = Path(__file__).parent
+    h = hashlib.sha1(duckdb.__version__.encode())
+    for f in sorted([*here.glob("*.py"), *here.glob("*.sql"), *(here / "readers").glob("*.py")]):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+STORE_VERSION = _code_version()
+
+
+def stores_root() -> Path:
+    return cache_root() / "stores"
+
+
+def version_dir() -> Path:
+    return stores_root() / STORE_VERSION
+
+
+def content_key(path: Path, st: os.stat_result | None = None) -> str:
+    """The identity of a profile's content (see WHOLE_FILE above for what is read)."""
+    st = st or os.stat(path)
+    h = hashlib.blake2b(f"{st.st_size}:{st.st_mtime_ns}".encode(), digest_size=16)
+    with open(path, "rb") as fh:
+        if st.st_size <= WHOLE_FILE:
+            while chunk := fh.read(2**20):
+                h.update(chunk)
+        else:
+            step = (st.st_size - 2 * EDGE) // (SAMPLES + 1)
+            for offset, length in [(0, EDGE), *((EDGE + step * (i + 1), SAMPLE) for i in range(SAMPLES)),
+                                   (st.st_size - EDGE, EDGE)]:
+                fh.seek(offset)
+                h.update(fh.read(length))
+    return h.hexdigest()
 
 
 def connect_locked(file: Path, memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
@@ -75,48 +136,75 @@ class NativeCatalog:
         return cls(**data)
 
 
-class Store:
-    """The folder holding one profile's trace model."""
+# -- locks ---------------------------------------------------------------------------------------------
+def _flock(path: Path, mode: int) -> int | None:
+    """An fd holding flock `mode` on `path`; None when LOCK_NB was asked and the lock is taken. Eviction
+    deletes lock files, so a lock taken on a file that was meanwhile unlinked is retried on the new one."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, mode)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
 
-    def __init__(self, folder: Path):
+
+class Lease:
+    """A shared hold on a store folder: while any process holds one, eviction leaves the store alone."""
+
+    def __init__(self, fd: int | None):
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+class Store:
+    """One profile's trace model: a folder in the cache, or (fallback) an in-memory database."""
+
+    def __init__(self, key: str, folder: Path | None, lease: Lease, memory: duckdb.DuckDBPyConnection | None = None,
+                 native: NativeCatalog | None = None, built: bool = False, warning: str | None = None):
+        self.key = key
         self.folder = folder
-        self.model_file = folder / MODEL_FILE
+        self.lease = lease
+        self.memory = memory      # the in-memory model when the cache could not be written
+        self._native = native     # its catalog (on disk it is catalog.json)
+        self.built = built        # True when this open built the store (False: reopened)
+        self.warning = warning
         self._copy_locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    @classmethod
-    def create(cls) -> "Store":
-        """A new, empty store private to this process (removed by close)."""
-        global _swept
-        if not _swept:
-            _swept = True
-            cleanup_stale()
-            # The server's signal path exits without running finalizers: remove this process's stores then.
-            lifecycle.on_shutdown(_remove_own)
-        base = private_dir("stores")
-        folder = base / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        folder.mkdir(mode=0o700)
-        return cls(folder)
+    @property
+    def in_memory(self) -> bool:
+        return self.folder is None
 
-    def ingest_connection(self) -> duckdb.DuckDBPyConnection:
-        try:
-            return duckdb.connect(str(self.model_file), config=duckdb_config())
-        except duckdb.Error as exc:
-            raise ProfileError(f"gpuscope cannot write its trace store in {shown_path(self.folder)} ({exc}). Free disk "
-                               "space there or set GPUSCOPE_CACHE_DIR to a writable folder with room.") from None
+    @property
+    def model_file(self) -> Path:
+        if self.folder is None:
+            raise ProfileError("This profile's model is held in memory because gpuscope could not write its cache "
+                               f"folder {shown_path(stores_root())}; this needs the on-disk store. Free disk space there "
+                               "or set GPUSCOPE_CACHE_DIR to a writable folder with room, then open the profile again.")
+        return self.folder / MODEL_FILE
 
-    def read_only(self) -> duckdb.DuckDBPyConnection:
-        return connect_locked(self.model_file)
+    def catalog(self) -> NativeCatalog:
+        if self._native is None:
+            self._native = NativeCatalog.from_json(json.loads((self.model_file.parent / CATALOG_FILE).read_text()))
+        return self._native
 
     # -- native tables ---------------------------------------------------------------------------------
-    def save_catalog(self, catalog: NativeCatalog) -> None:
-        (self.folder / CATALOG_FILE).write_text(json.dumps(catalog.to_json()))
-
     def native_file(self, table: str) -> Path:
-        return self.folder / "native" / (hashlib.sha1(table.encode("utf-8", "surrogatepass")).hexdigest() + ".duckdb")
+        return self.model_file.parent / "native" / (hashlib.sha1(table.encode("utf-8", "surrogatepass")).hexdigest() + ".duckdb")
 
     def copy_native(self, profile: Path, table: str) -> Path:
-        """native/<sha1>.duckdb holding `table` of the SQLite profile as table t, made once."""
+        """native/<sha1>.duckdb holding `table` of the SQLite profile as table t, made once (by any process)."""
         target = self.native_file(table)
         with self._guard:
             lock = self._copy_locks.setdefault(table, threading.Lock())
@@ -142,42 +230,261 @@ class Store:
                         sqlite.close()
             except BaseException:
                 con.close()
-                _remove(tmp)
+                _remove_db(tmp)
                 raise
             finally:
                 if private is not None:
                     private.unlink(missing_ok=True)
             con.close()
-            os.replace(tmp, target)
+            os.replace(tmp, target)  # another process may have made the same copy: either is whole
             return target
 
     def close(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self.lease.release()
+        if self.memory is not None:
+            self.memory.close()
 
 
-def _remove(db: Path) -> None:
-    for f in (db, Path(f"{db}.wal")):
-        f.unlink(missing_ok=True)
+Builder = Callable[[duckdb.DuckDBPyConnection], NativeCatalog]
 
 
-def _remove_own() -> None:
-    pid = str(os.getpid())
-    for sub in ("stores", "spill"):
-        base = cache_root() / sub
-        for entry in (base.glob(f"{pid}-*") if sub == "stores" else [base / pid]):
-            shutil.rmtree(entry, ignore_errors=True)
+def open_store(profile: Path, fmt: str, build: Builder) -> Store:
+    """The store of `profile`: reopened when it exists, else built once by `build` (which writes the model
+    through the connection it gets and returns the native catalog), with other processes waiting meanwhile."""
+    st = os.stat(profile)
+    key = content_key(profile, st)
+    try:
+        try:
+            base = private_dir("stores", STORE_VERSION)
+        except ProfileError as exc:  # the cache folder cannot be created
+            raise _DiskProblem(str(exc)) from None
+        _sweep(base)
+        folder = base / key
+        while True:
+            if folder.is_dir():
+                lease = _flock(base / f"{key}.lock", fcntl.LOCK_SH)
+                if folder.is_dir():  # not evicted between the check and the lock
+                    _touch(folder)
+                    return Store(key, folder, Lease(lease))
+                os.close(lease)  # type: ignore[arg-type]
+            builder = _flock(base / f"{key}.build", fcntl.LOCK_EX)
+            try:
+                if folder.is_dir():
+                    continue  # another process built it while we waited
+                _build(folder, profile, fmt, st, build)
+            finally:
+                os.close(builder)  # type: ignore[arg-type]
+            store = None
+            lease = _flock(base / f"{key}.lock", fcntl.LOCK_SH)
+            if folder.is_dir():
+                _touch(folder)
+                store = Store(key, folder, Lease(lease), built=True)
+                evict(keep={key})
+                return store
+            os.close(lease)  # type: ignore[arg-type]  # evicted at once (cache limit below one store): build again
+    except _DiskProblem as problem:
+        return _in_memory(key, profile, build, problem.reason)
 
 
-def cleanup_stale() -> None:
-    """Remove stores and spill folders of processes that are gone (a crash or kill -9 leaves them)."""
+class _DiskProblem(Exception):
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR}
+_DISK_WORDS = ("No space left on device", "Disk quota exceeded", "Read-only file system", "Permission denied")
+
+
+def disk_problem(exc: BaseException) -> bool:
+    """True when `exc` says the cache folder cannot be written (as opposed to a problem with the profile)."""
+    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS:
+        return True
+    return isinstance(exc, (OSError, duckdb.Error)) and any(w in str(exc) for w in _DISK_WORDS)
+
+
+def _build(folder: Path, profile: Path, fmt: str, st: os.stat_result, build: Builder) -> None:
+    tmp = folder.parent / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    try:
+        try:
+            tmp.mkdir(mode=0o700)
+            con = duckdb.connect(str(tmp / MODEL_FILE), config=duckdb_config())
+        except ProfileError as exc:  # no spill folder
+            raise _DiskProblem(str(exc)) from None
+        except (OSError, duckdb.Error) as exc:
+            if disk_problem(exc):
+                raise _DiskProblem(str(exc)) from None
+            raise
+        try:
+            catalog = build(con)
+            con.execute("CHECKPOINT")
+        except BaseException as exc:
+            if disk_problem(exc):
+                raise _DiskProblem(str(exc)) from None
+            raise
+        finally:
+            con.close()
+        try:
+            (tmp / CATALOG_FILE).write_text(json.dumps(catalog.to_json()))
+            (tmp / INFO_FILE).write_text(json.dumps({"profile": str(profile), "format": fmt, "profile_bytes": st.st_size,
+                                                     "built_unix_s": round(time.time(), 3), "version": STORE_VERSION}))
+            os.rename(tmp, folder)
+        except OSError as exc:
+            raise _DiskProblem(str(exc)) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _in_memory(key: str, profile: Path, build: Builder, reason: str) -> Store:
+    con = duckdb.connect(":memory:", config=duckdb_config(spill=False))
+    try:
+        catalog = build(con)
+    except BaseException:
+        con.close()
+        raise
+    warning = (f"gpuscope could not write its trace store under {shown_path(stores_root())} ({reason}); this profile's "
+               "model is held in memory for this process only (reopening reads the profile again, sql_query is "
+               "unavailable). Free disk space there or set GPUSCOPE_CACHE_DIR to a writable folder.")
+    return Store(key, None, Lease(None), memory=con, native=catalog, built=True, warning=warning)
+
+
+def _touch(folder: Path) -> None:
+    try:
+        os.utime(folder / INFO_FILE)
+    except OSError:  # a read-only cache still serves its stores
+        pass
+
+
+# -- the whole cache: list, evict, clear -------------------------------------------------------------------
+@dataclass
+class StoreEntry:
+    key: str
+    folder: Path
+    version: str
+    current: bool            # written by this gpuscope (False: another version; never read, evicted first)
+    profile: str
+    format: str
+    profile_bytes: int
+    store_bytes: int
+    last_used_unix_s: float
+    in_use: bool
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def list_stores() -> list[StoreEntry]:
+    """Every store in the cache, least recently used first."""
+    entries = []
+    root = stores_root()
+    if not root.is_dir():
+        return []
+    for vdir in root.iterdir():
+        if not vdir.is_dir():
+            continue
+        for folder in vdir.iterdir():
+            if folder.name.startswith(".") or not folder.is_dir():
+                continue
+            try:
+                info = json.loads((folder / INFO_FILE).read_text())
+                used = (folder / INFO_FILE).stat().st_mtime
+            except (OSError, ValueError):
+                info, used = {}, 0.0
+            probe = _flock(vdir / f"{folder.name}.lock", fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if probe is not None:
+                os.close(probe)
+            entries.append(StoreEntry(key=folder.name, folder=folder, version=vdir.name, current=vdir.name == STORE_VERSION,
+                                      profile=str(info.get("profile", "?")), format=str(info.get("format", "?")),
+                                      profile_bytes=int(info.get("profile_bytes", 0)), store_bytes=_folder_bytes(folder),
+                                      last_used_unix_s=used, in_use=probe is None))
+    return sorted(entries, key=lambda e: (e.current, e.last_used_unix_s))
+
+
+def remove_store(entry: StoreEntry) -> bool:
+    """Delete one store unless a process holds it; True when it was deleted."""
+    lock = entry.folder.parent / f"{entry.key}.lock"
+    fd = _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if fd is None:
+        return False
+    try:
+        shutil.rmtree(entry.folder, ignore_errors=True)
+        lock.unlink(missing_ok=True)
+        (entry.folder.parent / f"{entry.key}.build").unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+    return True
+
+
+def evict(keep: set[str] = frozenset(), limit: int | None = None) -> list[StoreEntry]:
+    """Delete least recently used stores (other versions first) until the cache fits GPUSCOPE_CACHE_GB.
+    Stores in use by any process and those in `keep` stay. Returns what was deleted."""
+    limit = cache_bytes() if limit is None else limit
+    entries = list_stores()
+    total = sum(e.store_bytes for e in entries)
+    removed = []
+    for e in entries:
+        if total <= limit:
+            break
+        if e.key in keep or e.in_use:
+            continue
+        if remove_store(e):
+            total -= e.store_bytes
+            removed.append(e)
+    for vdir in stores_root().iterdir() if stores_root().is_dir() else []:
+        if vdir.is_dir() and vdir.name != STORE_VERSION and not any(p.is_dir() for p in vdir.iterdir()):
+            shutil.rmtree(vdir, ignore_errors=True)  # an emptied folder of an older version
+    return removed
+
+
+def clear() -> tuple[list[StoreEntry], list[StoreEntry]]:
+    """Delete every store no process holds; returns (deleted, kept because in use)."""
+    deleted, kept = [], []
+    for e in list_stores():
+        (deleted if remove_store(e) else kept).append(e)
+    evict(limit=2**62)  # drops emptied version folders
+    return deleted, kept
+
+
+def iter_leftovers(base: Path) -> Iterator[Path]:
+    from .sqlite_source import _alive
+
+    for entry in base.iterdir():
+        if entry.name.startswith(".tmp-"):
+            pid = entry.name.split("-")[1]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                yield entry
+
+
+def _sweep(base: Path) -> None:
+    """Remove temporary folders of builds whose process died (a crash or kill -9 mid-ingest), once per process."""
+    if base in _swept:
+        return
+    _swept.add(base)
+    for entry in iter_leftovers(base):
+        shutil.rmtree(entry, ignore_errors=True)
+    cleanup_stale_spill()
+
+
+def cleanup_stale_spill() -> None:
+    """Spill folders and private SQLite copies of processes that are gone."""
     from .sqlite_source import _alive, cleanup_private_copies
 
-    for sub in ("stores", "spill"):
-        base = cache_root() / sub
-        if not base.is_dir():
-            continue
+    base = cache_root() / "spill"
+    if base.is_dir():
         for entry in base.iterdir():
-            pid = entry.name.split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            if entry.name.isdigit() and int(entry.name) != os.getpid() and not _alive(int(entry.name)):
                 shutil.rmtree(entry, ignore_errors=True)
     cleanup_private_copies()
+
+
+def _remove_db(db: Path) -> None:
+    for f in (db, Path(f"{db}.wal")):
+        f.unlink(missing_ok=True)

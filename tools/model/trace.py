@@ -15,8 +15,9 @@ import duckdb
 
 from .detect import FORMAT_NAMES, Detected, detect, regular_file
 from .errors import ProfileError, shown_path
+from .hub import ModelConnection, hub
 from .quality import check_model
-from .store import NativeCatalog, Store
+from .store import NativeCatalog, Store, disk_problem, lock_down, open_store
 
 SCHEMA_SQL = (Path(__file__).parent / "schema.sql").read_text()
 MODEL_TABLES = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops",
@@ -35,12 +36,13 @@ def _no_progress(fraction: float, message: str) -> None:
 class Trace:
     """An opened profile. Tools query `con` (via `sql`); the model tables are documented in schema.sql.
 
-    `con` is read-only with external access off and its configuration locked: nothing run on it can
-    change the model or reach another file."""
+    `con` reads the model from the process's shared DuckDB instance (tools/model/hub.py), read-only with
+    external access off and its configuration locked: nothing run on it can change the model or reach
+    another file."""
 
     path: Path
     format: str
-    con: duckdb.DuckDBPyConnection
+    con: ModelConnection
     open_seconds: float
     store: Store
     native: NativeCatalog
@@ -50,8 +52,8 @@ class Trace:
     _memo: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        # A Trace dropped without close() (tests, one-shot CLI calls) still removes its store.
-        self._finalizer = weakref.finalize(self, _release, self.con, self.store)
+        # A Trace dropped without close() (tests, one-shot CLI calls) still lets go of its store.
+        self._finalizer = weakref.finalize(self, _release, self.store)
 
     @property
     def format_name(self) -> str:
@@ -106,21 +108,23 @@ class Trace:
 
     def native_columns(self, table: str) -> set[str]:
         return {r[0] for r in self.sql(
-            "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'native' AND table_name = ?", [table])}
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = current_database() AND schema_name = 'native' "
+            "AND table_name = ?", [table])}
 
     def close(self) -> None:
         self._finalizer()
 
 
-def _release(con: duckdb.DuckDBPyConnection, store: Store) -> None:
+def _release(store: Store) -> None:
     try:
-        con.close()
+        if not store.in_memory:
+            hub().detach(store.model_file)
     finally:
         store.close()
 
 
 def load_trace(path: Path, progress: Progress = _no_progress) -> Trace:
-    """Detect the format, build the trace model into a new store and open it read-only (uncached)."""
+    """Detect the format, open its store (building it on the first open of this content) and read it (uncached)."""
     path = regular_file(path)
     found: Detected = detect(path)
     if found.format == "nsys-rep":
@@ -129,39 +133,48 @@ def load_trace(path: Path, progress: Progress = _no_progress) -> Trace:
         path = export_nsys_rep(path, progress)
         found = detect(path)
     t0 = time.perf_counter()
-    store = Store.create()
     try:
-        native = _ingest(store, path, found, progress)
-        con = store.read_only()
+        store = open_store(path, found.format, lambda con: _ingest(con, path, found, progress))
+    except OSError as exc:
+        raise ProfileError(f"Cannot read {shown_path(path)}: {exc.strerror or exc}. Check the path and its permissions.") from None
+    try:
+        if store.in_memory:
+            lock_down(store.memory)
+            con = ModelConnection(store.memory, "memory")
+        else:
+            con = ModelConnection(hub().con, hub().attach(store.model_file))
+        cur = con.cursor()
+        meta_rows = cur.execute("SELECT key, value FROM trace_meta").fetchall()
+        cur.close()
+        native = store.catalog()
     except BaseException:
-        store.close()
+        _release(store)
         raise
-    meta_rows = con.execute("SELECT key, value FROM trace_meta").fetchall()
     meta = {k: v for k, v in meta_rows if k != "warning"}
-    warnings = [v for k, v in meta_rows if k == "warning"]
+    warnings = [v for k, v in meta_rows if k == "warning"] + ([store.warning] if store.warning else [])
     progress(1.0, "ready")
     return Trace(path=path, format=found.format, con=con, open_seconds=time.perf_counter() - t0, store=store,
                  native=native, meta=meta, warnings=warnings)
 
 
-def _ingest(store: Store, path: Path, found: Detected, progress: Progress) -> NativeCatalog:
-    """Run the format's reader on a read-write connection to the store, then close it for good."""
+def _ingest(con: duckdb.DuckDBPyConnection, path: Path, found: Detected, progress: Progress) -> NativeCatalog:
+    """Run the format's reader on the store's read-write connection (the store closes it)."""
     name = FORMAT_NAMES.get(found.format, found.format)
-    con = store.ingest_connection()
     try:
         con.execute(SCHEMA_SQL)
         reader = importlib.import_module(f"{__package__}.readers.{found.format}")
         progress(0.0, f"reading {name}")
         reader.load(con, path, progress, found)
         _finalise(con)
-        native = _native_catalog(con, path, found.format)
-        con.execute("CHECKPOINT")
+        return _native_catalog(con, path, found.format)
     except ProfileError:
         raise
     except duckdb.OutOfMemoryException:
         raise ProfileError(f"{shown_path(path)} needs more memory to read than gpuscope may use. Raise GPUSCOPE_MEMORY_LIMIT "
                            "(e.g. GPUSCOPE_MEMORY_LIMIT=16GB) or analyse a shorter capture.") from None
     except duckdb.Error as exc:
+        if disk_problem(exc):
+            raise  # the store's folder, not the profile: the store falls back to memory
         raise ProfileError(
             f"{shown_path(path)} could not be read as a {name}: {_first_line(exc)}. "
             "The file may be truncated or from an unsupported version."
@@ -175,16 +188,13 @@ def _ingest(store: Store, path: Path, found: Detected, progress: Progress) -> Na
     except MemoryError:
         raise ProfileError(f"{shown_path(path)} is too large to read within this machine's memory. Analyse a shorter "
                            "capture, or raise GPUSCOPE_MEMORY_LIMIT if the machine has more to give.") from None
-    finally:
-        con.close()
-    store.save_catalog(native)
-    return native
 
 
 def _native_catalog(con: duckdb.DuckDBPyConnection, path: Path, fmt: str) -> NativeCatalog:
     in_model = [r[0] for r in con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'native' UNION "
-        "SELECT view_name FROM duckdb_views() WHERE schema_name = 'native' ORDER BY 1").fetchall()]
+        "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() AND schema_name = 'native' UNION "
+        "SELECT view_name FROM duckdb_views() WHERE database_name = current_database() AND schema_name = 'native' "
+        "ORDER BY 1").fetchall()]
     if fmt not in SQLITE_FORMATS:
         return NativeCatalog(tables=in_model, in_model=in_model, source="model")
     from .sqlite_source import open_sqlite, readable_tables

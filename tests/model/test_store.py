@@ -1,0 +1,203 @@
+"""The persistent trace store: reopened identically by a new process, never stale, built once, bounded.
+
+Every check reads the store through the public entry points (load_trace, open_trace, the CLI) in fresh
+processes where the claim is about processes; figures come from the fixture scenarios, not the engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA, write_scenario
+from gpuscope.fixtures.catalog import SCENARIOS
+from gpuscope.fixtures.samples import real_profiles
+from gpuscope.tools import analyses as A
+from gpuscope.tools.model import cache, store
+from gpuscope.tools.model.errors import ProfileError
+from gpuscope.tools.model.trace import load_trace
+
+RUNNER = Path(__file__).with_name("run_every_tool.py")
+GPUSCOPE = Path(sys.executable).with_name("gpuscope")
+
+
+def _env(cache_dir: Path, **extra: str) -> dict:
+    return {**os.environ, "GPUSCOPE_CACHE_DIR": str(cache_dir), **extra}
+
+
+def _run_every_tool(paths: list[Path], cache_dir: Path) -> dict:
+    out = subprocess.run([sys.executable, str(RUNNER), *map(str, paths)], env=_env(cache_dir), capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+def _sample(tmp_path: Path, fmt: str, name: str = "concurrent_streams") -> Path:
+    suffix = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}[fmt]
+    return write_scenario(SCENARIOS[name](), fmt, tmp_path / f"{name}{suffix}")
+
+
+def test_every_tool_answers_the_same_from_a_new_store_and_a_reopened_one(tmp_path):
+    """First process builds each store; a second process reopens them and every tool's answer is identical."""
+    paths = [_sample(tmp_path, fmt) for fmt in ("nsys", "rocpd", "kineto")] + real_profiles()
+    first = _run_every_tool(paths, tmp_path / "cache")
+    again = _run_every_tool(paths, tmp_path / "cache")
+    for p in map(str, paths):
+        assert first[p]["built"] and not again[p]["built"], p
+        assert not first[p]["in_memory"]
+        assert first[p]["answers"] == again[p]["answers"], p
+    if DATA.is_dir():
+        assert len(paths) > 3
+
+
+def test_a_profile_rewritten_with_the_same_size_and_mtime_is_read_again(tmp_path):
+    """JSON (hashed whole): one kernel's duration changes digit for digit; size and mtime are restored."""
+    path = _sample(tmp_path, "kineto")
+    before = load_trace(path)
+    total = before.scalar("SELECT sum(dur_ns) FROM kernels")
+    st = path.stat()
+    text = path.read_text()
+    import re
+
+    m = re.search(r'"cat": ?"kernel".*?"dur": ?(\d)', text)
+    assert m, "the fixture has a kernel with a duration"
+    digit = m.group(1)
+    changed = text[:m.start(1)] + ("1" if digit != "1" else "2") + text[m.end(1):]
+    path.write_text(changed)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+    # The kernel's dur is in µs in the file: its first digit is worth 10^k µs.
+    after = load_trace(path)
+    assert after.store.built and after.store.key != before.store.key
+    assert after.scalar("SELECT sum(dur_ns) FROM kernels") != total
+    # and a running cache follows the file too (ctime changed even though size and mtime did not)
+    cached = cache.open_trace(path)
+    assert cached.store.key == after.store.key
+
+
+def test_large_sqlite_profile_edited_in_place_gets_a_new_store(tmp_path, monkeypatch):
+    """Sampled identity (files above WHOLE_FILE): an UPDATE through SQLite changes the header's change counter."""
+    import sqlite3
+
+    monkeypatch.setattr(store, "WHOLE_FILE", 0)
+    path = _sample(tmp_path, "nsys")
+    st = path.stat()
+    key = store.content_key(path)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET \"end\" = \"end\" + 1 WHERE rowid = (SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    con.commit()
+    con.close()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size
+    assert store.content_key(path) != key
+
+
+def test_two_processes_opening_one_new_profile_build_it_once(tmp_path):
+    path = _sample(tmp_path, "nsys", "concurrent_streams")
+    code = ("import json,sys; from gpuscope.tools.model.trace import load_trace; t = load_trace(sys.argv[1]); "
+            "print(json.dumps([t.store.built, t.scalar('SELECT count(*) FROM kernels'), str(t.store.folder)]))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path)], env=_env(tmp_path / "cache"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+        results.append(json.loads(out))
+    assert sorted(r[0] for r in results) == [False, True]  # one built, the other waited and reopened
+    assert results[0][1:] == results[1][1:]
+    assert results[0][1] == len(SCENARIOS["concurrent_streams"]().kernels)
+    assert not list((tmp_path / "cache" / "stores").glob("*/.tmp-*")), "a temporary build folder was left"
+
+
+def test_a_store_of_another_version_is_never_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    path = _sample(tmp_path, "kineto")
+    old = load_trace(path)
+    old_folder = old.store.folder
+    old.close()
+    monkeypatch.setattr(store, "STORE_VERSION", "0" * 16)
+    new = load_trace(path)
+    assert new.store.built and new.store.folder != old_folder
+    assert old_folder.is_dir()  # the other version's store stays until eviction (another gpuscope may use it)
+    new.close()
+    assert store.list_stores()[0].folder == old_folder and not store.list_stores()[0].current  # evicted first
+
+
+def test_unwritable_cache_falls_back_to_memory_with_a_warning(tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(blocker / "cache"))
+    path = _sample(tmp_path, "nsys")
+    trace = load_trace(path)
+    assert trace.store.in_memory
+    assert any("held in memory" in w for w in trace.warnings)
+    s = SCENARIOS["concurrent_streams"]()
+    assert A.top_kernels(trace).devices[0].kernel_count == len(s.kernels)
+    assert any("held in memory" in w for w in A.trace_info(trace).warnings)
+    with pytest.raises(ProfileError, match="GPUSCOPE_CACHE_DIR"):
+        A.sql_query(trace, "SELECT count(*) FROM kernels")
+    trace.close()
+
+
+def test_eviction_keeps_stores_in_use_and_drops_the_least_recently_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    a = load_trace(_sample(tmp_path, "nsys", "two_gpus_one_process"))
+    b = load_trace(_sample(tmp_path, "nsys", "concurrent_streams"))
+    monkeypatch.setenv("GPUSCOPE_CACHE_GB", "0")
+    assert store.evict() == []  # both open: nothing may go
+    a_folder = a.store.folder
+    a.close()
+    removed = store.evict()
+    assert [e.folder for e in removed] == [a_folder] and not a_folder.exists()
+    assert b.store.folder.is_dir() and A.top_kernels(b).devices
+    b.close()
+
+
+def test_cache_list_and_clear_from_the_command_line(tmp_path):
+    path = _sample(tmp_path, "rocpd")
+    env = _env(tmp_path / "cache")
+    subprocess.run([str(GPUSCOPE), "trace-info", str(path)], env=env, check=True, capture_output=True)
+    listed = json.loads(subprocess.run([str(GPUSCOPE), "cache", "list", "--json"], env=env, check=True,
+                                       capture_output=True, text=True).stdout)
+    assert [s["profile"] for s in listed["stores"]] == [str(path)]
+    assert listed["stores"][0]["profile_bytes"] == path.stat().st_size and listed["stores"][0]["store_bytes"] > 0
+    cleared = json.loads(subprocess.run([str(GPUSCOPE), "cache", "clear", "--json"], env=env, check=True,
+                                        capture_output=True, text=True).stdout)
+    assert len(cleared["stores"]) == 1 and not cleared["kept_in_use"]
+    assert not list((tmp_path / "cache" / "stores").glob("*/*/model.duckdb"))
+
+
+def test_xdg_cache_home_is_the_default_cache(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "GPUSCOPE_CACHE_DIR"}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    path = _sample(tmp_path, "kineto")
+    subprocess.run([str(GPUSCOPE), "trace-info", str(path)], env=env, check=True, capture_output=True)
+    assert list((tmp_path / "xdg" / "gpuscope" / "stores").glob("*/*/model.duckdb"))
+
+
+def test_a_held_profile_is_not_closed_by_eviction(tmp_path, monkeypatch):
+    """Leases: more profiles than the cache keeps, opened inside one tool call, all stay usable until it ends."""
+    monkeypatch.setattr(cache, "MAX_TRACES", 2)
+    cache.clear()
+    paths = [_sample(tmp_path / str(i), "nsys") for i in range(5) if (tmp_path / str(i)).mkdir() is None]
+    with cache.leases():
+        traces = [cache.open_trace(p) for p in paths]
+        assert all(A.top_kernels(t).devices for t in traces)  # none closed under the call
+        assert cache.open_count() == 5
+    assert cache.open_count() == 2  # released: the evicted three are closed now
+    cache.clear()
+
+
+def test_small_memory_limit_spills_instead_of_failing(tmp_path):
+    """A sort far larger than a 64 MiB limit completes on the process's analysis instance (it spills)."""
+    code = ("from gpuscope.tools.model.hub import hub; "
+            "print(hub().con.execute(\"SELECT count(*), min(s) < max(s) FROM (SELECT md5(range::VARCHAR) s "
+            "FROM range(3000000) ORDER BY s)\").fetchone())")
+    out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "cache", GPUSCOPE_MEMORY_LIMIT="64MiB"),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "(3000000, True)"

@@ -1,0 +1,96 @@
+"""The one DuckDB instance through which this process's tools read every open store.
+
+One instance rather than one per profile, so that all open profiles (a 1,000-rank job included) share one
+`memory_limit` and one buffer pool: the process's DuckDB memory stays under GPUSCOPE_MEMORY_LIMIT however
+many profiles are open, and a query over several ranks' stores is one SQL statement. Stores are ATTACHed
+read-only. The instance loads no extension and can reach no file outside the stores folder: external access
+is off with the stores and spill folders as the only allowed directories, and the configuration is locked.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from pathlib import Path
+
+import duckdb
+
+from .limits import duckdb_config
+from .quote import quote_ident, quote_literal
+from .store import lock_down, stores_root
+
+_hubs: dict[tuple[int, str], "Hub"] = {}
+_guard = threading.Lock()
+
+
+class Hub:
+    def __init__(self, root: Path):
+        self.root = root
+        config = duckdb_config()
+        self.con = duckdb.connect(":memory:", config={**config, "allow_community_extensions": "false"})
+        # The spill folder must be allowed too: without it DuckDB cannot spill and fails at memory_limit.
+        allowed = ", ".join(quote_literal(d.rstrip(os.sep) + os.sep) for d in (str(root), config["temp_directory"]))
+        self.con.execute(f"SET allowed_directories = [{allowed}]")
+        lock_down(self.con)
+        self._attached: dict[str, list] = {}  # store file -> [catalog alias, users]
+        self._names = itertools.count()
+        self._lock = threading.Lock()
+
+    def attach(self, file: Path) -> str:
+        """The catalog name of `file` in this instance (attached on first use, counted per user)."""
+        key = str(file.resolve())
+        with self._lock:
+            entry = self._attached.get(key)
+            if entry is None:
+                alias = f"store{next(self._names)}"
+                self.con.execute(f"ATTACH {quote_literal(key)} AS {quote_ident(alias)} (READ_ONLY)")
+                entry = self._attached[key] = [alias, 0]
+            entry[1] += 1
+            return entry[0]
+
+    def detach(self, file: Path) -> None:
+        key = str(file.resolve())
+        with self._lock:
+            entry = self._attached.get(key)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] <= 0:
+                del self._attached[key]
+                try:
+                    self.con.execute(f"DETACH {quote_ident(entry[0])}")
+                except duckdb.Error:  # the process is shutting down
+                    pass
+
+    def attached(self) -> int:
+        return len(self._attached)
+
+
+def hub() -> Hub:
+    """This process's hub for the current cache folder (tests switch folders; a forked child gets its own)."""
+    root = stores_root()
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = (os.getpid(), str(root.resolve()))
+    with _guard:
+        found = _hubs.get(key)
+        if found is None:
+            found = _hubs[key] = Hub(Path(key[1]))
+        return found
+
+
+class ModelConnection:
+    """What tools get as `trace.con`: cursors on a shared instance whose default catalog is one profile's model."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, catalog: str):
+        self._con = con
+        self.catalog = catalog
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        cur = self._con.cursor()
+        cur.execute(f"USE {quote_ident(self.catalog)}")
+        return cur
+
+    def execute(self, query: str, params=None) -> duckdb.DuckDBPyConnection:
+        cur = self.cursor()
+        return cur.execute(query, params) if params is not None else cur.execute(query)
