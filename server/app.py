@@ -40,6 +40,7 @@ from gpuscope.tools.analyses.ops_summary import OpsSummaryResult
 from gpuscope.tools.analyses.perf_summary import PerfSummaryResult
 from gpuscope.tools.analyses.phases import PhasesResult
 from gpuscope.tools.analyses.rank_summary import RankSummaryResult
+from gpuscope.tools.analyses.straggler_summary import StragglerSummaryResult
 from gpuscope.tools.analyses.replay_spec import ReplaySpecResult
 from gpuscope.tools.analyses.roofline import RooflineResult, roofline_plot
 from gpuscope.tools.analyses.stream_summary import StreamSummaryResult
@@ -47,6 +48,7 @@ from gpuscope.tools.analyses.sql_query import DescribeResult, SqlResult, TablesR
 from gpuscope.tools.analyses.top_kernels import TopKernelsResult
 from gpuscope.tools.analyses.trace_info import TraceInfoResult
 from gpuscope.tools.model.cache import leases, open_trace
+from gpuscope.tools.model.job import open_job
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import Trace
 from gpuscope.tools.remote_context import RemoteContextResult
@@ -82,6 +84,8 @@ Device = Annotated[int | None, Field(description="Only this device id (trace_inf
 StartNs = Annotated[int | None, Field(description="Window start, ns on the profile timeline (as trace_info reports)")]
 EndNs = Annotated[int | None, Field(description="Window end (exclusive), ns on the profile timeline")]
 
+RankProfiles = Annotated[list[str], Field(min_length=1, description="Profiles of the job: one per rank, a folder of them, "
+                                           "a glob such as 'run/rank*.json.gz', or one file holding several ranks")]
 CommPatterns = Annotated[list[str] | None, Field(description="Extra regexes over kernel names that count as communication "
                                                                "(added to the NCCL/RCCL/custom all-reduce defaults)")]
 
@@ -120,9 +124,7 @@ async def _answer(ctx: Context | None, title: str, work: Callable[[], BaseModel]
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
 
-def _open(path: str, ctx: Context | None) -> Trace:
-    """Open through the cache; report progress to the client while a profile loads."""
-
+def _progress(ctx: Context | None) -> Callable[[float, str], None]:
     def progress(fraction: float, message: str) -> None:
         if ctx is not None:
             try:
@@ -130,7 +132,17 @@ def _open(path: str, ctx: Context | None) -> Trace:
             except Exception:  # progress is best-effort; a client without a token ignores it
                 pass
 
-    return open_trace(path, progress)
+    return progress
+
+
+def _open_job(items: list[str], ctx: Context | None) -> list[Trace]:
+    """Every rank's profile (files, folders, globs), missing stores built in parallel with progress per rank."""
+    return open_job(items, _progress(ctx))
+
+
+def _open(path: str, ctx: Context | None) -> Trace:
+    """Open through the cache; report progress to the client while a profile loads."""
+    return open_trace(path, _progress(ctx))
 
 
 @profile_tool("List profiles in a folder")
@@ -339,8 +351,7 @@ async def comm_summary(
 
 @profile_tool("Compare ranks, find the straggler")
 async def rank_summary(
-    traces: Annotated[list[str], Field(min_length=1, description="Profiles: one per rank, or one file holding several "
-                                                                 "processes/ranks (or both)")],
+    traces: RankProfiles,
     marker: Annotated[str | None, Field(description="Step marker, as in iterations (default ProfilerStep#N or the "
                                                    "repeating range covering the GPU work)")] = None,
     comm_patterns: CommPatterns = None,
@@ -350,7 +361,22 @@ async def rank_summary(
     """Per rank (a process of a profile): GPU busy, idle, compute, communication and exposed communication, step count
     and step time; imbalance (max - min) / mean per metric and per iteration; the straggler rank with the evidence."""
     return await _answer(ctx, "Ranks", lambda: A.rank_summary(
-        [_open(t, ctx) for t in traces], marker=marker, comm_patterns=comm_patterns, limit=limit))
+        _open_job(traces, ctx), marker=marker, comm_patterns=comm_patterns, limit=limit))
+
+
+@profile_tool("Collectives: who arrives last")
+async def straggler_summary(
+    traces: RankProfiles,
+    comm_patterns: CommPatterns = None,
+    limit: Annotated[int, Field(ge=1, le=1024, description="Collective and rank rows shown")] = 20,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, StragglerSummaryResult]:
+    """Per collective (k-th communication kernel of a name on every rank): the rank that arrived last (shortest
+    kernel: the others waited for it), the skew (longest - shortest duration) and median wait; per rank how often it
+    was last and how long it waited; the straggler's own top kernels and GPU idle. Clock-free (durations only), one
+    SQL query over all ranks' stores, stores built in parallel."""
+    return await _answer(ctx, "Stragglers", lambda: A.straggler_summary(
+        _open_job(traces, ctx), comm_patterns=comm_patterns, limit=limit))
 
 
 @profile_tool("Operators (TraceLens ops_summary)")

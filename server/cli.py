@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from gpuscope import __version__
 from gpuscope.tools import analyses as A
 from gpuscope.tools.model.cache import leases, open_trace
+from gpuscope.tools.model.job import open_job
 from gpuscope.tools.model.errors import ProfileError
 
 from . import install
@@ -98,7 +99,17 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
 
 
 def _rank_summary(trace: list[str], **kw) -> BaseModel:
-    return A.rank_summary([open_trace(t) for t in trace], **kw)
+    return A.rank_summary(open_job(trace, _stderr_progress), **kw)
+
+
+def _straggler_summary(trace: list[str], **kw) -> BaseModel:
+    return A.straggler_summary(open_job(trace, _stderr_progress), **kw)
+
+
+def _stderr_progress(fraction: float, message: str) -> None:
+    """Store builds of many ranks take a while: say how far they are (stderr, so --json output stays clean)."""
+    if sys.stderr.isatty():
+        print(f"\r{visible(message)[:100]:<100}", end="" if fraction < 1 else "\n", file=sys.stderr, flush=True)
 
 
 def _roofline(trace: str, kernel_flops: str | None = None, peaks: str | None = None, plot: str | None = None, **kw) -> BaseModel:
@@ -211,7 +222,9 @@ EXTRA_COMMANDS["install"] = ("register the MCP server with Claude Code or Cursor
 COMMANDS["rank-summary"] = (_rank_summary, "Ranks", [
     (("--marker",), {}), (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}),
     (("--limit",), {"type": int, "default": 64})])
-MULTI_PROFILE = {"rank-summary"}
+COMMANDS["straggler-summary"] = (_straggler_summary, "Stragglers", [
+    (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}), (("--limit",), {"type": int, "default": 20})])
+MULTI_PROFILE = {"rank-summary", "straggler-summary"}
 
 
 def _report(trace: str, **kw) -> BaseModel:  # CLI only: writes the file the user names (MCP tools stay read-only)
@@ -257,7 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (_, title, extra) in COMMANDS.items():
         p = sub.add_parser(name, help=_summary(name, title))
         if name in MULTI_PROFILE:
-            p.add_argument("trace", nargs="+", help="profile files (one per rank, or one with several processes)")
+            p.add_argument("trace", nargs="+", help="profile files (one per rank, or one with several processes), folders "
+                                                    "of them, or glob patterns")
         else:
             p.add_argument("path" if name == "list-traces" else "trace", help="folder" if name == "list-traces" else "profile file")
         for flags, kwargs in extra:

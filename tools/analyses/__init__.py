@@ -11,6 +11,7 @@
     gpu_timeline    compute / exposed comm / exposed copy / idle gpu_timeline.py
     comm_summary    NCCL/RCCL/MPI communication and overlap      comm_summary.py (comm_patterns.py)
     rank_summary    per-rank comparison, imbalance, straggler    rank_summary.py
+    straggler_summary  per collective: who arrived last, skew     straggler_summary.py (tools/model/job.py)
     ops_summary     GPU time per launching operator (TraceLens)  ops_summary.py (op_tree.py)
     perf_summary    FLOPs, bytes, TFLOP/s, TB/s per op signature perf_summary.py (tools/perf_models)
     roofline        bound, % of roof, headroom, impact table     roofline.py (tools/hardware)
@@ -41,8 +42,9 @@ from .rank_summary import rank_summary
 from .replay_spec import replay_spec
 from .roofline import roofline
 from .sql_query import describe_table, list_tables, sql_query
+from .straggler_summary import straggler_summary
 from .stream_summary import stream_summary
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["api_summary", "call_stack", "comm_summary", "compare_traces", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "sql_query", "stream_summary", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "call_stack", "comm_summary", "compare_traces", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "sql_query", "straggler_summary", "stream_summary", "top_kernels", "trace_info"]

@@ -184,6 +184,7 @@ def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
         cap("marker_summary", counts["markers"] > 0, "no NVTX / rocTX / record_function ranges recorded"),
         cap("iterations", steps_why is None, steps_why or ""),
         cap("comm_summary", comm, "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass comm_patterns for custom ones)"),
+        cap("straggler_summary", comm, "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass comm_patterns for custom ones)"),
         cap("ops_summary", gpu > 0, no_gpu),
         cap("call_stack", counts["kernels"] > 0, no_kernels),
         cap("perf_summary", shaped > 0, no_shapes),
