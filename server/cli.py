@@ -98,12 +98,17 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
 }
 
 
-def _rank_summary(trace: list[str], **kw) -> BaseModel:
-    return A.rank_summary(open_job(trace, _stderr_progress), **kw)
+def _rank_summary(trace: list[str], cluster: str | None = None, **kw) -> BaseModel:
+    return A.rank_summary(open_job(trace, _stderr_progress, cluster), **kw)
 
 
-def _straggler_summary(trace: list[str], **kw) -> BaseModel:
-    return A.straggler_summary(open_job(trace, _stderr_progress), **kw)
+def _straggler_summary(trace: list[str], cluster: str | None = None, **kw) -> BaseModel:
+    return A.straggler_summary(open_job(trace, _stderr_progress, cluster), **kw)
+
+
+_CLUSTER = (("--cluster",), {"metavar": "SPEC", "help": "build missing rank stores on Dask: 'local', 'tcp://host:8786' or "
+                                                       "'slurm:PARTITION[:ACCOUNT]' (default $GPUSCOPE_DASK_CLUSTER, else "
+                                                       "worker processes here)"})
 
 
 def _stderr_progress(fraction: float, message: str) -> None:
@@ -221,9 +226,10 @@ EXTRA_COMMANDS["install"] = ("register the MCP server with Claude Code or Cursor
 
 COMMANDS["rank-summary"] = (_rank_summary, "Ranks", [
     (("--marker",), {}), (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}),
-    (("--limit",), {"type": int, "default": 64})])
+    (("--limit",), {"type": int, "default": 64}), _CLUSTER])
 COMMANDS["straggler-summary"] = (_straggler_summary, "Stragglers", [
-    (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}), (("--limit",), {"type": int, "default": 20})])
+    (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}), (("--limit",), {"type": int, "default": 20}),
+    _CLUSTER])
 MULTI_PROFILE = {"rank-summary", "straggler-summary"}
 
 

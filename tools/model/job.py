@@ -1,7 +1,7 @@
 """A distributed job: many ranks' profiles, their stores built in parallel, queried as one relation.
 
 Each rank's profile gets its own store (tools/model/store.py). Stores not yet built are built in parallel, one
-process per core (`build_stores`), or on a Dask cluster when the caller passes one (tools/model/cluster.py);
+process per core (`build_stores`), or on a Dask cluster when one is named (tools/model/cluster.py);
 then every store is attached to the process's one DuckDB instance (tools/model/hub.py), and a question over all
 ranks is one SQL statement over `union_sql(...)`: the same table of every store stacked with its position in
 the job. No model is held in Python memory, and the instance's memory limit covers all ranks together.
@@ -134,17 +134,18 @@ def missing_stores(paths: list[Path]) -> list[Path]:
 
 
 def build_stores(paths: list[Path], progress: Progress = lambda f, m: None, workers: int | None = None,
-                 client=None) -> dict[str, float]:
-    """Build the stores of `paths` that do not exist yet, in parallel: a process pool sized to the cores, or
-    the Dask `client` given. Returns seconds per profile built. Raises one ProfileError naming every rank
-    that could not be read."""
+                 cluster: str | None = None) -> dict[str, float]:
+    """Build the stores of `paths` that do not exist yet, in parallel: worker processes sized to the cores, or
+    on the Dask cluster `cluster` names (tools/model/cluster.py; started only when a store is missing).
+    Returns seconds per profile built. Raises one ProfileError naming every rank that could not be read."""
     todo = missing_stores(paths)
     if not todo:
         return {}
-    if client is not None:
-        from .cluster import build_on_dask
+    if cluster:
+        from .cluster import build_on_dask, cluster_client
 
-        results = build_on_dask(client, [str(p) for p in todo], progress)
+        with cluster_client(cluster, workers) as client:
+            results = build_on_dask(client, [str(p) for p in todo], progress)
     elif len(todo) < MIN_PARALLEL:
         results = []
         for i, p in enumerate(todo):
@@ -160,14 +161,15 @@ def build_stores(paths: list[Path], progress: Progress = lambda f, m: None, work
     return {p: secs for p, _, secs in results}
 
 
-def open_job(items: Iterable[str | Path], progress: Progress = lambda f, m: None, client=None) -> list[Trace]:
-    """Every rank's trace, stores built in parallel first; opened through the cache (held by the caller's lease)."""
+def open_job(items: Iterable[str | Path], progress: Progress = lambda f, m: None, cluster: str | None = None) -> list[Trace]:
+    """Every rank's trace, stores built in parallel first (on `cluster`, default env GPUSCOPE_DASK_CLUSTER, else local
+    worker processes); opened through the cache (held by the caller's lease)."""
     from .cache import open_trace
 
     paths = expand(items)
     if not paths:
         raise ProfileError("no profiles given: pass one profile per rank, a folder of them, or a glob pattern.")
-    build_stores(paths, progress, client=client)
+    build_stores(paths, progress, cluster=cluster or os.environ.get("GPUSCOPE_DASK_CLUSTER") or None)
     return [open_trace(p) for p in paths]
 
 
