@@ -23,7 +23,7 @@ CALLS_PER_CLIENT = 24
 
 def _calls(profiles: dict) -> list[tuple[str, dict]]:
     out = []
-    for fmt in ("nsys", "rocpd", "kineto"):
+    for fmt in profiles:
         p = str(profiles[fmt])
         out += [("trace_info", {"trace": p}), ("top_kernels", {"trace": p}), ("gap_histogram", {"trace": p}),
                 ("sql_query", {"trace": p, "sql": "SELECT device_id, count(*), sum(dur_ns) FROM kernels GROUP BY 1 ORDER BY 1"}),
@@ -74,16 +74,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-async def test_eight_http_clients(anyio_backend, tmp_path):
+def _copies(profiles: dict, n: int) -> dict:
+    """n distinct profile files: the samples, then copies of them under other names (new files, new stores)."""
+    import shutil
+
+    out = dict(profiles)
+    for i in range(n - len(profiles)):
+        fmt = list(profiles)[i % len(profiles)]
+        src = profiles[fmt]
+        dst = src.with_name(f"copy{i}_{src.name}")
+        shutil.copy(src, dst)
+        out[f"{fmt}_copy{i}"] = dst
+    return out
+
+
+@pytest.mark.parametrize("cache_traces,n_profiles", [(None, 3), ("1", 8)], ids=["default-cache", "one-open-profile"])
+async def test_eight_http_clients(anyio_backend, tmp_path, cache_traces, n_profiles):
+    """With GPUSCOPE_CACHE_TRACES=1 every call evicts another client's profile: leases must keep it open under the
+    running call (before leases: 74 'internal error' of 216 calls)."""
     exe = H.VENV_BIN / "gpuscope"
     if not exe.exists():
         pytest.skip("gpuscope console script not installed in .venv")
-    profiles = H.write_profiles(tmp_path / "p")
+    profiles = _copies(H.write_profiles(tmp_path / "p"), n_profiles)
     calls = _calls(profiles)
+    if n_profiles > 3:
+        calls.append(("compare_traces", {"baseline": str(profiles["nsys"]), "candidate": str(profiles["nsys_copy0"])}))
     port = _free_port()
     log = open(tmp_path / "server.log", "wb")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"GPUSCOPE_CACHE_TRACES": cache_traces} if cache_traces else {})}
     proc = subprocess.Popen([str(exe), "serve", "--http", "--port", str(port)], cwd=tmp_path, stdout=log,
-                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         deadline = time.monotonic() + 30
