@@ -61,11 +61,17 @@ SAMPLE = 4096
 _swept: set[Path] = set()  # version folders whose leftovers this process already cleaned
 
 
+# The code that decides what a store holds (and how it is laid out); the rest of tools/model (hub, cache, job,
+# cluster, limits ...) only reads stores, so changing it must not invalidate them.
+STORE_CODE = ("schema.sql", "store.py", "trace.py", "detect.py", "quality.py", "names.py", "sqlite_source.py", "quote.py",
+              "readers/*.py")
+
+
 def _code_version() -> str:
     """A hash of everything that decides what a store holds: the model code and the DuckDB version."""
     here = Path(__file__).parent
     h = hashlib.sha1(duckdb.__version__.encode())
-    for f in sorted([*here.glob("*.py"), *here.glob("*.sql"), *(here / "readers").glob("*.py")]):
+    for f in sorted(p for pattern in STORE_CODE for p in here.glob(pattern)):
         h.update(f.name.encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
