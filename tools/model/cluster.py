@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from .errors import ProfileError
-from .limits import cache_root
+from .limits import cache_root, private_dir
 
 SLURM_WORKERS = 2            # SLURM jobs started for the ingest (each one worker process, one core)
 SLURM_WALLTIME = "00:30:00"
@@ -81,6 +81,8 @@ def cluster_client(spec: str, workers: int | None = None) -> Iterator[object]:
         cluster = SLURMCluster(cores=1, processes=1, memory="4GB", queue=parts[1],
                                account=parts[2] if len(parts) == 3 and parts[2] else None,
                                walltime=SLURM_WALLTIME, python=sys.executable,
+                               # job logs go to the cache, not slurm-<id>.out in whatever folder we run from
+                               log_directory=str(private_dir("slurm-logs")),
                                scheduler_options={"dashboard_address": None})
         cluster.scale(jobs=workers or SLURM_WORKERS)
     else:
