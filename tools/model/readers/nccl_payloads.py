@@ -1,0 +1,163 @@
+"""NCCL's NVTX payloads in an Nsight export → the `nccl_calls` model table.
+
+NCCL (2.19+) opens an NVTX range in its "NCCL" domain around each API call and attaches a binary payload
+described by a static schema it registers (NCCL src/include/nvtx_payload_schemas.h): communicator hash,
+message size, rank count, peer, root, reduction op. `nsys export --type sqlite --include-blobs=true`
+writes the schemas to NVTX_PAYLOAD_SCHEMAS / NVTX_PAYLOAD_SCHEMA_ENTRIES (field name, NVTX entry type,
+byte offset; NULL offset = 0), enum types to NVTX_PAYLOAD_ENUMS / _ENUM_ENTRIES, and each event's payload
+to NVTX_EVENTS.binaryData behind a 32-byte header: schema id as uint64 at byte 8, payload size as uint64
+at byte 16, payload from byte 32 (the export documentation gives no layout; this one is what real 2026.2
+exports hold, as decoded by nsys-ai; bytes 0-7 and 24-31 are not needed and not read).
+
+Decoding is SQL over the blobs' hex text: each field is its little-endian bytes reversed and cast, one
+pass over the NCCL rows whatever their number. A payload is decoded only when every field read lies
+inside it; the others are counted in data_issues with the reason.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from ..quality import record_query
+from ..quote import quote_literal
+
+HEADER_BYTES = 32
+# NVTX_PAYLOAD_ENTRY_TYPE_* (nvToolsExtPayload.h) → (bytes, signed), LP64 sizes for long / size_t.
+ENTRY_TYPES = {1: (1, True), 2: (1, False), 3: (2, True), 4: (2, False), 5: (4, True), 6: (4, False), 7: (8, True),
+               8: (8, False), 9: (8, True), 10: (8, False), 11: (1, True), 12: (1, False), 13: (2, True), 14: (2, False),
+               15: (4, True), 16: (4, False), 17: (8, True), 18: (8, False), 22: (8, False), 23: (8, False)}
+# NCCL's entry names (nvtx_payload_schemas.h, and init.cc before 2.25) → nccl_calls column.
+FIELDS = {"NCCL communicator ID": "comm_id", "Message size [bytes]": "bytes", "No. of ranks": "nranks", "Rank": "rank",
+          "CUDA device": "cuda_device", "Peer rank": "peer", "Root": "root", "Reduction operation": "reduce_op"}
+COLUMNS = ("comm_id", "bytes", "nranks", "rank", "cuda_device", "peer", "root", "reduce_op")
+
+UNKNOWN_SCHEMA = "NCCL payload names a schema id that NVTX_PAYLOAD_SCHEMAS does not list: payload not decoded"
+AMBIGUOUS_SCHEMA = "NCCL payload schema id is registered with different layouts in this export: payload not decoded"
+TOO_SHORT = "NCCL payload is shorter than its schema's fields (or than the 32-byte header): payload not decoded"
+
+
+def load(con: duckdb.DuckDBPyConnection, src, named: str) -> str | None:
+    """Fill nccl_calls from the NCCL-domain ranges of `named` (a relation with start, end, eventType, globalTid,
+    label, domain, blob) once kernels and api_calls are in. Returns why the export holds no payloads to decode
+    although it has NCCL ranges, else None."""
+    ranges = "eventType IN (59, 60, 70, 71) AND domain = 'NCCL'"
+    if not src.has_column("NVTX_EVENTS", "binaryData"):
+        n = con.execute(f"SELECT count(*) FROM {named} WHERE {ranges}").fetchone()[0]
+        return (f"the export has NCCL NVTX ranges ({n}) but NVTX_EVENTS has no binaryData column (Nsight before 2024): "
+                "message sizes and communicators are not in the file") if n else None
+    with_blob = con.execute(f"SELECT count(*) FILTER (WHERE blob IS NOT NULL), count(*) FROM {named} WHERE {ranges}").fetchone()
+    if not with_blob[0]:
+        return (f"the export has {with_blob[1]} NCCL NVTX ranges but no payload blobs: NCCL before 2.19 attaches none, and "
+                "`nsys export` writes them only with `--include-blobs=true`") if with_blob[1] else None
+    schemas = _schemas(con, src)
+    hexed = f"(SELECT *, hex(blob) AS h, octet_length(blob) AS len FROM {named} WHERE {ranges} AND blob IS NOT NULL)"
+    sid, size = _le("h", 8, 8, False), _le("h", 16, 8, False)
+    cols, needed, known = [], [], []
+    for column in COLUMNS:
+        cases = [f"WHEN {s} THEN {expr}" for s, (_, fields) in schemas.items() if (expr := fields.get(column))]
+        cols.append(f"CASE sid {' '.join(cases)} END AS {column}" if cases else f"NULL AS {column}")
+    for s, (need, _) in schemas.items():
+        needed.append(f"WHEN {s} THEN {need}")
+        known.append(str(s))
+    need = f"CASE sid {' '.join(needed)} END" if needed else "NULL"
+    decodable = (f"coalesce(len >= {HEADER_BYTES} AND sid IN ({', '.join(known) or 'NULL'}) AND size >= {need} "
+                 f"AND len >= {HEADER_BYTES} + size, false)")
+    header = f"(SELECT *, CASE WHEN len >= {HEADER_BYTES} THEN {sid} END AS sid, CASE WHEN len >= {HEADER_BYTES} THEN {size} END AS size FROM {hexed})"
+    con.execute(f"CREATE TEMP TABLE _nccl AS SELECT *, {decodable} AS ok FROM {header}")
+    try:
+        ambiguous = [str(s) for s in _ambiguous(con, src)] or ["NULL"]
+        record_query(con, f"""SELECT 'nccl_calls', 'skipped', count(*), reason FROM (
+            SELECT CASE WHEN len < {HEADER_BYTES} THEN {quote_literal(TOO_SHORT)}
+                        WHEN sid IN ({', '.join(ambiguous)}) THEN {quote_literal(AMBIGUOUS_SCHEMA)}
+                        WHEN sid NOT IN ({', '.join(known) or 'NULL'}) THEN {quote_literal(UNKNOWN_SCHEMA)}
+                        ELSE {quote_literal(TOO_SHORT)} END AS reason
+            FROM _nccl WHERE NOT ok) GROUP BY reason ORDER BY reason""")
+        _insert(con, ", ".join(cols))
+    finally:
+        con.execute("DROP TABLE IF EXISTS _nccl")
+    return None
+
+
+def _insert(con: duckdb.DuckDBPyConnection, fields: str) -> None:
+    # The kernel an NCCL call launched: the launch API call lies inside the range on the range's thread.
+    con.execute(f"""
+        INSERT INTO nccl_calls
+        WITH c AS (SELECT row_number() OVER () AS id, ({PID}) AS pid, ({TID}) AS tid, start AS start_ns,
+                          greatest(coalesce("end", start), start) AS end_ns, label, sid, {fields}
+                   FROM _nccl WHERE ok),
+             k AS (SELECT c.id, count(*) AS n, min(k.device_id) AS device_id, min(k.stream_id) AS stream_id,
+                          min(k.start_ns) AS ks, min(k.end_ns) AS ke
+                   FROM c JOIN api_calls a ON a.pid = c.pid AND a.tid = c.tid AND a.start_ns >= c.start_ns AND a.start_ns < c.end_ns
+                   JOIN kernels k ON k.pid = a.pid AND k.correlation_id = a.correlation_id GROUP BY c.id)
+        SELECT c.pid, c.tid, c.start_ns, c.end_ns, c.end_ns - c.start_ns, coalesce(c.label, ''), c.sid,
+               {', '.join(f'c.{col}' for col in COLUMNS)}, coalesce(k.n, 0),
+               CASE WHEN k.n = 1 THEN k.device_id END, CASE WHEN k.n = 1 THEN k.stream_id END,
+               CASE WHEN k.n = 1 THEN k.ks END, CASE WHEN k.n = 1 THEN k.ke END
+        FROM c LEFT JOIN k USING (id) ORDER BY c.start_ns""")
+
+
+PID = "(globalTid >> 24) & 16777215"
+TID = "globalTid & 16777215"
+
+
+def _schemas(con: duckdb.DuckDBPyConnection, src) -> dict[int, tuple[str, dict[str, str]]]:
+    """schema id → (payload bytes the decoded fields need, {nccl_calls column: SQL expression over `h`}).
+    Only schemas with one layout in the file; the same static schema is listed once per process."""
+    if not (src.has("NVTX_PAYLOAD_SCHEMA_ENTRIES") and src.has("NVTX_PAYLOAD_SCHEMAS")):
+        return {}
+    entries = src.query('SELECT DISTINCT schemaId, idx, type, name, coalesce("offset", 0) FROM NVTX_PAYLOAD_SCHEMA_ENTRIES '
+                        "WHERE schemaId IN (SELECT schemaId FROM NVTX_PAYLOAD_SCHEMAS) ORDER BY schemaId, idx")
+    enums = _enums(src)
+    ambiguous = set(_ambiguous(con, src))
+    out: dict[int, tuple[str, dict[str, str]]] = {}
+    for schema, idx, typ, name, offset in entries:
+        column = FIELDS.get(name)
+        if schema in ambiguous or not isinstance(schema, int) or not isinstance(offset, int) or column is None:
+            continue
+        width, signed = ENTRY_TYPES.get(typ, (None, False)) if typ not in enums else (enums[typ][0], False)
+        if width is None:
+            continue
+        need, fields = out.setdefault(schema, ("0", {}))
+        raw = _le("h", HEADER_BYTES + offset, width, signed)
+        if column == "comm_id":
+            expr = f"lower(printf('0x%x', {raw}))"
+        elif column == "reduce_op":
+            names = enums.get(typ, (None, {}))[1]
+            cases = " ".join(f"WHEN {v} THEN {quote_literal(n)}" for v, n in names.items())
+            expr = f"CASE {raw} {cases} ELSE CAST({raw} AS VARCHAR) END" if cases else f"CAST({raw} AS VARCHAR)"
+        else:
+            expr = raw
+        out[schema] = (f"greatest({need}, {offset + width})", {**fields, column: expr})
+    return out
+
+
+def _enums(src) -> dict[int, tuple[int, dict[int, str]]]:
+    """Enum type id → (size in bytes, {value: name}) from NVTX_PAYLOAD_ENUMS / _ENUM_ENTRIES."""
+    if not src.has("NVTX_PAYLOAD_ENUMS"):
+        return {}
+    sizes = {s: z for s, z in src.query("SELECT DISTINCT schemaId, size FROM NVTX_PAYLOAD_ENUMS")
+             if isinstance(s, int) and z in (1, 2, 4, 8)}
+    names: dict[int, dict[int, str]] = {s: {} for s in sizes}
+    if src.has("NVTX_PAYLOAD_ENUM_ENTRIES"):
+        for s, value, name in src.query("SELECT DISTINCT schemaId, value, name FROM NVTX_PAYLOAD_ENUM_ENTRIES"):
+            if s in names and isinstance(value, int) and isinstance(name, str):
+                names[s].setdefault(value, name)
+    return {s: (sizes[s], names[s]) for s in sizes}
+
+
+def _ambiguous(con: duckdb.DuckDBPyConnection, src) -> list[int]:
+    if not src.has("NVTX_PAYLOAD_SCHEMA_ENTRIES"):
+        return []
+    rows = src.query('SELECT schemaId FROM (SELECT DISTINCT schemaId, idx, type, name, "offset" FROM NVTX_PAYLOAD_SCHEMA_ENTRIES) '
+                     "GROUP BY schemaId, idx HAVING count(*) > 1")
+    return sorted({r[0] for r in rows if isinstance(r[0], int)})
+
+
+def _le(h: str, offset: int, width: int, signed: bool) -> str:
+    """SQL: the little-endian integer of `width` bytes at byte `offset` of the hex text `h`."""
+    digits = " || ".join(f"substr({h}, {2 * (offset + i) + 1}, 2)" for i in reversed(range(width)))
+    value = f"TRY_CAST('0x' || {digits} AS UBIGINT)"
+    if not signed:
+        return value if width == 8 else f"CAST({value} AS BIGINT)"
+    bits = 8 * width
+    return f"CAST(CAST({value} AS HUGEINT) - CASE WHEN {value} >= {1 << (bits - 1)} THEN {1 << bits} ELSE 0 END AS BIGINT)"
