@@ -237,7 +237,7 @@ def _messages(trace: Trace, sel, window: Window, notes: list[str]) -> list[Messa
     if trace.format != "kineto":
         if not trace.count("nccl_calls"):
             notes.append("message sizes: PyTorch (Kineto) traces carry them in record_param_comms args and Nsight exports in "
-                         f"NCCL's NVTX payloads (see `bandwidth`); this {trace.format_name} profile has neither")
+                         f"NCCL's NVTX payloads (see `bandwidth`); this {trace.format_name} has neither")
         return []
     fields = """json_extract_string(args, '$."Collective name"') AS cname, json_extract_string(args, '$.dtype') AS dtype,
                 TRY_CAST(json_extract_string(args, '$."Group size"') AS INTEGER) AS gsize,
