@@ -139,3 +139,16 @@ def test_real_exports(path):
         assert t.count("nccl_calls") + issues == blobs
     finally:
         t.close()
+
+
+def test_other_domain_reusing_the_schema_id(tmp_path):
+    """Static schema ids are per domain: another domain's schema 2^24+4 with another layout changes nothing."""
+    sid = writer.NVTX_STATIC_SCHEMA + writer.NCCL_SCHEMAS["AllGather"][0]
+    s, t = _damaged(tmp_path, "INSERT INTO NVTX_PAYLOAD_SCHEMA_ENTRIES (domainId, schemaId, idx, type, name, offset) "
+                              f"VALUES (7, {sid}, 1, 22, 'Message size [bytes]', 12)")
+    try:
+        n_gather = sum(op == "AllGather" for op, _ in s.options["nccl_payloads"].values())
+        assert t.scalar("SELECT count(*) FROM nccl_calls WHERE name = 'ncclAllGather' AND bytes = 1048576") == n_gather
+        assert t.scalar("SELECT sum(rows) FROM data_issues WHERE table_name = 'nccl_calls'") == 3
+    finally:
+        t.close()

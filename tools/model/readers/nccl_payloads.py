@@ -29,6 +29,7 @@ ENTRY_TYPES = {1: (1, True), 2: (1, False), 3: (2, True), 4: (2, False), 5: (4, 
 # NCCL's entry names (nvtx_payload_schemas.h, and init.cc before 2.25) → nccl_calls column.
 FIELDS = {"NCCL communicator ID": "comm_id", "Message size [bytes]": "bytes", "No. of ranks": "nranks", "Rank": "rank",
           "CUDA device": "cuda_device", "Peer rank": "peer", "Root": "root", "Reduction operation": "reduce_op"}
+ENTRY_COLUMNS = ("schemaId", "idx", "type", "name", "offset")
 COLUMNS = ("comm_id", "bytes", "nranks", "rank", "cuda_device", "peer", "root", "reduce_op")
 
 UNKNOWN_SCHEMA = "NCCL payload names a schema id that NVTX_PAYLOAD_SCHEMAS does not list: payload not decoded"
@@ -38,7 +39,7 @@ TOO_SHORT = "NCCL payload is shorter than its schema's fields (or than the 32-by
 
 def load(con: duckdb.DuckDBPyConnection, src, named: str) -> str | None:
     """Fill nccl_calls from the NCCL-domain ranges of `named` (a relation with start, end, eventType, globalTid,
-    label, domain, blob) once kernels and api_calls are in. Returns why the export holds no payloads to decode
+    label, dom (domain id), domain (its name), blob) once kernels and api_calls are in. Returns why the export holds no payloads to decode
     although it has NCCL ranges, else None."""
     ranges = "eventType IN (59, 60, 70, 71) AND domain = 'NCCL'"
     if not src.has_column("NVTX_EVENTS", "binaryData"):
@@ -49,7 +50,9 @@ def load(con: duckdb.DuckDBPyConnection, src, named: str) -> str | None:
     if not with_blob[0]:
         return (f"the export has {with_blob[1]} NCCL NVTX ranges but no payload blobs: NCCL before 2.19 attaches none, and "
                 "`nsys export` writes them only with `--include-blobs=true`") if with_blob[1] else None
-    schemas = _schemas(con, src)
+    # Static schema ids are per domain: read only the schemas of the NCCL domain's ids.
+    domains = [d for (d,) in con.execute(f"SELECT DISTINCT dom FROM {named} WHERE domain = 'NCCL'").fetchall() if isinstance(d, int)]
+    schemas = _schemas(src, domains)
     hexed = f"(SELECT *, hex(blob) AS h, octet_length(blob) AS len FROM {named} WHERE {ranges} AND blob IS NOT NULL)"
     sid, size = _le("h", 8, 8, False), _le("h", 16, 8, False)
     cols, needed, known = [], [], []
@@ -65,7 +68,7 @@ def load(con: duckdb.DuckDBPyConnection, src, named: str) -> str | None:
     header = f"(SELECT *, CASE WHEN len >= {HEADER_BYTES} THEN {sid} END AS sid, CASE WHEN len >= {HEADER_BYTES} THEN {size} END AS size FROM {hexed})"
     con.execute(f"CREATE TEMP TABLE _nccl AS SELECT *, {decodable} AS ok FROM {header}")
     try:
-        ambiguous = [str(s) for s in _ambiguous(con, src)] or ["NULL"]
+        ambiguous = [str(s) for s in _ambiguous(src, domains)] or ["NULL"]
         record_query(con, f"""SELECT 'nccl_calls', 'skipped', count(*), reason FROM (
             SELECT CASE WHEN len < {HEADER_BYTES} THEN {quote_literal(TOO_SHORT)}
                         WHEN sid IN ({', '.join(ambiguous)}) THEN {quote_literal(AMBIGUOUS_SCHEMA)}
@@ -79,16 +82,20 @@ def load(con: duckdb.DuckDBPyConnection, src, named: str) -> str | None:
 
 
 def _insert(con: duckdb.DuckDBPyConnection, fields: str) -> None:
-    # The kernel an NCCL call launched: the launch API call lies inside the range on the range's thread.
+    # The kernel an NCCL call launched: the launch API call lies inside the range on the range's thread. NCCL's
+    # ranges do not nest, so each launch is matched to the latest range started before it on its thread (ASOF:
+    # one ordered pass, where a range join on (pid, tid) would pair every call with every launch of the thread).
     con.execute(f"""
         INSERT INTO nccl_calls
         WITH c AS (SELECT row_number() OVER () AS id, ({PID}) AS pid, ({TID}) AS tid, start AS start_ns,
                           greatest(coalesce("end", start), start) AS end_ns, label, sid, {fields}
                    FROM _nccl WHERE ok),
-             k AS (SELECT c.id, count(*) AS n, min(k.device_id) AS device_id, min(k.stream_id) AS stream_id,
-                          min(k.start_ns) AS ks, min(k.end_ns) AS ke
-                   FROM c JOIN api_calls a ON a.pid = c.pid AND a.tid = c.tid AND a.start_ns >= c.start_ns AND a.start_ns < c.end_ns
-                   JOIN kernels k ON k.pid = a.pid AND k.correlation_id = a.correlation_id GROUP BY c.id)
+             launch AS (SELECT a.pid, a.tid, a.start_ns, k.device_id, k.stream_id, k.start_ns AS ks, k.end_ns AS ke
+                        FROM kernels k JOIN api_calls a ON a.pid = k.pid AND a.correlation_id = k.correlation_id),
+             k AS (SELECT c.id, count(*) AS n, min(l.device_id) AS device_id, min(l.stream_id) AS stream_id,
+                          min(l.ks) AS ks, min(l.ke) AS ke
+                   FROM launch l ASOF JOIN c ON c.pid = l.pid AND c.tid = l.tid AND l.start_ns >= c.start_ns
+                   WHERE l.start_ns < c.end_ns GROUP BY c.id)
         SELECT c.pid, c.tid, c.start_ns, c.end_ns, c.end_ns - c.start_ns, coalesce(c.label, ''), c.sid,
                {', '.join(f'c.{col}' for col in COLUMNS)}, coalesce(k.n, 0),
                CASE WHEN k.n = 1 THEN k.device_id END, CASE WHEN k.n = 1 THEN k.stream_id END,
@@ -100,19 +107,23 @@ PID = "(globalTid >> 24) & 16777215"
 TID = "globalTid & 16777215"
 
 
-def _schemas(con: duckdb.DuckDBPyConnection, src) -> dict[int, tuple[str, dict[str, str]]]:
+def _schemas(src, domains: list[int]) -> dict[int, tuple[str, dict[str, str]]]:
     """schema id → (payload bytes the decoded fields need, {nccl_calls column: SQL expression over `h`}).
     Only schemas with one layout in the file; the same static schema is listed once per process."""
-    if not (src.has("NVTX_PAYLOAD_SCHEMA_ENTRIES") and src.has("NVTX_PAYLOAD_SCHEMAS")):
+    if not (all(src.has_column("NVTX_PAYLOAD_SCHEMA_ENTRIES", c) for c in ENTRY_COLUMNS)
+            and src.has_column("NVTX_PAYLOAD_SCHEMAS", "schemaId")):
         return {}
+    mine = _in_domains(src, "NVTX_PAYLOAD_SCHEMAS", domains)
     entries = src.query('SELECT DISTINCT schemaId, idx, type, name, coalesce("offset", 0) FROM NVTX_PAYLOAD_SCHEMA_ENTRIES '
-                        "WHERE schemaId IN (SELECT schemaId FROM NVTX_PAYLOAD_SCHEMAS) ORDER BY schemaId, idx")
-    enums = _enums(src)
-    ambiguous = set(_ambiguous(con, src))
+                        f"WHERE {_in_domains(src, 'NVTX_PAYLOAD_SCHEMA_ENTRIES', domains)} "
+                        f"AND schemaId IN (SELECT schemaId FROM NVTX_PAYLOAD_SCHEMAS WHERE {mine}) ORDER BY schemaId, idx")
+    enums = _enums(src, domains)
+    ambiguous = set(_ambiguous(src, domains))
     out: dict[int, tuple[str, dict[str, str]]] = {}
     for schema, idx, typ, name, offset in entries:
         column = FIELDS.get(name)
-        if schema in ambiguous or not isinstance(schema, int) or not isinstance(offset, int) or column is None:
+        if schema in ambiguous or not isinstance(schema, int) or not isinstance(offset, int) or not 0 <= offset < 1 << 20 \
+                or column is None:
             continue
         width, signed = ENTRY_TYPES.get(typ, (None, False)) if typ not in enums else (enums[typ][0], False)
         if width is None:
@@ -131,26 +142,37 @@ def _schemas(con: duckdb.DuckDBPyConnection, src) -> dict[int, tuple[str, dict[s
     return out
 
 
-def _enums(src) -> dict[int, tuple[int, dict[int, str]]]:
+def _enums(src, domains: list[int]) -> dict[int, tuple[int, dict[int, str]]]:
     """Enum type id → (size in bytes, {value: name}) from NVTX_PAYLOAD_ENUMS / _ENUM_ENTRIES."""
-    if not src.has("NVTX_PAYLOAD_ENUMS"):
+    if not (src.has_column("NVTX_PAYLOAD_ENUMS", "schemaId") and src.has_column("NVTX_PAYLOAD_ENUMS", "size")):
         return {}
-    sizes = {s: z for s, z in src.query("SELECT DISTINCT schemaId, size FROM NVTX_PAYLOAD_ENUMS")
+    sizes = {s: z for s, z in src.query(f"SELECT DISTINCT schemaId, size FROM NVTX_PAYLOAD_ENUMS "
+                                        f"WHERE {_in_domains(src, 'NVTX_PAYLOAD_ENUMS', domains)}")
              if isinstance(s, int) and z in (1, 2, 4, 8)}
     names: dict[int, dict[int, str]] = {s: {} for s in sizes}
-    if src.has("NVTX_PAYLOAD_ENUM_ENTRIES"):
-        for s, value, name in src.query("SELECT DISTINCT schemaId, value, name FROM NVTX_PAYLOAD_ENUM_ENTRIES"):
+    if all(src.has_column("NVTX_PAYLOAD_ENUM_ENTRIES", c) for c in ("schemaId", "value", "name")):
+        for s, value, name in src.query("SELECT DISTINCT schemaId, value, name FROM NVTX_PAYLOAD_ENUM_ENTRIES "
+                                        f"WHERE {_in_domains(src, 'NVTX_PAYLOAD_ENUM_ENTRIES', domains)}"):
             if s in names and isinstance(value, int) and isinstance(name, str):
                 names[s].setdefault(value, name)
     return {s: (sizes[s], names[s]) for s in sizes}
 
 
-def _ambiguous(con: duckdb.DuckDBPyConnection, src) -> list[int]:
-    if not src.has("NVTX_PAYLOAD_SCHEMA_ENTRIES"):
+def _ambiguous(src, domains: list[int]) -> list[int]:
+    """NCCL-domain schema ids whose fields are listed with more than one layout."""
+    if not all(src.has_column("NVTX_PAYLOAD_SCHEMA_ENTRIES", c) for c in ENTRY_COLUMNS):
         return []
-    rows = src.query('SELECT schemaId FROM (SELECT DISTINCT schemaId, idx, type, name, "offset" FROM NVTX_PAYLOAD_SCHEMA_ENTRIES) '
-                     "GROUP BY schemaId, idx HAVING count(*) > 1")
+    rows = src.query('SELECT schemaId FROM (SELECT DISTINCT schemaId, idx, type, name, "offset" FROM NVTX_PAYLOAD_SCHEMA_ENTRIES '
+                     f"WHERE {_in_domains(src, 'NVTX_PAYLOAD_SCHEMA_ENTRIES', domains)}) GROUP BY schemaId, idx HAVING count(*) > 1")
     return sorted({r[0] for r in rows if isinstance(r[0], int)})
+
+
+def _in_domains(src, table: str, domains: list[int]) -> str:
+    """SQLite condition: the row belongs to an NCCL domain id (any row, when the table has no domainId column).
+    Static schema ids are chosen per domain, so another domain may reuse NCCL's with another layout."""
+    if not src.has_column(table, "domainId"):
+        return "1 = 1"
+    return f"domainId IN ({', '.join(str(int(d)) for d in domains) or 'NULL'})"
 
 
 def _le(h: str, offset: int, width: int, signed: bool) -> str:

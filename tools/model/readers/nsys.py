@@ -235,7 +235,7 @@ class _Reader:
                                   coalesce({text}, s.value) AS label, {blob} AS blob
                            FROM {n} n LEFT JOIN {self.strings} s ON s.id = {text_id}),
                  domains AS (SELECT globalTid >> 24 AS proc, dom, min(label) AS domain FROM named WHERE eventType = 75 GROUP BY ALL)
-            SELECT n.* EXCLUDE (dom, blob), CASE WHEN n.dom = 0 THEN '' ELSE d.domain END AS domain,
+            SELECT n.* EXCLUDE (blob), CASE WHEN n.dom = 0 THEN '' ELSE d.domain END AS domain,
                    CASE WHEN d.domain = 'NCCL' THEN n.blob END AS blob
             FROM named n LEFT JOIN domains d ON d.proc = n.globalTid >> 24 AND d.dom = n.dom
             WHERE n.eventType IN ({', '.join(map(str, NVTX_KINDS))}) AND n.start IS NOT NULL""")
