@@ -152,3 +152,28 @@ def test_other_domain_reusing_the_schema_id(tmp_path):
         assert t.scalar("SELECT sum(rows) FROM data_issues WHERE table_name = 'nccl_calls'") == 3
     finally:
         t.close()
+
+
+def test_nccl_2_24_layouts(tmp_path):
+    """NCCL 2.19-2.24 payloads: no communicator id, broadcast/send/recv sizes named "Bytes", init payload
+    {rank, nranks, device}. Sizes decode; n cannot be tied to a communicator, so busbw needing it is null."""
+    from gpuscope.tools.analyses.comm_summary import comm_summary
+
+    s = nccl_payloads()
+    s.options["nccl_schemas"] = "2.24"
+    t = load_trace(writer.write(s, tmp_path / "nccl224.sqlite"))
+    try:
+        want = [(r[0], r[2], r[4], r[7], r[8]) for r in written(s)]  # pid, start, name, bytes, nranks
+        assert t.sql("SELECT pid, start_ns, name, bytes, nranks FROM nccl_calls ORDER BY pid, start_ns") == want
+        assert t.scalar("SELECT count(*) FROM nccl_calls WHERE comm_id IS NOT NULL") == 0
+        assert t.sql("SELECT DISTINCT reduce_op FROM nccl_calls WHERE reduce_op IS NOT NULL") == [("Sum",)]
+        bw = {(g.pid, g.collective, g.message_bytes): g for g in comm_summary(t, limit=200).bandwidth}
+        ar = bw[(7000, "AllReduce", 8 << 20)]
+        assert (ar.n_ranks, ar.algbw_gb_per_s, ar.busbw_gb_per_s) == (None, 131.072, None)
+        assert "names no communicator" in ar.missing
+        bc = bw[(7000, "Broadcast", 1 << 20)]
+        assert (bc.algbw_gb_per_s, bc.busbw_gb_per_s, bc.missing) == (65.536, 65.536, None)
+        ag = bw[(7000, "AllGather", 1 << 20)]  # WORLD's and ORPHAN's all-gathers: one group without communicator ids
+        assert (ag.calls, ag.gpu_time_ns, ag.algbw_gb_per_s) == (2, 42_000, None)
+    finally:
+        t.close()

@@ -6,8 +6,8 @@ the communicator. NCCL's payload size is count x type size, which is S itself ex
 rank (AllGather, ReduceScatter, AlltoAll, Gather, Scatter): there S = size x n. t is the GPU duration of the
 one kernel launched inside the call's NVTX range; the range itself only times the host-side enqueue. n comes
 from the payload of the communicator's init call (ncclCommInitRank*, ncclCommSplit, ncclCommDestroy), matched
-on the communicator id; payloads without one (NCCL before 2.25) use the process's communicator size when all
-its communicators have the same. A figure whose inputs the profile lacks is null, with the reason.
+on the communicator id; payloads without one (NCCL before 2.25) leave n unknown rather than guess among the
+process's communicators. A figure whose inputs the profile lacks is null, with the reason.
 """
 
 from __future__ import annotations
@@ -64,16 +64,12 @@ def bandwidth(trace: Trace, device: int | None, start_ns: int, end_ns: int) -> l
     dev = "AND c.device_id = ?" if device is not None else ""
     rows = trace.sql_dicts(f"""
         WITH comm_n AS (SELECT comm_id, min(nranks) AS n, count(DISTINCT nranks) AS k FROM nccl_calls
-                        WHERE comm_id IS NOT NULL AND nranks IS NOT NULL GROUP BY comm_id),
-             proc_n AS (SELECT pid, min(nranks) AS n, count(DISTINCT nranks) AS k FROM nccl_calls
-                        WHERE nranks IS NOT NULL GROUP BY pid)
+                        WHERE comm_id IS NOT NULL AND nranks IS NOT NULL GROUP BY comm_id)
         SELECT c.pid, min(c.device_id) AS device_id, regexp_replace(c.name, '^nccl', '') AS collective, c.comm_id,
                c.bytes, count(*) AS calls, count(c.kernel_end_ns) AS timed,
                coalesce(sum(c.kernel_end_ns - c.kernel_start_ns), 0)::BIGINT AS t,
-               CASE WHEN c.comm_id IS NOT NULL THEN CASE WHEN min(cn.k) = 1 THEN min(cn.n) END
-                    WHEN min(pn.k) = 1 THEN min(pn.n) END AS n,
-               min(cn.k) AS comm_sizes
-        FROM nccl_calls c LEFT JOIN comm_n cn ON cn.comm_id = c.comm_id LEFT JOIN proc_n pn ON pn.pid = c.pid
+               CASE WHEN min(cn.k) = 1 THEN min(cn.n) END AS n, min(cn.k) AS comm_sizes
+        FROM nccl_calls c LEFT JOIN comm_n cn ON cn.comm_id = c.comm_id
         WHERE c.bytes IS NOT NULL AND c.start_ns >= ? AND c.start_ns < ? {dev}
         GROUP BY c.pid, collective, c.comm_id, c.bytes
         ORDER BY c.pid NULLS FIRST, t DESC, collective, c.comm_id, c.bytes""",
@@ -110,8 +106,8 @@ def _group(r: dict, rank: int | None) -> BandwidthGroup:
 
 def _why_no_n(r: dict) -> str:
     if r["comm_id"] is None:
-        return ("n unknown: the payload names no communicator (NCCL before 2.25) and the process's communicator-init "
-                "payloads do not give one size")
+        return ("n unknown: the payload names no communicator (NCCL before 2.25), so no communicator-init payload "
+                "can be tied to it")
     if r["comm_sizes"] and r["comm_sizes"] > 1:
         return f"n unknown: communicator {r['comm_id']}'s init payloads give different sizes"
     return (f"n unknown: no init payload for communicator {r['comm_id']} in the profile (it was created before the capture "

@@ -144,7 +144,7 @@ CREATE TABLE nccl_calls (
     name VARCHAR NOT NULL,           -- NCCL API name, e.g. 'ncclAllReduce', 'ncclCommInitRankConfig'
     schema_id BIGINT NOT NULL,       -- NVTX payload schema id (NCCL static ids: 16777216 + NVTX_SID_*)
     comm_id VARCHAR,                 -- 'NCCL communicator ID' (commHash) as hex text, e.g. '0x5a1c...'; NULL before NCCL 2.25
-    bytes BIGINT,                    -- 'Message size [bytes]': count x type size (per rank for AllGather, ReduceScatter, AlltoAll, Gather, Scatter)
+    bytes BIGINT,                    -- 'Message size [bytes]' ('Bytes' before 2.25): count x type size, per rank for AllGather, ReduceScatter, AlltoAll, Gather, Scatter
     nranks INTEGER,                  -- 'No. of ranks' of the communicator (communicator init/destroy/split calls only)
     rank INTEGER,                    -- 'Rank' of this process in the communicator (communicator calls only)
     cuda_device INTEGER,             -- 'CUDA device' ordinal (communicator calls only)

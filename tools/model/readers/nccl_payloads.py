@@ -28,8 +28,9 @@ HEADER_BYTES = 32
 ENTRY_TYPES = {1: (1, True), 2: (1, False), 3: (2, True), 4: (2, False), 5: (4, True), 6: (4, False), 7: (8, True),
                8: (8, False), 9: (8, True), 10: (8, False), 11: (1, True), 12: (1, False), 13: (2, True), 14: (2, False),
                15: (4, True), 16: (4, False), 17: (8, True), 18: (8, False), 22: (8, False), 23: (8, False)}
-# NCCL's entry names (nvtx_payload_schemas.h, and init.cc before 2.25) → nccl_calls column.
-FIELDS = {"NCCL communicator ID": "comm_id", "Message size [bytes]": "bytes", "No. of ranks": "nranks", "Rank": "rank",
+# NCCL's entry names (nvtx_payload_schemas.h; init.cc and collectives.cc before 2.25, where broadcast and
+# send/recv call the size "Bytes") → nccl_calls column.
+FIELDS = {"NCCL communicator ID": "comm_id", "Message size [bytes]": "bytes", "Bytes": "bytes", "No. of ranks": "nranks", "Rank": "rank",
           "CUDA device": "cuda_device", "Peer rank": "peer", "Root": "root", "Reduction operation": "reduce_op"}
 ENTRY_COLUMNS = ("schemaId", "idx", "type", "name", "offset")
 COLUMNS = ("comm_id", "bytes", "nranks", "rank", "cuda_device", "peer", "root", "reduce_op")
