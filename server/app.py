@@ -344,7 +344,8 @@ async def comm_summary(
 ) -> Annotated[CallToolResult, CommSummaryResult]:
     """Collective and point-to-point communication: NCCL/RCCL/custom all-reduce kernels by collective type and name
     (count, summed and wall time), message sizes when the profile has them (PyTorch record_param_comms / NCCL kernel
-    args), NCCL NVTX ranges, Nsight MPI tables, and communication overlapped by compute vs exposed."""
+    args; NCCL's NVTX payloads in Nsight exports, with nccl-tests algbw/busbw per communicator and size), NCCL NVTX
+    ranges, Nsight MPI tables, and communication overlapped by compute vs exposed."""
     return await _answer(ctx, "Communication", lambda: A.comm_summary(
         _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, limit=limit, comm_patterns=comm_patterns))
 
@@ -506,8 +507,8 @@ async def phases(
 async def sql_query(
     trace: TracePath,
     sql: Annotated[str, Field(description="One SELECT/WITH query (DuckDB dialect) over the model tables "
-                                           "(kernels, memops, api_calls, markers, cpu_ops, devices, processes, threads, "
-                                           "trace_meta) or native.\"<table>\"")],
+                                           "(kernels, memops, api_calls, markers, cpu_ops, nccl_calls, devices, processes, "
+                                           "threads, trace_meta, data_issues) or native.\"<table>\"")],
     limit: Annotated[int, Field(ge=1, le=1000, description="Max rows returned")] = 100,
     ctx: Context | None = None,
 ) -> Annotated[CallToolResult, SqlResult]:

@@ -204,3 +204,77 @@ def test_real_profiles(path):
         assert d.comm_summed_ns == trace.scalar(f"SELECT sum(dur_ns) FROM kernels WHERE {nccl} AND device_id = ?",
                                                 [d.device_id]), d.device_id
         assert d.overlap_with_compute_ns + d.exposed_comm_ns == d.comm_wall_ns <= d.comm_summed_ns
+
+
+# -- NCCL payloads (Nsight): bus bandwidth -------------------------------------------------------------------------
+
+
+def _bw_key(g):
+    return (g.pid, g.collective, g.comm_id, g.message_bytes)
+
+
+def test_nccl_bandwidth_exact(open_profile):
+    """Every group against the fixture's own nccl-tests arithmetic (exact fractions, rounded as the tool rounds)."""
+    from gpuscope.fixtures import scenarios_nccl as N
+    from gpuscope.tools.analyses.nccl_bandwidth import TIME_NOTE
+
+    s = N.nccl_payloads()
+    want = N.expected_bandwidth(s)
+    r = comm_summary(open_profile("nccl_payloads", "nsys", scenarios=N.SCENARIOS), limit=200)
+    got = {_bw_key(g): g for g in r.bandwidth}
+    assert set(got) == set(want) and not r.truncated
+    gb = lambda v: None if v is None else round(float(v), 3)  # noqa: E731
+    for key, w in want.items():
+        g = got[key]
+        assert (g.calls, g.timed_calls, g.gpu_time_ns, g.n_ranks) == (w["calls"], w["timed_calls"], w["gpu_time_ns"], w["n_ranks"]), key
+        assert (g.algbw_gb_per_s, g.busbw_gb_per_s) == (gb(w["algbw"]), gb(w["busbw"])), key
+        assert (g.missing is None) == (w["algbw"] is not None and w["busbw"] is not None), key
+    # the figures spelled out for rank 0 (pid 7000): 2 x 8 MiB all-reduces in 60 + 68 µs on 4 ranks, ...
+    world = f"{N.WORLD:#x}"
+    ar = got[(7000, "AllReduce", world, 8 << 20)]
+    assert (ar.alg_bytes_per_call, ar.gpu_time_ns, ar.algbw_gb_per_s, ar.busbw_factor, ar.busbw_gb_per_s) == (
+        8_388_608, 128_000, 131.072, 1.5, 196.608)
+    ag = got[(7000, "AllGather", world, 1 << 20)]  # S = 1 MiB per rank x 4 ranks, 32 µs
+    assert (ag.alg_bytes_per_call, ag.algbw_gb_per_s, ag.busbw_gb_per_s) == (4_194_304, 131.072, 98.304)
+    rs = got[(7000, "ReduceScatter", f"{N.PAIR:#x}", 2 << 20)]  # 2 MiB per rank x 2 ranks, 40 µs
+    assert (rs.n_ranks, rs.alg_bytes_per_call, rs.algbw_gb_per_s, rs.busbw_gb_per_s) == (2, 4_194_304, 104.858, 52.429)
+    bc = got[(7000, "Broadcast", world, 1 << 20)]
+    assert (bc.algbw_gb_per_s, bc.busbw_gb_per_s) == (65.536, 65.536)
+    orphan = got[(7000, "AllReduce", f"{N.ORPHAN:#x}", 2 << 20)]  # algbw needs no n; busbw does
+    assert (orphan.algbw_gb_per_s, orphan.busbw_gb_per_s) == (104.858, None) and "before the capture" in orphan.missing
+    assert got[(7000, "AllGather", f"{N.ORPHAN:#x}", 1 << 20)].algbw_gb_per_s is None  # S = size x n: unknown
+    send = got[(7000, "Send", f"{N.PAIR:#x}", 1 << 19)]
+    assert (send.timed_calls, send.algbw_gb_per_s, send.device_id) == (0, None, None) and "ncclGroupEnd" in send.missing
+    assert got[(7001, "AllReduce", world, 8 << 20)].rank == 2 and ar.rank == 0 and ar.device_id == 0
+    assert TIME_NOTE in r.notes and not any("message sizes" in n for n in r.notes) and r.data_issues == []
+
+
+def test_nccl_bandwidth_filters(open_profile):
+    from gpuscope.fixtures import scenarios_nccl as N
+
+    trace = open_profile("nccl_payloads", "nsys", scenarios=N.SCENARIOS)
+    dev1 = comm_summary(trace, device=1, limit=200).bandwidth
+    assert dev1 and {g.pid for g in dev1} == {7001} and all(g.timed_calls == g.calls for g in dev1)
+    # calls whose range starts in [150 µs, 450 µs): the second all-reduce, the all-gather and the broadcast of each rank
+    window = comm_summary(trace, start_ns=150_000, end_ns=450_000, limit=200).bandwidth
+    assert sorted((g.pid, g.collective, g.calls) for g in window) == sorted(
+        (p, c, 1) for p in (7000, 7001) for c in ("AllReduce", "AllGather", "Broadcast"))
+    assert len(comm_summary(trace, limit=3).bandwidth) == 3
+
+
+def test_nccl_bandwidth_damage_is_reported(tmp_path):
+    """Payloads that cannot be decoded leave their calls out of the figures and say so in data_issues."""
+    from gpuscope.fixtures import scenarios_nccl as N
+    from gpuscope.fixtures.writers import nsys
+
+    s = N.nccl_payloads()
+    first = min(i for i, (op, _) in s.options["nccl_payloads"].items() if op == "AllReduce")
+    s.options["raw_values"] = {("marker", first): {"binaryData": b"\x00" * 12}}
+    trace = load_trace(nsys.write(s, tmp_path / "broken.sqlite"))
+    try:
+        r = comm_summary(trace, limit=200)
+        ar = next(g for g in r.bandwidth if (g.pid, g.collective, g.message_bytes) == (7000, "AllReduce", 8 << 20))
+        assert (ar.calls, ar.gpu_time_ns) == (1, 68_000)
+        assert any(n.startswith("1 nccl_calls row skipped: NCCL payload is shorter") for n in r.data_issues)
+    finally:
+        trace.close()

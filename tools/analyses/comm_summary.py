@@ -9,7 +9,8 @@ TraceLens definition). Unlinked communication kernels (no launch in the profile,
 Kineto traces) are included. Message sizes come from Kineto kernel args (NCCL kernels linked to
 record_param_comms), else from `record_param_comms` CPU ops; NCCL/RCCL NVTX/rocTX ranges and Nsight
 MPI tables (MPI_P2P_EVENTS, MPI_COLLECTIVES_EVENTS, MPI_START_WAIT_EVENTS, MPI_OTHER_EVENTS) are
-summarised when present.
+summarised when present. Nsight exports with NCCL's NVTX payloads (nccl_calls) give message sizes per
+communicator and the nccl-tests algorithm / bus bandwidth (nccl_bandwidth.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .comm_patterns import comm_patterns as active_patterns
 from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, split_gpu_time
 from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
 from .intervals import NULL_KEY, merged, unions
+from .nccl_bandwidth import TIME_NOTE, BandwidthGroup, bandwidth
 
 # Bytes per element of the dtype names record_param_comms writes (c10 ScalarType names).
 DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1, "Byte": 1,
@@ -126,9 +128,11 @@ class CommSummaryResult(BaseModel):
     kernels: list[KernelGroup] = Field(description="per device, communication kernels by base name, largest total first")
     messages: list[MessageGroup]
     nccl_ranges: list[RangeGroup]
+    bandwidth: list[BandwidthGroup] = Field(description="NCCL calls by process, collective, communicator and message size "
+                                                        "with nccl-tests algbw/busbw (Nsight exports with NCCL payloads)")
     mpi: list[MpiGroup]
     notes: list[str] = Field(description="what the profile could not say (no message sizes, MPI tables unreadable, ...)")
-    truncated: bool = Field(description="true when kernels/messages/mpi rows were cut to `limit`")
+    truncated: bool = Field(description="true when kernels/messages/bandwidth/mpi rows were cut to `limit`")
     hint: str | None = None
     data_issues: list[str] = data_issues_field()
 
@@ -206,6 +210,14 @@ def comm_summary(
     if len(messages) > limit:
         messages, truncated = messages[:limit], True
     ranges = _nccl_ranges(trace, window, limit)
+    bw = bandwidth(trace, device, window.start_ns, window.end_ns)
+    if bw:
+        notes.append(TIME_NOTE)
+    elif trace.format == "nsys":
+        notes += [f"NCCL payloads: {v.split(': ', 1)[1]}" for (v,) in trace.sql(
+            "SELECT value FROM trace_meta WHERE key = 'absent' AND value LIKE 'nccl_calls: %'")]
+    if len(bw) > limit:
+        bw, truncated = bw[:limit], True
     mpi = _mpi(trace, window, notes)
     if len(mpi) > limit:
         mpi, truncated = mpi[:limit], True
@@ -214,17 +226,18 @@ def comm_summary(
         message = ("no kernel in the selection matched the communication patterns " + "; ".join(patterns)
                    + ". Pass comm_patterns=[...] (regexes over kernel names) if this profile's collectives use other names.")
     return CommSummaryResult(
-        data_issues=data_issue_notes(trace, ("kernels", "cpu_ops", "markers")),
+        data_issues=data_issue_notes(trace, ("kernels", "cpu_ops", "markers", "nccl_calls")),
         trace=str(trace.path), window=window, comm_patterns=patterns, matched=matched, message=message, devices=devices,
-        collectives=collectives, kernels=kernels, messages=messages, nccl_ranges=ranges, mpi=mpi, notes=notes,
+        collectives=collectives, kernels=kernels, messages=messages, nccl_ranges=ranges, bandwidth=bw, mpi=mpi, notes=notes,
         truncated=truncated, hint=f"rows beyond limit={limit} were cut; raise limit (max 200) or pass device=" if truncated else None,
     )
 
 
 def _messages(trace: Trace, sel, window: Window, notes: list[str]) -> list[MessageGroup]:
     if trace.format != "kineto":
-        notes.append("message sizes: only PyTorch (Kineto) traces carry them (record_param_comms args); "
-                     f"this is a {trace.format_name} profile")
+        if not trace.count("nccl_calls"):
+            notes.append("message sizes: PyTorch (Kineto) traces carry them in record_param_comms args and Nsight exports in "
+                         f"NCCL's NVTX payloads (see `bandwidth`); this {trace.format_name} has neither")
         return []
     fields = """json_extract_string(args, '$."Collective name"') AS cname, json_extract_string(args, '$.dtype') AS dtype,
                 TRY_CAST(json_extract_string(args, '$."Group size"') AS INTEGER) AS gsize,

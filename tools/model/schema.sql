@@ -131,6 +131,33 @@ CREATE TABLE cpu_ops (
     args VARCHAR                     -- all other args as a JSON object
 );
 
+-- NCCL API calls whose NVTX range carries an NCCL payload (Nsight exports of NCCL >= 2.19 with blobs included:
+-- NVTX_EVENTS.binaryData decoded with NVTX_PAYLOAD_SCHEMA_ENTRIES). One row per range; payload fields are as
+-- NCCL wrote them, NULL when the call's schema has no such field. Ranges whose payload cannot be decoded are
+-- counted in data_issues. The kernel columns name the one kernel launched from inside the range, if exactly one.
+CREATE TABLE nccl_calls (
+    pid BIGINT,                      -- OS process id
+    tid BIGINT,                      -- OS thread id
+    start_ns BIGINT NOT NULL,        -- NVTX range start (host side), ns
+    end_ns BIGINT NOT NULL,          -- NVTX range end (host side), ns
+    dur_ns BIGINT NOT NULL,          -- end_ns - start_ns: host time in the NCCL call (enqueue, not transfer), ns
+    name VARCHAR NOT NULL,           -- NCCL API name, e.g. 'ncclAllReduce', 'ncclCommInitRankConfig'
+    schema_id BIGINT NOT NULL,       -- NVTX payload schema id (NCCL static ids: 16777216 + NVTX_SID_*)
+    comm_id VARCHAR,                 -- 'NCCL communicator ID' (commHash) as hex text, e.g. '0x5a1c...'; NULL before NCCL 2.25
+    bytes BIGINT,                    -- 'Message size [bytes]' ('Bytes' before 2.25): count x type size, per rank for AllGather, ReduceScatter, AlltoAll, Gather, Scatter
+    nranks INTEGER,                  -- 'No. of ranks' of the communicator (communicator init/destroy/split calls only)
+    rank INTEGER,                    -- 'Rank' of this process in the communicator (communicator calls only)
+    cuda_device INTEGER,             -- 'CUDA device' ordinal (communicator calls only)
+    peer INTEGER,                    -- 'Peer rank' (ncclSend / ncclRecv)
+    root INTEGER,                    -- 'Root' rank (broadcast, reduce, gather, scatter)
+    reduce_op VARCHAR,               -- 'Reduction operation' (Sum, Product, Max, Min, Avg; the number when the export lists no names)
+    kernels_launched INTEGER NOT NULL, -- kernels launched by API calls of this thread inside the range
+    device_id INTEGER,               -- device of the launched kernel (when kernels_launched = 1)
+    stream_id BIGINT,                -- stream of the launched kernel (when kernels_launched = 1)
+    kernel_start_ns BIGINT,          -- GPU start of the launched kernel (when kernels_launched = 1), ns
+    kernel_end_ns BIGINT             -- GPU end of the launched kernel (when kernels_launched = 1), ns
+);
+
 -- Source rows a reader (or the model check) left out of a model table or kept with a corrected value.
 -- One row per (model table, action, reason); empty when every source row was used as written.
 CREATE TABLE data_issues (

@@ -253,8 +253,10 @@ def copy_lenient(con: duckdb.DuckDBPyConnection, sqlite: sqlite3.Connection, tab
     df = df.apply(_normalise_column)
     # Declared SQLite types decide the DuckDB types, so empty or all-NULL columns keep them.
     declared = {r[1]: r[2] for r in sqlite.execute(f"PRAGMA table_info({quote_ident(table)})").fetchall()}
-    select = ", ".join(f"TRY_CAST({quote_ident(c)} AS {t}) AS {quote_ident(c)}" if (t := duck_type(declared.get(c, "")))
-                       else quote_ident(c) for c in cols)
+    # A column declared TEXT may hold blobs (Nsight's NVTX_EVENTS.binaryData): cast to text, the bytes would
+    # come back escaped, so a column of blobs only stays BLOB.
+    select = ", ".join(f"TRY_CAST({quote_ident(c)} AS {t}) AS {quote_ident(c)}"
+                       if (t := duck_type(declared.get(c, ""))) and not _blobs_only(df[c]) else quote_ident(c) for c in cols)
     name = f"_df_{uuid.uuid4().hex}"
     con.register(name, df)
     try:
@@ -278,6 +280,13 @@ def _normalise_column(series: pd.Series) -> pd.Series:
     if kinds and kinds <= {bytes}:
         return series
     return series.map(lambda v: None if v is None else (v if isinstance(v, str) else str(v)))
+
+
+def _blobs_only(series: pd.Series) -> bool:
+    if series.dtype != object:
+        return False
+    kinds = {type(v) for v in series.dropna().head(10000)}
+    return bool(kinds) and kinds <= {bytes}
 
 
 def duck_type(declared: str) -> str | None:

@@ -20,6 +20,7 @@ from ..errors import ProfileError
 from ..quality import END_BEFORE_START, count_sql, record, record_query, time_checks
 from ..quote import quote_ident, quote_literal
 from ..sqlite_source import SqliteSource
+from . import nccl_payloads
 
 KERNEL, MEMCPY, MEMSET, RUNTIME = (f"CUPTI_ACTIVITY_KIND_{t}" for t in ("KERNEL", "MEMCPY", "MEMSET", "RUNTIME"))
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
@@ -226,17 +227,28 @@ class _Reader:
         text_id = "n.textId" if has("textId") else "NULL"
         dom = "n.domainId" if has("domainId") else "NULL"
         kinds = " ".join(f"WHEN {t} THEN '{k}'" for t, k in NVTX_KINDS.items())
+        blob = "n.binaryData" if has("binaryData") else "NULL"
         # Domains are per process (eventType 75 rows, matched on domainId and the process bits); domain 0 is the default.
         self.con.execute(f"""
-            INSERT INTO markers
-            WITH named AS (SELECT n.start, n."end", n.eventType, n.globalTid, coalesce({dom}, 0) AS dom, coalesce({text}, s.value) AS label
+            CREATE TEMP TABLE _nvtx AS
+            WITH named AS (SELECT n.start, n."end", n.eventType, n.globalTid, coalesce({dom}, 0) AS dom,
+                                  coalesce({text}, s.value) AS label, {blob} AS blob
                            FROM {n} n LEFT JOIN {self.strings} s ON s.id = {text_id}),
                  domains AS (SELECT globalTid >> 24 AS proc, dom, min(label) AS domain FROM named WHERE eventType = 75 GROUP BY ALL)
-            SELECT {PID.format(g='n.globalTid')}, {TID.format(g='n.globalTid')}, n.start, greatest(coalesce(n."end", n.start), n.start),
-                   greatest(coalesce(n."end", n.start), n.start) - n.start, coalesce(n.label, ''), CASE WHEN n.dom = 0 THEN '' ELSE d.domain END,
-                   CASE n.eventType {kinds} END, 'nvtx', NULL, NULL
+            SELECT n.* EXCLUDE (blob), CASE WHEN n.dom = 0 THEN '' ELSE d.domain END AS domain,
+                   CASE WHEN d.domain = 'NCCL' THEN n.blob END AS blob
             FROM named n LEFT JOIN domains d ON d.proc = n.globalTid >> 24 AND d.dom = n.dom
             WHERE n.eventType IN ({', '.join(map(str, NVTX_KINDS))}) AND n.start IS NOT NULL""")
+        self.con.execute(f"""
+            INSERT INTO markers
+            SELECT {PID.format(g='globalTid')}, {TID.format(g='globalTid')}, start, greatest(coalesce("end", start), start),
+                   greatest(coalesce("end", start), start) - start, coalesce(label, ''), domain,
+                   CASE eventType {kinds} END, 'nvtx', NULL, NULL
+            FROM _nvtx""")
+        absent = nccl_payloads.load(self.con, self.src, "_nvtx")
+        if absent:
+            self.absent("nccl_calls", absent)
+        self.con.execute("DROP TABLE _nvtx")
         # An end of NULL is an open range (warned about below), not damage; an end before the start is.
         record_query(self.con, count_sql("markers", f"{n} WHERE eventType IN ({', '.join(map(str, NVTX_KINDS))})", [
             ("start IS NULL", "skipped", "start time is missing or not an integer"), time_checks()[1]]))
