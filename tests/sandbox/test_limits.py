@@ -162,3 +162,16 @@ async def test_other_clients_answer_while_a_query_runs(anyio_backend, tmp_path):
             proc.kill()
             proc.wait()
         log.close()
+
+
+def test_a_worker_outlives_the_thread_that_first_needed_it(trace):
+    """PR_SET_PDEATHSIG fires when the parent *thread* exits: a worker started from a tool call's thread must not die
+    when that thread ends (anyio retires idle threads), or the next query reports a crash that never happened."""
+    sandbox.shutdown()
+    answers = []
+    first = threading.Thread(target=lambda: answers.append(sql_query(trace, "SELECT count(*) FROM kernels").rows))
+    first.start()
+    first.join()
+    time.sleep(0.5)  # the kernel delivers the death signal once the thread is gone
+    assert all(w.proc.poll() is None for w in sandbox._all), "the worker died with the thread that started it"
+    assert sql_query(trace, "SELECT count(*) FROM kernels").rows == answers[0]

@@ -18,6 +18,7 @@ import select
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 
 from ..model import lifecycle
@@ -36,12 +37,21 @@ class TimedOut(Exception):
     pass
 
 
+# The worker asks the kernel to kill it when its parent dies (PR_SET_PDEATHSIG), and Linux means the parent
+# *thread*: spawned from a tool call's worker thread, it was killed when that thread retired (anyio ends idle
+# threads), and the next query found it dead. One long-lived thread spawns every worker.
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuscope-sql-spawner")
+
+
+def _popen(ceiling: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gpuscope.tools.sandbox.worker", str(ceiling)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
+
+
 class _Worker:
     def __init__(self) -> None:
         self.ceiling = sql_memory_limit_bytes()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpuscope.tools.sandbox.worker", str(self.ceiling)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
+        self.proc = _spawner.submit(_popen, self.ceiling).result()
         self._buf = b""
 
     def ask(self, request: dict, timeout_s: float) -> dict:
