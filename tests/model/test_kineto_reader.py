@@ -263,7 +263,7 @@ def test_round_trip_2021_format(tmp_path):
 
 def test_round_trip_sub_microsecond_and_zero_length(tmp_path):
     s = _scenario("subus", t0=5_000_123, step=333)  # times like 5000.456 µs, durations of 333 ns
-    s.kernels.append(Kernel(0, 7, 5_000_777, 5_000_777, "void empty_kernel<float>(float*)", "", 4242, 100))
+    s.kernels.append(Kernel(0, 7, 5_000_999, 5_000_999, "void empty_kernel<float>(float*)", "", 4242, 100))
     s.kernels.append(Kernel(1, 9, 5_001_001, 5_001_002, "copy_kernel", "", 4242, None))  # unlinked, 1 ns, other GPU
     t = _check_round_trip(s, tmp_path / "subus.json")
     assert t.sql("SELECT min(dur_ns), max(dur_ns) FROM kernels") == [(0, 1332)]
