@@ -25,6 +25,11 @@ Deliberate differences from TraceLens (each pinned in tests/analyses/test_ops_su
     pct_of_attributed_kernel_time null; pass include_unlinked=False to hide it;
   * categories: flash/efficient/cudnn attention leaves → SDPA_fwd/SDPA_bwd; softmax → reduce;
     cat/stack/index_select/embedding/gather/index/fill_/zero_/arange → elementwise (TraceLens: 'other');
+    the cudnn_*/miopen_*/mkldnn_*/thnn_*/slow_conv*/_convolution* families by rule (family_category), where
+    TraceLens lists a few names and leaves e.g. cudnn_convolution_backward_input in 'other'; totals state the
+    GPU time still left in 'other' and its share, so a gap in the map shows;
+  * launch delays: GPU ops that started before their call returned (host-synchronous calls) or before the
+    previous op on their stream ended are left out of the medians and counted (delay_excluded_gpu_ops);
   * a launch that overhangs its cpu_op's end still belongs to the op (TraceLens drops it when >= 1 µs);
   * times are integer ns from the trace (TraceLens carries float µs).
 """
