@@ -23,7 +23,8 @@ from gpuscope.tools.model.quality import LAUNCH_BEFORE_CALL
 from gpuscope.tools.model.trace import load_trace
 
 S = SL.resnet50_2021()
-FORMATS = ("kineto_2021", "kineto")
+# the 2021 format at absolute epoch times; the current one relative to baseTimeNanoseconds
+CASES = {"kineto_2021": "resnet50_2021", "kineto": "resnet50_relative"}
 CATEGORY = {  # by family rule or registry, written out by hand
     "aten::copy_": "elementwise", "aten::cudnn_convolution": "CONV_fwd", "aten::cudnn_batch_norm": "NORM_fwd",
     "aten::thnn_conv2d_forward": "CONV_fwd", "aten::add_": "elementwise",
@@ -34,7 +35,8 @@ CATEGORY = {  # by family rule or registry, written out by hand
 
 @pytest.fixture(scope="module")
 def opened(open_profile):
-    return lambda fmt: open_profile("resnet50_2021", fmt, scenarios=SL.SCENARIOS)
+    """opened(fmt) -> (the Scenario, the trace written in that format)."""
+    return lambda fmt: (SL.SCENARIOS[CASES[fmt]](), open_profile(CASES[fmt], fmt, scenarios=SL.SCENARIOS))
 
 
 def union(intervals):
@@ -47,7 +49,7 @@ def union(intervals):
     return total
 
 
-def expected_ops():
+def expected_ops(S):
     """name -> (instances, GPU ops, direct ns, launch delays, queue-free delays, excluded) from the Scenario."""
     calls = {a.correlation_id: a for a in S.api_calls}
     gpu = sorted([*S.kernels, *S.memops], key=lambda o: (o.start_ns, o.end_ns))
@@ -69,9 +71,10 @@ def expected_ops():
                 r["ld"], r["qf"], r["excluded"]) for n, r in rows.items()}
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", CASES)
 def test_steps_from_profiler_step_operators(opened, fmt):
-    res = iterations(opened(fmt))
+    S, trace = opened(fmt)
+    res = iterations(trace)
     assert res.choice.how == "ProfilerStep" and res.choice.pattern == "ProfilerStep#<N>"
     steps = sorted((m for m in S.markers if m.name.startswith("ProfilerStep#")), key=lambda m: m.start_ns)
     assert [(st.name, st.start_ns, st.wall_ns) for st in res.steps] == [
@@ -83,10 +86,11 @@ def test_steps_from_profiler_step_operators(opened, fmt):
     assert all(st.projected_kernels == 8 for st in res.steps)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", CASES)
 def test_ops_categories_and_delays(opened, fmt):
-    res = ops_summary(opened(fmt), limit=50)
-    want = expected_ops()
+    S, trace = opened(fmt)
+    res = ops_summary(trace, limit=50)
+    want = expected_ops(S)
     got = {r.name: r for r in res.rows}
     assert set(got) == set(want) == set(CATEGORY)
     for name, (count, n, direct, ld, qf, excluded) in want.items():
@@ -101,14 +105,14 @@ def test_ops_categories_and_delays(opened, fmt):
     assert all(r.launch_delay_median_ns >= 0 and r.queue_free_delay_median_ns >= 0 for r in res.rows)
     t = res.totals
     assert (t.delay_excluded_gpu_ops, t.other_category_direct_ns, t.other_category_pct_of_categorised_gpu_time) == (5, 0, 0.0)
-    cats = {c.category: c.total_direct_kernel_time_ns for c in ops_summary(opened(fmt), group_by="category").rows}
+    cats = {c.category: c.total_direct_kernel_time_ns for c in ops_summary(trace, group_by="category").rows}
     assert cats["CONV_bwd"] == 5 * (200 + 220 + 70) * 1000 and cats["CONV_fwd"] == 5 * (180 + 60) * 1000
     assert cats["NORM_fwd"] == 5 * 40_000 and cats["NORM_bwd"] == 5 * 50_000
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", CASES)
 def test_api_counts_and_launches(opened, fmt):
-    trace = opened(fmt)
+    S, trace = opened(fmt)
     res = api_summary(trace, limit=50)
     want = {}
     for a in S.api_calls:
