@@ -660,7 +660,7 @@ def _build(con, top: dict) -> None:
     )
     lift = _args_struct(*CPU_OP_LIFTED, kind="JSON")
     patch = quote_literal(json.dumps(dict.fromkeys(CPU_OP_LIFTED + (OLD_DIMS,))))
-    dims = f"""coalesce(l."Input Dims", json_extract(args, '$."{OLD_DIMS}"'))"""
+    dims = f"""coalesce(l."Input Dims", json_extract(args, {quote_literal('$.' + json.dumps(OLD_DIMS))}))"""
     con.execute(
         f"""INSERT INTO cpu_ops
             SELECT pid, tid, ts, ts + dur, dur, name, cat, TRY_CAST(l."External id"::VARCHAR AS BIGINT),
