@@ -13,7 +13,8 @@ How a scenario becomes an opened trace (every step cached per session, every tra
 gpuscope.fixtures.catalog.SCENARIOS; a test file passes its own, e.g. scenarios_iterations.SCENARIOS,
 or a module-level {"name": maker}). The cache is keyed by the maker itself, so makers must be
 long-lived functions (module-level, or the values of a module-level dict), not lambdas made per call.
-`fmt` is one of FORMATS. `pid` selects the process of a Kineto trace (PyTorch writes one file per
+`fmt` is one of FORMATS, or "kineto_2021": the Kineto writer's 2021 (PyTorch 1.8-1.9) format, for the
+tests that also run on it (scenario times in whole µs). `pid` selects the process of a Kineto trace (PyTorch writes one file per
 process; None writes them all); the other formats hold every process and ignore it. `copy` names a
 second, separate file of the same profile (e.g. "_again"). Profiles are cached by (maker, fmt, pid,
 copy), so two test files asking for the same maker share one file and one opened trace.
@@ -39,7 +40,7 @@ os.environ.setdefault("GPUSCOPE_CACHE_DIR", tempfile.mkdtemp(prefix="gpuscope-te
 from gpuscope.fixtures import samples
 
 FORMATS = ("nsys", "rocpd", "kineto")
-SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json"}
+SUFFIX = {"nsys": ".sqlite", "rocpd": "_results.db", "kineto": ".pt.trace.json", "kineto_2021": ".pt.trace.json"}
 DATA = samples.SHARED_DATA  # the real profiles, ../shared/data (absent on some machines: tests skip)
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="../shared/data is not present")
 
@@ -51,6 +52,9 @@ def real_files(*patterns: str) -> list[Path]:
 
 def write_scenario(scenario, fmt: str, path: Path, pid: int | None = None) -> Path:
     """Write one Scenario as a profile of format `fmt` (Kineto: only process `pid`, or all when None)."""
+    if fmt == "kineto_2021":
+        importlib.import_module("gpuscope.fixtures.writers.kineto").write(scenario, path, pid, legacy=True)
+        return path
     writer = importlib.import_module(f"gpuscope.fixtures.writers.{fmt}")
     writer.write(scenario, path, **({"pid": pid} if fmt == "kineto" else {}))
     return path
@@ -77,7 +81,7 @@ def write_profile(tmp_path_factory):
     def write(name: str, fmt: str, pid: int | None = None, scenarios: Mapping[str, Callable] | None = None,
               copy: str = "") -> Path:
         maker = (CATALOG if scenarios is None else scenarios)[name]
-        pid = pid if fmt == "kineto" else None
+        pid = pid if fmt.startswith("kineto") else None
         key = (maker, fmt, pid, copy)
         if key not in cache:
             folder = root / f"{len(cache):04d}"  # one folder per file: equal names from other sources never clash

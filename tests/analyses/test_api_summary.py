@@ -141,7 +141,7 @@ def expected_launches(s):
         if call is not None:
             ready = max(call.end_ns, prev) if prev is not None else call.end_ns
             row.update(queue=max(0, (prev if prev is not None else call.end_ns) - call.end_ns),
-                       latency=max(0, k.start_ns - ready), early=k.start_ns < call.end_ns,
+                       latency=k.start_ns - ready if k.start_ns >= ready else None, early=k.start_ns < call.end_ns,
                        single=per_call[(k.pid, k.correlation_id)] == 1,
                        tiny=per_call[(k.pid, k.correlation_id)] == 1 and k.end_ns - k.start_ns < call.end_ns - call.start_ns)
         rows.append(row)
@@ -156,7 +156,7 @@ def expected_launches(s):
         span = max(r["end"] for r in rs) - min(r["start"] for r in rs)
         return {"kernels": len(rs), "unlinked": len(rs) - len(linked), "launch_calls": len(launch_calls), "apis": names,
                 "graphs": sum(1 for key in launch_calls if per_call[key] > 1),
-                "api": api, "queue": [r["queue"] for r in linked], "latency": [r["latency"] for r in linked],
+                "api": api, "queue": [r["queue"] for r in linked], "latency": [r["latency"] for r in linked if r["latency"] is not None],
                 "early": sum(r["early"] for r in linked), "single": sum(r["single"] for r in linked),
                 "tiny": sum(r["tiny"] for r in linked), "span": span}
 

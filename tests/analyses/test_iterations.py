@@ -112,7 +112,7 @@ def test_training_loop(opened, fmt):
     assert alts["forward"].coverage_pct_of_gpu_work == round(100 * main / (main + 5 * 180), 2)
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", FORMATS + ("kineto_2021",))
 def test_profiler_steps_two_devices(opened, fmt):
     s, trace = opened("profiler_steps", fmt)
     shift = time_shift(s, fmt)
@@ -123,7 +123,8 @@ def test_profiler_steps_two_devices(opened, fmt):
     # the series uses two devices: per-step totals are only given per device
     assert all(st.gpu_busy_in_window_ns is None and st.gpu_busy_projected_ns is None for st in res.steps)
     assert [len(st.devices) for st in res.steps] == [1, 1, 2, 1]
-    assert [a.pattern for a in res.alternatives] == ["optimizer"]
+    # 2021 traces write every record_function range as an 'Operator': only ProfilerStep#N is known to be a range
+    assert [a.pattern for a in res.alternatives] == ([] if fmt == "kineto_2021" else ["optimizer"])
     # device filter keeps device 1 only
     res1 = iterations(trace, device=1)
     assert [[d.device_id for d in st.devices] for st in res1.steps] == [[], [], [1], []]

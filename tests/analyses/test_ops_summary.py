@@ -42,8 +42,9 @@ def by_name(res):
 
 # -- fixture, Kineto: op tree attribution ---------------------------------------------------------------
 
-def test_kineto_direct_times_and_counts(opened):
-    r = ops_summary(opened("kineto"), limit=50)
+@pytest.mark.parametrize("fmt", ["kineto", "kineto_2021"])
+def test_kineto_direct_times_and_counts(opened, fmt):
+    r = ops_summary(opened(fmt), limit=50)
     rows = by_name(r)
     expect = {  # name: (count, gpu ops, direct µs, categories)
         "aten::mm": (1, 2, 52, ["GEMM"]),                        # memset 2 + GEMM 50: memsets count toward the op
@@ -74,7 +75,7 @@ def test_kineto_direct_times_and_counts(opened):
     assert mm.launch_delay_median_ns == 81 * US and mm.queue_free_delay_median_ns == 40 * US
     assert rows["<unattributed>"].pct_of_attributed_kernel_time is None
     assert r.rows[-1].cumulative_pct == pytest.approx(100.0)
-    hidden = by_name(ops_summary(opened("kineto"), include_unlinked=False, limit=50))
+    hidden = by_name(ops_summary(opened(fmt), include_unlinked=False, limit=50))
     assert "<unattributed>" not in hidden
 
 
@@ -228,3 +229,36 @@ def test_golden_kernel_summary(golden):
         assert k.total_ns / 1000 == pytest.approx(float(e["Kernel duration (µs)_sum"]), rel=1e-3)
         assert k.pct_of_kernel_time == pytest.approx(float(e["Percent of kernels time (%)"]), rel=1e-3, abs=1e-4)
     assert not ours  # every kernel group of ours is in TraceLens's table
+
+
+# -- backend op families: one case per family, each with forward/backward members and a non-member ---------
+
+FAMILIES = {
+    "cudnn": {"aten::cudnn_convolution_backward_input": "CONV_bwd", "aten::cudnn_convolution_backward_weight": "CONV_bwd",
+              "aten::cudnn_convolution_transpose": "CONV_fwd", "aten::cudnn_convolution_add_relu": "CONV_fwd",
+              "aten::cudnn_batch_norm": "NORM_fwd", "aten::cudnn_batch_norm_backward": "NORM_bwd"},
+    "miopen": {"aten::miopen_convolution": "CONV_fwd", "aten::miopen_depthwise_convolution": "CONV_fwd",
+               "aten::miopen_convolution_backward_weight": "CONV_bwd", "aten::miopen_batch_norm_backward": "NORM_bwd"},
+    "_convolution": {"aten::_convolution": "CONV_fwd", "aten::_convolution_double_backward": "CONV_bwd",
+                     "aten::_convolution_mode": "CONV_fwd", "aten::convolution_backward_overrideable": "CONV_bwd"},
+    "mkldnn": {"aten::mkldnn_convolution": "CONV_fwd", "aten::mkldnn_convolution_backward_input": "CONV_bwd",
+               "aten::mkldnn_linear": "GEMM", "aten::mkldnn_linear_backward_weights": "GEMM"},
+    "thnn": {"aten::thnn_conv2d": "CONV_fwd", "aten::thnn_conv2d_forward": "CONV_fwd", "aten::thnn_conv2d_backward": "CONV_bwd",
+             "aten::thnn_conv_depthwise2d_forward": "CONV_fwd", "aten::thnn_conv_depthwise2d_backward": "CONV_bwd",
+             "aten::slow_conv_dilated2d": "CONV_fwd", "aten::_conv_depthwise2d_backward": "CONV_bwd"},
+}
+NOT_MEMBERS = {"cudnn": "aten::cudnn_grid_sampler", "miopen": "aten::miopen_rnn", "_convolution": "aten::conv_tbc",
+               "mkldnn": "aten::mkldnn_reorder_weight", "thnn": "aten::thnn_foo"}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_backend_family_categories(family):
+    from gpuscope.tools.analyses.ops_summary import family_category, op_category
+
+    for name, cat in FAMILIES[family].items():
+        assert op_category(name, "void some_kernel(float*)", False) == cat, name
+        assert name in OP_CATEGORIES or family_category(name) == cat, name
+    # a family member of no known kind falls through to the other rules (here the first kernel's name, else 'other')
+    odd = NOT_MEMBERS[family]
+    assert op_category(odd, "void other_kernel(float*)", False) == "other"
+    assert op_category(odd, "void at::native::elementwise_kernel<128, 4>(int)", False) == "elementwise"

@@ -164,11 +164,12 @@ def _scenario(name: str, device: Device = H100, t0: int = 1_000_000, step: int =
     return s
 
 
-def _check_round_trip(s: Scenario, path: Path, pid: int | None = None) -> object:
-    writer.write(s, path, pid)
+def _check_round_trip(s: Scenario, path: Path, pid: int | None = None, legacy: bool = False) -> object:
+    writer.write(s, path, pid, legacy=legacy)
     trace = load_trace(path)
     pid = s.processes[0].pid if pid is None else pid
-    amd, legacy = bool(s.options.get("kineto_amd")), bool(s.options.get("kineto_legacy"))
+    amd, tb = bool(s.options.get("kineto_amd")), legacy
+    legacy = legacy or bool(s.options.get("kineto_legacy"))
     missing = int(s.options.get("kineto_amd_missing_grid", 0)) if amd else 0
     calls = {a.correlation_id: a for a in s.api_calls if a.pid == pid}
     hip = lambda n: "hip" + n[4:] if amd and n.startswith("cuda") else n  # noqa: E731
@@ -212,7 +213,7 @@ def _check_round_trip(s: Scenario, path: Path, pid: int | None = None) -> object
     if rows:
         assert (trace.meta_int("capture_start_ns"), trace.meta_int("capture_end_ns")) == (
             min(r.start_ns for r in rows), max(r.end_ns for r in rows))
-    assert trace.meta["format_version"] == ("" if legacy else "1")
+    assert trace.meta["format_version"] == ("" if legacy and not tb else "1")
     n_unlinked = sum(not launch(o)[2] for o in [*kernels, *s.memops] if o.pid == pid)
     assert any(f"{n_unlinked} of" in w for w in trace.warnings) == bool(n_unlinked)
     return trace
@@ -243,9 +244,26 @@ def test_round_trip_gzip_legacy_and_amd(tmp_path):
     assert t.meta["product_version"].startswith("HIP runtime")
 
 
+def test_round_trip_2021_format(tmp_path):
+    """The TensorBoard-plugin era layout (PyTorch 1.8-1.9): ProfilerStep#N under 'Operator' is a step
+    annotation, 'external id' in lower case (0 = none), string tids, 'stream N' GPU tids."""
+    s = _scenario("tb", t0=1_620_000_000_000_000_000, step=3_000)
+    t = _check_round_trip(s, tmp_path / "tb.pt.trace.json", legacy=True)
+    assert t.sql("SELECT cat, count(*) FROM native.events WHERE ph = 'X' GROUP BY 1 ORDER BY 1") == [
+        ("Kernel", 2), ("Memcpy", 1), ("Memset", 1), ("Operator", 4), ("Runtime", 5), ("Trace", 1)]
+    assert t.scalar("SELECT count(*) FROM native.events WHERE name = 'ProfilerStep#1' AND cat = 'Operator'") == 1
+    assert t.sql("SELECT DISTINCT tid FROM native.events WHERE cat = 'Kernel'") == [(None,)]  # "stream 7": text
+    args = json.loads(t.scalar("SELECT args FROM native.events WHERE cat = 'Runtime' AND name = 'cudaMemsetAsync'"))
+    assert args["external id"] == 0 and "External id" not in args
+    assert t.sql("SELECT name, external_id FROM api_calls ORDER BY start_ns") == [
+        ("cudaLaunchKernel", 10), ("cudaLaunchKernel", 11), ("cudaMemcpyAsync", 12), ("cudaMemsetAsync", None),
+        ("cudaStreamSynchronize", None)]
+    assert t.scalar("SELECT count(*) FROM native.events WHERE ph IN ('s', 'f') AND cat = 'async' AND name = 'launch'") == 8
+
+
 def test_round_trip_sub_microsecond_and_zero_length(tmp_path):
     s = _scenario("subus", t0=5_000_123, step=333)  # times like 5000.456 µs, durations of 333 ns
-    s.kernels.append(Kernel(0, 7, 5_000_777, 5_000_777, "void empty_kernel<float>(float*)", "", 4242, 100))
+    s.kernels.append(Kernel(0, 7, 5_000_999, 5_000_999, "void empty_kernel<float>(float*)", "", 4242, 100))
     s.kernels.append(Kernel(1, 9, 5_001_001, 5_001_002, "copy_kernel", "", 4242, None))  # unlinked, 1 ns, other GPU
     t = _check_round_trip(s, tmp_path / "subus.json")
     assert t.sql("SELECT min(dur_ns), max(dur_ns) FROM kernels") == [(0, 1332)]
@@ -280,11 +298,15 @@ def test_round_trip_one_process_of_many_and_empty(tmp_path):
 
 
 def test_legacy_category_aliases(tmp_path):
-    """Pre-2022 names, the gpu_user_Annotation typo and string pids, in one hand-written trace."""
+    """Pre-2022 names, the gpu_user_Annotation typo, string pids and tids, 2021 arg spellings ('external id',
+    'Input dims') and a ProfilerStep under 'Operator', in one hand-written trace."""
     ev = [
-        {"ph": "X", "cat": "Operator", "name": "aten::add", "pid": 10, "tid": 11, "ts": 100, "dur": 10, "args": {"External id": 1}},
-        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel_v7000", "pid": "10", "tid": 11, "ts": 102, "dur": 3,
-         "args": {"correlation": 5, "External id": 1}},
+        {"ph": "X", "cat": "Operator", "name": "ProfilerStep#5", "pid": 10, "tid": "11", "ts": 90, "dur": 50,
+         "args": {"External id": 9, "Input dims": []}},
+        {"ph": "X", "cat": "Operator", "name": "aten::add", "pid": 10, "tid": "11", "ts": 100, "dur": 10,
+         "args": {"External id": 1, "Input dims": [[2, 3], [2, 3]], "Trace name": "PyTorch Profiler"}},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel_v7000", "pid": "10", "tid": "11", "ts": 102, "dur": 3,
+         "args": {"correlation": 5, "external id": 1, "external ts": 100}},
         {"ph": "X", "cat": "Kernel", "name": "kernel", "pid": 0, "tid": 7, "ts": 120, "dur": 2, "args": {"device": 0, "stream": 7, "correlation": 5}},
         {"ph": "X", "cat": "Memset", "name": "Memset (Device)", "pid": 0, "tid": 7, "ts": 125, "dur": 0, "args": {"device": 0, "stream": 7}},
         {"ph": "X", "cat": "gpu_user_Annotation", "name": "fwd", "pid": 0, "tid": 7, "ts": 119, "dur": 9, "args": {}},
@@ -294,10 +316,14 @@ def test_legacy_category_aliases(tmp_path):
     path = tmp_path / "old.json"
     path.write_text(json.dumps({"traceEvents": ev}))
     t = load_trace(path)
-    assert t.sql("SELECT name, api, pid, correlation_id FROM api_calls") == [("cudaLaunchKernel", "cuda_runtime", 10, 5)]
+    assert t.sql("SELECT name, api, pid, tid, correlation_id, external_id FROM api_calls") == [
+        ("cudaLaunchKernel", "cuda_runtime", 10, 11, 5, 1)]
+    assert t.sql("SELECT name, kind, pid, tid, start_ns, end_ns FROM markers WHERE kind = 'annotation'") == [
+        ("ProfilerStep#5", "annotation", 10, 11, 90_000, 140_000)]
+    assert t.sql("SELECT name, input_dims, args FROM cpu_ops") == [("aten::add", "[[2, 3], [2, 3]]", '{"Trace name":"PyTorch Profiler"}')]
     assert t.sql("SELECT device_id, pid, tid, launched, short_name FROM kernels") == [(0, 10, 11, True, "kernel")]
     assert t.sql("SELECT op, kind, correlation_id, launched FROM memops") == [("set", "memset", None, False)]
-    assert t.sql("SELECT kind, device_id, stream_id, pid FROM markers") == [("gpu_annotation", 0, 7, None)]
+    assert t.sql("SELECT kind, device_id, stream_id, pid FROM markers WHERE kind <> 'annotation'") == [("gpu_annotation", 0, 7, None)]
     assert t.sql("SELECT category, external_id FROM cpu_ops") == [("cpu_op", 1)]
     assert t.sql("SELECT pid FROM processes") == [(10,)]
     assert t.sql("SELECT device_id, name FROM devices") == [(0, None)]

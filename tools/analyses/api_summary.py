@@ -16,8 +16,9 @@ Three sections, each with its own denominators:
     and correlation id; graph launches map one call to many kernels). Three separate figures:
     API duration (call end - call start, per launch call), queue delay (max(0, end of the previous
     op on the stream - call end): the GPU was still busy with earlier work), and launch latency
-    (kernel start - max(call end, previous op end), clipped at 0: time from "ready to run" to
-    running). `kernel start - call start` (PerfAdvisor's "launch overhead") and `kernel start - call
+    (kernel start - max(call end, previous op end): time from "ready to run" to running). A kernel
+    that started before its call returned (the call blocked) or before the previous op on its stream
+    ended has a negative difference, which is no latency: it is left out of launch latency and counted. `kernel start - call start` (PerfAdvisor's "launch overhead") and `kernel start - call
     end` (HTA's "launch_delay") mix queueing into launch cost and are not reported.
 """
 
@@ -49,7 +50,8 @@ DEFINITIONS = {
     "not_blocking": "cudaStreamWaitEvent/hipStreamWaitEvent (the stream waits, not the thread), memsets, cudaFree/cudaMalloc (may synchronise implicitly; see the API table), HSA calls",
     "thread_api_span": "first API call entry to last API call return of the thread (clipped to the window)",
     "queue_delay": "max(0, end of the previous kernel/copy/set on the same device, process and stream - launch call end)",
-    "launch_latency": "max(0, kernel start - max(launch call end, previous op end on the stream)); cross-stream waits show up here",
+    "launch_latency": "kernel start - max(launch call end, previous op end on the stream), over the linked kernels where it is >= 0 "
+                      "(the others started before their call returned or their predecessor ended: left out); cross-stream waits show up here",
     "api_duration": "launch call end - start, once per launch call (a graph launch counts once)",
     "tiny_kernel": "kernel shorter than its launch call (HTA's short-kernel rule), among calls that launched exactly one kernel",
     "kernels_per_s": "kernels / kernel span (first kernel start to last kernel end of the row)",
@@ -128,8 +130,10 @@ class LaunchStats(BaseModel):
     graph_launch_calls: int = Field(description="launch calls that launched more than one kernel (graph launches)")
     api_duration: Distribution = Field(description="launch call end - start, one value per launch call")
     queue_delay: Distribution = Field(description="max(0, previous op end on the stream - launch call end), per linked kernel")
-    launch_latency: Distribution = Field(description="max(0, kernel start - max(call end, previous op end)), per linked kernel")
-    kernels_started_before_call_returned: int = Field(description="linked kernels that started before their launch call returned (latency clipped to 0)")
+    launch_latency: Distribution = Field(description="kernel start - max(call end, previous op end), per linked kernel where it is "
+                                                     ">= 0 (count says how many)")
+    kernels_started_before_call_returned: int = Field(description="linked kernels that started before their launch call returned "
+                                                                  "(left out of launch_latency)")
     single_kernel_launches: int = Field(description="linked kernels whose launch call launched only them (tiny-kernel denominator)")
     tiny_kernels: int = Field(description="of those, kernels shorter than their launch call")
     tiny_pct_of_single_kernel_launches: float | None = Field(description="tiny_kernels / single_kernel_launches, %")
@@ -396,7 +400,8 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
         kk AS (
             SELECT *, c_end IS NOT NULL AS linked,
                    CASE WHEN c_end IS NOT NULL THEN greatest(0, coalesce(prev_end, c_end) - c_end) END AS queue_ns,
-                   CASE WHEN c_end IS NOT NULL THEN greatest(0, start_ns - greatest(c_end, coalesce(prev_end, c_end))) END AS latency_ns,
+                   CASE WHEN c_end IS NOT NULL AND start_ns >= greatest(c_end, coalesce(prev_end, c_end))
+                        THEN start_ns - greatest(c_end, coalesce(prev_end, c_end)) END AS latency_ns,
                    c_end IS NOT NULL AND start_ns < c_end AS early,
                    CASE WHEN c_end IS NOT NULL AND call_kernels = 1 THEN end_ns - start_ns < c_end - c_start END AS tiny
             FROM k)"""
@@ -414,7 +419,7 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
                        quantile_cont(queue_ns, [0.5, 0.9]) FILTER (WHERE linked) AS q_q, avg(queue_ns) AS q_avg, max(queue_ns) AS q_max,
                        count(queue_ns) AS q_n,
                        quantile_cont(latency_ns, [0.5, 0.9]) FILTER (WHERE linked) AS l_q, avg(latency_ns) AS l_avg,
-                       max(latency_ns) AS l_max, count(*) FILTER (WHERE early) AS early,
+                       max(latency_ns) AS l_max, count(latency_ns) AS l_n, count(*) FILTER (WHERE early) AS early,
                        count(tiny) AS single, count(*) FILTER (WHERE tiny) AS tiny,
                        min(start_ns) AS first, max(end_ns) AS last
                 FROM kk GROUP BY {keys}),
@@ -438,21 +443,22 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
         for r in rows(keys):
             span = int(r["last"]) - int(r["first"])
             single, tiny = int(r["single"]), int(r["tiny"])
-            out.append(LaunchStats(
+            stats = LaunchStats(
                 device_id=r["device_id"], pid=None if level == "device" or r["p"] == -1 else r["p"],
                 stream_id=r["stream_id"] if level == "stream" else None, kernels=r["kernels"], unlinked_kernels=r["unlinked"],
                 launch_calls=r["calls"] or 0, launch_apis={a["name"]: a["n"] for a in (r["apis"] or [])},
                 graph_launch_calls=r["graphs"] or 0,
                 api_duration=_dist(r["a_q"] if r["calls"] else None, r["a_avg"], r["a_max"]),
                 queue_delay=_dist(r["q_q"] if r["q_n"] else None, r["q_avg"], r["q_max"]),
-                launch_latency=_dist(r["l_q"] if r["q_n"] else None, r["l_avg"], r["l_max"]),
+                launch_latency=_dist(r["l_q"] if r["l_n"] else None, r["l_avg"], r["l_max"]),
                 kernels_started_before_call_returned=r["early"], single_kernel_launches=single, tiny_kernels=tiny,
                 tiny_pct_of_single_kernel_launches=pct(tiny, single), kernel_span_ns=span,
-                kernels_per_s_over_kernel_span=round(r["kernels"] * 1e9 / span, 3) if span > 0 else None))
-    for r in levels["device"] + levels["stream"]:
-        # count = number of values: launch calls for api_duration, linked kernels for the other two.
-        r.api_duration.count = r.launch_calls
-        r.queue_delay.count = r.launch_latency.count = r.kernels - r.unlinked_kernels
+                kernels_per_s_over_kernel_span=round(r["kernels"] * 1e9 / span, 3) if span > 0 else None)
+            # count = number of values: launch calls, linked kernels, linked kernels with a latency.
+            stats.api_duration.count = stats.launch_calls
+            stats.queue_delay.count = stats.kernels - stats.unlinked_kernels
+            stats.launch_latency.count = int(r["l_n"])
+            out.append(stats)
     return levels["device"], levels["stream"]
 
 

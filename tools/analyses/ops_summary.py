@@ -25,6 +25,11 @@ Deliberate differences from TraceLens (each pinned in tests/analyses/test_ops_su
     pct_of_attributed_kernel_time null; pass include_unlinked=False to hide it;
   * categories: flash/efficient/cudnn attention leaves → SDPA_fwd/SDPA_bwd; softmax → reduce;
     cat/stack/index_select/embedding/gather/index/fill_/zero_/arange → elementwise (TraceLens: 'other');
+    the cudnn_*/miopen_*/mkldnn_*/thnn_*/slow_conv*/_convolution* families by rule (family_category), where
+    TraceLens lists a few names and leaves e.g. cudnn_convolution_backward_input in 'other'; totals state the
+    GPU time still left in 'other' and its share, so a gap in the map shows;
+  * launch delays: GPU ops that started before their call returned (host-synchronous calls) or before the
+    previous op on their stream ended are left out of the medians and counted (delay_excluded_gpu_ops);
   * a launch that overhangs its cpu_op's end still belongs to the op (TraceLens drops it when >= 1 µs);
   * times are integer ns from the trace (TraceLens carries float µs).
 """
@@ -92,10 +97,31 @@ TRACELENS_UNMAPPED = set(_FIX_REDUCE) | set(_FIX_ELEMENTWISE) | {
     "aten::_cudnn_attention_backward"}
 
 
+# Backend op families: cuDNN, MIOpen, oneDNN (mkldnn), the pre-1.11 THNN kernels and their slow_conv
+# successors, and the convolution dispatch layers (_convolution, _convolution_double_backward, ...).
+# TraceLens lists a few of their names; the family rule covers every member: the op kind comes from the
+# name, the direction from 'backward' in it. Members of no known kind (cudnn_rnn, cudnn_grid_sampler, ...)
+# fall through to the rules below.
+_FAMILY = re.compile(r"^aten::(cudnn_|miopen_|mkldnn_|thnn_|slow_conv|_nnpack_|_?conv_depthwise|_?convolution)")
+_FAMILY_KINDS = (("CONV", re.compile(r"conv")), ("NORM", re.compile(r"(batch|layer|group|instance|rms)_norm")),
+                 ("GEMM", re.compile(r"linear|matmul|(^|_)b?mm(_|$)")), ("SDPA", re.compile(r"attention")))
+
+
+def family_category(name: str) -> str | None:
+    """Category of a backend-family op (see _FAMILY), or None when the name is no family member of a known kind."""
+    if not _FAMILY.match(name):
+        return None
+    rest = name[len("aten::"):]
+    for kind, rx in _FAMILY_KINDS:
+        if rx.search(rest):
+            return kind if kind == "GEMM" else f"{kind}_{'bwd' if 'backward' in rest else 'fwd'}"
+    return None
+
+
 def op_category(name: str, first_kernel: str | None, all_comm: bool) -> str:
-    """Category of one launcher instance: registry, then name regexes, then communication, then the
-    first kernel's name (TraceLens fallback), else 'other'."""
-    cat = OP_CATEGORIES.get(name)
+    """Category of one launcher instance: registry, then the backend-family rule, then name regexes,
+    then communication, then the first kernel's name (TraceLens fallback), else 'other'."""
+    cat = OP_CATEGORIES.get(name) or family_category(name)
     if cat:
         return cat
     if name.startswith("triton"):
@@ -157,9 +183,15 @@ class OpRow(BaseModel):
     pct_of_gpu_span: float | None = Field(description="direct / GPU span (see totals.gpu_span_ns), %")
     cpu_time_ns: int | None = Field(description="Σ host duration of the launcher instances (cpu_op/range/API call), ns")
     cpu_time_mean_ns: float | None
-    launch_delay_median_ns: float | None = Field(description="median of GPU start − launching call end, ns (includes queueing)")
+    launch_delay_median_ns: float | None = Field(description="median of GPU start − launching call end, ns (includes queueing), "
+                                                             "over the linked GPU ops not in delay_excluded_gpu_ops")
     queue_free_delay_median_ns: float | None = Field(
-        description="median of GPU start − max(call end, previous op end on the stream), ns (launch latency without queueing)")
+        description="median of GPU start − max(call end, previous op end on the stream), ns (launch latency without queueing), "
+                    "over the same GPU ops")
+    delay_excluded_gpu_ops: int = Field(
+        description="linked GPU ops left out of both delay medians: they started before their launching call returned (the "
+                    "call was host-synchronous: a pageable or synchronous copy, a launch that blocked) or before the previous "
+                    "op on their stream ended, so the difference is negative and no delay")
 
 
 class ShapeRow(BaseModel):
@@ -216,6 +248,13 @@ class Totals(BaseModel):
     gpu_busy_ns: int = Field(description="Σ over devices of the union of all their GPU ops in the selection, ns")
     gpu_span_ns: int = Field(description="Σ over devices of last end − first start of their GPU ops, ns")
     summed_kernel_time_ns: int = Field(description="Σ kernel durations (kernels only), ns")
+    delay_excluded_gpu_ops: int = Field(description="GPU ops left out of the launch-delay medians (see the rows' field)")
+    other_category_direct_ns: int = Field(
+        description="GPU time of the launchers no category rule matched (category 'other'): Σ per launcher instance of "
+                    "|union of its GPU ops in that category|, ns")
+    other_category_pct_of_categorised_gpu_time: float | None = Field(
+        description="other_category_direct_ns / the same sum over every category of the attributed launchers "
+                    "(the by-category rows' total without '<unattributed>'), %: how much GPU time the category map misses")
 
 
 class OpsSummaryResult(BaseModel):
@@ -299,11 +338,26 @@ def _build_frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
         g["category"] = g["inst"].map(pd.Series(cats, index=first.index))
     else:
         g["category"] = [kernel_category(n, c, o) for n, c, o in zip(g["name"], g["is_comm"], g["op"])]
-    g["launch_delay_ns"] = g["start_ns"] - g["call_end_ns"]
-    ready = np.fmax(g["call_end_ns"].to_numpy(dtype=float), g["prev_end_ns"].to_numpy(dtype=float))
-    g["queue_free_delay_ns"] = g["start_ns"].to_numpy(dtype=float) - np.where(g["call_end_ns"].isna(), np.nan, ready)
+    _delays(g)
     sub = L.subtree if has_ops else pd.DataFrame({"op_id": pd.Series(dtype="int64"), "gop_id": pd.Series(dtype="int64")})
     return g, sub, attribution
+
+
+def _delays(g: pd.DataFrame) -> None:
+    """launch_delay_ns, queue_free_delay_ns (NA where not measurable) and delay_excluded per GPU op.
+
+    Integer arithmetic: Kineto traces before 2024 hold absolute epoch ns (~1.6e18), past the 2^53 up to which
+    float64 keeps every integer, so a float difference is off by up to 256 ns. A GPU op that starts before its
+    call returned (the host was inside a synchronous call: a pageable copy, a launch that blocked), or before
+    the previous op on its stream ended, has a negative difference, which is no delay: it is left out."""
+    start, call_end = g["start_ns"].astype("Int64"), g["call_end_ns"].astype("Int64")
+    prev_end = g["prev_end_ns"].astype("Int64")
+    launch = start - call_end
+    queue_free = start - call_end.mask((prev_end > call_end).fillna(False), prev_end)
+    bad = (launch < 0).fillna(False) | (queue_free < 0).fillna(False)
+    g["delay_excluded"] = bad.to_numpy(dtype=bool)
+    g["launch_delay_ns"] = launch.mask(bad)
+    g["queue_free_delay_ns"] = queue_free.mask(bad)
 
 
 def _innermost_ranges(trace: Trace) -> pd.DataFrame:
@@ -369,13 +423,20 @@ def ops_summary(
 def _totals(g: pd.DataFrame) -> Totals:
     busy = union_ns(g["device_id"].to_numpy(), g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
     span = g.groupby("device_id").agg(lo=("start_ns", "min"), hi=("end_ns", "max"))
+    key = g["inst"].astype(str) + "|" + g["category"]
+    per = union_ns(key.to_numpy(), g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+    first = g.groupby(key)[["category", "launcher_kind"]].first()
+    categorised = per[(first["launcher_kind"] != "unattributed").reindex(per.index).to_numpy()]
+    other = int(per[(first["category"] == "other").reindex(per.index).to_numpy()].sum())
     un = g[g["launcher_kind"] == "unattributed"]
     un_t = int(union_ns(np.zeros(len(un), dtype=np.int64), un["start_ns"].to_numpy(), un["end_ns"].to_numpy()).sum()) if len(un) else 0
     return Totals(gpu_ops=len(g), attributed_kernel_time_ns=0, unattributed_gpu_ops=len(un), unattributed_time_ns=un_t,
                   runtime_launched_gpu_ops=int(g["launcher_kind"].isin(["runtime", "graph"]).sum()),
                   comm_gpu_ops=int(g["is_comm"].sum()), gpu_busy_ns=int(busy.sum()),
                   gpu_span_ns=int((span["hi"] - span["lo"]).sum()),
-                  summed_kernel_time_ns=int(g.loc[g["op"] == "kernel", "dur_ns"].sum()))
+                  summed_kernel_time_ns=int(g.loc[g["op"] == "kernel", "dur_ns"].sum()),
+                  delay_excluded_gpu_ops=int(g["delay_excluded"].sum()), other_category_direct_ns=other,
+                  other_category_pct_of_categorised_gpu_time=pct(other, int(categorised.sum()), 4))
 
 
 def _instances(g: pd.DataFrame, sub: pd.DataFrame) -> pd.DataFrame:
@@ -424,6 +485,7 @@ def _finish(df: pd.DataFrame, limit: int, value: str = "direct_ns") -> tuple[pd.
 def _name_rows(g, inst, totals, limit):
     delays = g.groupby(["launcher_name", "launcher_kind"]).agg(
         n_ops=("gop_id", "size"), ld=("launch_delay_ns", "median"), qf=("queue_free_delay_ns", "median"),
+        excluded=("delay_excluded", "sum"),
         cats=("category", lambda s: sorted(set(s))))
     df = inst.groupby(["name", "kind"]).agg(
         count=("direct_ns", "size"), direct_ns=("direct_ns", "sum"), subtree_ns=("subtree_ns", "sum"),
@@ -443,7 +505,7 @@ def _name_rows(g, inst, totals, limit):
         pct_of_gpu_busy=pct(r.direct_ns, totals.gpu_busy_ns, 4), pct_of_gpu_span=pct(r.direct_ns, totals.gpu_span_ns, 4),
         cpu_time_ns=int(r.cpu_ns) if r.cpu_n else None, cpu_time_mean_ns=round(r.cpu_ns / r.cpu_n, 1) if r.cpu_n else None,
         launch_delay_median_ns=None if pd.isna(r.ld) else float(r.ld),
-        queue_free_delay_median_ns=None if pd.isna(r.qf) else float(r.qf),
+        queue_free_delay_median_ns=None if pd.isna(r.qf) else float(r.qf), delay_excluded_gpu_ops=int(r.excluded),
     ) for r in shown.itertuples()]
     return rows, rem_n, rem_t
 

@@ -6,6 +6,14 @@ the counts in `data_issues` (schema.sql) with `record`. After the reader, `check
 what every tool assumes - dur_ns = end_ns - start_ns >= 0 in every table with durations - by
 repairing and counting any row that breaks it: a reader bug shows up in data_issues, not as a
 traceback or a negative figure.
+
+The same holds for the delays tools derive from a GPU op and its launching call (the earliest API
+call of its process with its correlation id): a GPU op cannot start before that call starts, so one
+that does is a wrong pairing or clocks out of step; check_model removes that link and counts it. A
+GPU op may well start before its call returns (the host was inside a synchronous call: a pageable or
+synchronous copy, a launch that blocked) - no damage, but GPU start - call end is then negative and
+no delay: check_model states how many such ops there are in a warning, and the tools that report
+launch delays leave them out and say so.
 """
 
 from __future__ import annotations
@@ -23,6 +31,14 @@ END_BEFORE_START = "end before start: end set to start (duration 0)"
 TIME_MISSING = "start or end time is missing or not an integer"
 
 _BIGINT_MAX = 2**63 - 1
+
+GPU_OP_TABLES = ("kernels", "memops")
+LAUNCH_BEFORE_CALL = ("model check: GPU op starts before its launching API call starts (wrong pairing or clocks out of step): "
+                      "link to the call removed (correlation_id and tid set to NULL, launched = false)")
+# The launching call of each (process, correlation id), as the tools pair them.
+_LAUNCH_SQL = """(SELECT pid, correlation_id, min(start_ns) AS call_start, arg_min(end_ns, (start_ns, end_ns)) AS call_end,
+                         arg_min(name, (start_ns, end_ns)) AS call_name
+                  FROM api_calls WHERE pid IS NOT NULL AND correlation_id IS NOT NULL GROUP BY ALL)"""
 
 
 def record(con: duckdb.DuckDBPyConnection, rows: Iterable[tuple[str, str, int, str]]) -> None:
@@ -87,3 +103,25 @@ def check_model(con: duckdb.DuckDBPyConnection) -> None:
             (table, "repaired", wrong, "model check: dur_ns was not end_ns - start_ns (reader error): dur_ns recomputed"),
             (table, "skipped", long, "model check: end_ns - start_ns exceeds the 64-bit ns range: row left out"),
         ])
+    _check_launches(con)
+
+
+def _check_launches(con: duckdb.DuckDBPyConnection) -> None:
+    for table in GPU_OP_TABLES:
+        n = con.execute(
+            f"""UPDATE {table} SET correlation_id = NULL, tid = NULL, launched = false FROM {_LAUNCH_SQL} c
+                WHERE {table}.pid = c.pid AND {table}.correlation_id = c.correlation_id AND {table}.start_ns < c.call_start"""
+        ).fetchone()[0]
+        record(con, [(table, "repaired", n, LAUNCH_BEFORE_CALL)])
+    union = " UNION ALL ".join(f"SELECT pid, correlation_id, start_ns FROM {t}" for t in GPU_OP_TABLES)
+    early = con.execute(
+        f"""SELECT c.call_name, count(*) AS n, sum(count(*)) OVER () AS total
+            FROM ({union}) g JOIN {_LAUNCH_SQL} c USING (pid, correlation_id)
+            WHERE g.start_ns < c.call_end GROUP BY 1 ORDER BY 2 DESC, 1"""
+    ).fetchall()
+    if early:
+        names = ", ".join(f"{name} {n}" for name, n, _ in early[:5]) + (", ..." if len(early) > 5 else "")
+        con.execute("INSERT INTO trace_meta VALUES ('warning', ?)", [
+            f"{int(early[0][2])} GPU operations (kernels, copies, sets) started before their launching call returned ({names}): "
+            "the host was still inside a synchronous call (a pageable or synchronous copy, a launch that blocked), so GPU start "
+            "- call end is negative for them and is no launch delay; launch-delay figures leave them out."])

@@ -43,6 +43,11 @@ CAT_ALIASES = {
     "Operator": "cpu_op", "Runtime": "cuda_runtime", "Kernel": "kernel", "Memcpy": "gpu_memcpy",
     "Memset": "gpu_memset", "gpu_user_Annotation": "gpu_user_annotation",
 }
+# Kineto of PyTorch 1.8-1.9 wrote every record_function range as 'Operator', prof.step()'s
+# ProfilerStep#N included; later traces give those 'user_annotation'. Only the step ranges have a
+# name fixed by PyTorch, so only they become annotations (other user ranges stay cpu_ops, as in
+# TensorBoard's profiler plugin).
+STEP_PREFIX = "ProfilerStep#"
 FLOW_CATS = ("ac2g", "async", "async_gpu", "async_cpu_to_gpu")  # launch flows, 2022 name first
 GPU_OP_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 GPU_CATS = GPU_OP_CATS + ("gpu_user_annotation",)
@@ -51,6 +56,7 @@ CPU_CATS = ("cpu_op", "python_function", "user_annotation", "cpu_instant_event")
 COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA")
 # cpu_op args lifted into their own cpu_ops columns; the rest stays in cpu_ops.args.
 CPU_OP_LIFTED = ("External id", "Sequence number", "Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+OLD_DIMS = "Input dims"  # PyTorch 1.8's spelling of Input Dims
 
 # One reusable C encoder: json.dumps builds a new one per call, which doubles the cost per event.
 _encode = c_make_encoder(None, None, encode_basestring, None, ": ", ", ", False, False, True)
@@ -529,8 +535,15 @@ def _spaced(x: str) -> str:
     return f"rtrim(regexp_replace({x}::VARCHAR, '{_SPACED}', '\\1\\2 ', 'g'), ' ')"
 
 
-def _build(con, top: dict) -> None:
+def _cat_sql() -> str:
+    """The current category name of a native.event_store row (cat, name)."""
     aliases = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in CAT_ALIASES.items())
+    return (f"CASE WHEN cat = 'Operator' AND starts_with(name, '{STEP_PREFIX}') THEN 'user_annotation' "
+            f"ELSE CASE cat {aliases} ELSE cat END END")
+
+
+def _build(con, top: dict) -> None:
+    cat = _cat_sql()
     con.execute("COMMENT ON TABLE native.event_store IS 'storage behind native.events (rowid = idx); query native.events'")
     con.execute("CREATE VIEW native.events AS SELECT rowid AS idx, ph, cat, name, pid, tid, ts_ns, dur_ns, args, time_issue "
                 "FROM native.event_store")
@@ -540,7 +553,7 @@ def _build(con, top: dict) -> None:
         "time_issue says why a complete (ph X) event has no usable ts/dur (it is then in no model table)'"
     )
     con.execute(
-        f"""CREATE TEMP VIEW kin_ev AS SELECT rowid AS idx, ph, CASE cat {aliases} ELSE cat END AS cat, name, pid, tid,
+        f"""CREATE TEMP VIEW kin_ev AS SELECT rowid AS idx, ph, {cat} AS cat, name, pid, tid,
                   ts_ns AS ts, greatest(dur_ns, 0) AS dur, dur_ns < 0 AS neg_dur, args
            FROM native.event_store WHERE ph = 'X' AND time_issue IS NULL"""
     )
@@ -560,9 +573,13 @@ def _build(con, top: dict) -> None:
                    cat, name, pid, tid, ts, dur
             FROM (SELECT *, json_transform(args, {gpu_args}) AS a FROM kin_ev WHERE cat IN {GPU_OP_CATS})"""
     )
+    # Runtime events of 2021 traces spell it 'external id', and write 0 when no CPU op launched the call
+    # (struct keys are case-insensitive in DuckDB, so that spelling is read by path).
+    legacy_ext = """json_extract_string(args, '$."external id"')"""
     con.execute(
         f"""CREATE TEMP TABLE kin_rt AS
-            SELECT idx, {i('a.correlation')} AS corr, {i('a."External id"')} AS ext, cat, name, pid, tid, ts, dur
+            SELECT idx, {i('a.correlation')} AS corr, coalesce({i('a."External id"')}, nullif({i(legacy_ext)}, 0)) AS ext,
+                   cat, name, pid, tid, ts, dur
             FROM (SELECT *, json_transform(args, {_args_struct('correlation', 'External id')}) AS a
                   FROM kin_ev WHERE cat IN {RUNTIME_CATS} AND pid IS NOT NULL)"""
     )
@@ -642,18 +659,19 @@ def _build(con, top: dict) -> None:
            FROM kin_ev e JOIN kin_piddev p USING (pid) WHERE e.cat = 'gpu_user_annotation' AND name IS NOT NULL"""
     )
     lift = _args_struct(*CPU_OP_LIFTED, kind="JSON")
-    patch = quote_literal(json.dumps(dict.fromkeys(CPU_OP_LIFTED)))
+    patch = quote_literal(json.dumps(dict.fromkeys(CPU_OP_LIFTED + (OLD_DIMS,))))
+    dims = f"""coalesce(l."Input Dims", json_extract(args, {quote_literal('$.' + json.dumps(OLD_DIMS))}))"""
     con.execute(
         f"""INSERT INTO cpu_ops
             SELECT pid, tid, ts, ts + dur, dur, name, cat, TRY_CAST(l."External id"::VARCHAR AS BIGINT),
-                   TRY_CAST(l."Sequence number"::VARCHAR AS BIGINT), {_spaced('l."Input Dims"')}, {_spaced('l."Input type"')},
+                   TRY_CAST(l."Sequence number"::VARCHAR AS BIGINT), {_spaced(dims)}, {_spaced('l."Input type"')},
                    {_spaced('l."Input Strides"')}, {_spaced('l."Concrete Inputs"')},
                    CASE WHEN cat = 'cpu_op' AND args IS NOT NULL THEN nullif(json_merge_patch(args, {patch})::VARCHAR, '{{}}') ELSE args END
             FROM (SELECT *, CASE WHEN cat = 'cpu_op' THEN json_transform(args, {lift}) END AS l
                   FROM kin_ev WHERE cat IN ('cpu_op', 'python_function') AND pid IS NOT NULL AND name IS NOT NULL)
             ORDER BY idx"""
     )
-    _issues(con, aliases)
+    _issues(con, cat)
     dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
     rank = _int_or_none(dist.get("rank"))
     n_cpu = con.execute("SELECT count(*) FROM kin_pids").fetchone()[0]
@@ -682,14 +700,14 @@ def _table_of(cat: str) -> str:
             f"THEN 'markers' WHEN {cat} IN ('cpu_op', 'python_function') THEN 'cpu_ops' END")
 
 
-def _issues(con, aliases: str) -> None:
+def _issues(con, cat: str) -> None:
     """data_issues: every event of a model table's category that the inserts above left out or
     changed, each counted once with the first reason that applies. The conditions mirror the
     inserts' WHERE clauses: kept + skipped = the category's complete events."""
     gpu_ops = "('kernel', 'gpu_memcpy', 'gpu_memset')"
     record_query(con, f"""
         SELECT tbl, 'skipped', count(*), time_issue
-        FROM (SELECT {_table_of(f'CASE cat {aliases} ELSE cat END')} AS tbl, time_issue
+        FROM (SELECT {_table_of(cat)} AS tbl, time_issue
               FROM native.event_store WHERE ph = 'X' AND time_issue IS NOT NULL)
         WHERE tbl IS NOT NULL GROUP BY ALL
         UNION ALL
