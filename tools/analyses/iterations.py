@@ -35,8 +35,9 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
 from .intervals import unions
-from .marker_summary import NO_MARKERS
-from .projection import RANGE_KINDS, SHIFT, normalised_sql, projection_absent_reason, tree, with_sql
+from .marker_summary import ANNOTATE
+from .projection import SHIFT, normalised_sql, projection_absent_reason, tree, with_sql
+from .requirements import require
 
 WARMUP_FACTOR = 1.5
 MIN_COVERAGE = 0.5
@@ -148,9 +149,7 @@ def iterations(
 ) -> IterationsResult:
     """`limit` (1..1000) caps the listed steps for a reader; None lists them all (other analyses that need every
     step: phases, rank_summary)."""
-    n_ranges = int(trace.scalar(f"SELECT count(*) FROM markers WHERE kind IN ({', '.join(repr(k) for k in RANGE_KINDS)}) AND pid IS NOT NULL"))
-    if n_ranges == 0:
-        raise ProfileError("no iterations can be found: " + NO_MARKERS.format(name=trace.path.name))
+    require(trace, "iterations", "Steps are taken from repeating ranges. " + ANNOTATE)
     _, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = None if limit is None else max(1, min(int(limit), 1000))
     absent = projection_absent_reason(trace)
