@@ -224,7 +224,8 @@ def api_summary(
 
     # -- (c) launch analysis --------------------------------------------------------------------------
     launches = None
-    absent += left_out(trace, "api_summary")
+    async_copies = trace.scalar(f"SELECT count(*) FROM api_calls WHERE regexp_matches(name, '{COPY_RE}') AND name LIKE '%Async%'")
+    absent += [a for a in left_out(trace, "api_summary") if async_copies or not a.startswith("pageable_async_copy")]
     if trace.count("kernels"):
         dev_rows, stream_rows = _launches(trace, sel, pid, absent)
         if len(stream_rows) > limit:

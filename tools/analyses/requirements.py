@@ -105,7 +105,8 @@ PARTS: dict[str, dict[str, tuple[str, ...]]] = {
     "diagnose": {"GPU-side bottleneck classes (compute, memory, launch_overhead, communication, sync, idle_host, copies)": GPU,
                  "host-side findings (blocked time, API time by call)": ("api_calls",)},
     "api_summary": {"launches (API duration, queue delay, launch latency)": ("kernels",),
-                    "pageable_async_copy (needs the copies' host memory kind)": ("memops",)},
+                    "pageable_async_copy (async copy calls whose host buffer is pageable block the thread; it takes the "
+                    "copies' host memory kind)": ("memops",)},
     "iterations": {"per-step GPU figures": GPU},
     "rank_summary": {"GPU figures (span, busy, compute, communication)": GPU,
                      "steps": ("markers",)},
