@@ -23,7 +23,7 @@ from .gpu_timeline import gpu_timeline
 from .intervals import unions
 from .memcpy_summary import memcpy_summary
 from .roofline import roofline
-from .requirements import GPU, present, require
+from .requirements import GPU, left_out, present, require
 from .top_kernels import top_kernels
 
 BottleneckClass = Literal["compute", "memory", "launch_overhead", "communication", "sync", "idle_host", "copies", "other"]
@@ -427,7 +427,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                    "the figures of the rows kept")
         return DiagnoseResult(trace=tl.trace, window=tl.window, device_id=dev, device_name=main.device_name, other_devices=others,
                               gpu_span_ns=span, gpu_busy_ns=main.busy_ns, verdict=verdict, findings=[],
-                              dropped_findings=len(ranked), abstained=True, not_applicable=na, rules=RULES,
+                              dropped_findings=len(ranked), abstained=True, not_applicable=na, rules=RULES, not_judged=left_out(trace, "diagnose"),
                               data_issues=notes)
     if damaged:
         for f in findings:
@@ -443,7 +443,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                    f"{main.busy_pct_of_total} % of its span — rate kernels with roofline (needs op shapes) or {kprof}")
     return DiagnoseResult(trace=tl.trace, window=tl.window, device_id=dev, device_name=main.device_name, other_devices=others,
                           gpu_span_ns=span, gpu_busy_ns=main.busy_ns, verdict=verdict, findings=findings, dropped_findings=dropped,
-                          not_applicable=na, rules=RULES, data_issues=notes)
+                          not_applicable=na, rules=RULES, not_judged=left_out(trace, "diagnose"), data_issues=notes)
 
 
 def _damaged_gpu_rows(trace: Trace) -> tuple[int, int]:

@@ -174,7 +174,4 @@ def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
                  "comm_patterns for custom ones)"),
              cap("ops_summary"), cap("call_stack"), cap("call_stack.op"), cap("perf_summary"),
              cap("roofline"), cap("replay_spec"), cap("sql_query")]
-    for c in caps:
-        if c.tool == "roofline" and c.reason:
-            c.reason += " Without shapes, pass kernel_flops (FLOPs/bytes per kernel name) for the kernels you know."
     return caps
