@@ -208,7 +208,7 @@ def test_filters(opened, fmt):
 def test_no_api_calls_gives_cpu_only(opened, fmt):
     _, trace = opened("no_api_calls", fmt)
     res = marker_summary(trace)
-    assert not res.projection.available and "no host API calls" in res.projection.reason
+    assert not res.projection.available and "no host runtime/driver API calls" in res.projection.reason
     (row,) = res.markers
     assert (row.count, row.cpu_total_ns, row.cpu_min_ns, row.cpu_max_ns) == (2, 700_000, 300_000, 400_000)
     assert row.gpu_ops is None and row.gpu_busy_ns is None and row.pct_of_projected_busy is None

@@ -23,7 +23,7 @@ from .gpu_timeline import gpu_timeline
 from .intervals import unions
 from .memcpy_summary import memcpy_summary
 from .roofline import roofline
-from .requirements import GPU, left_out, present, require
+from .requirements import GPU, gap_text, left_out, present, require
 from .top_kernels import top_kernels
 
 BottleneckClass = Literal["compute", "memory", "launch_overhead", "communication", "sync", "idle_host", "copies", "other"]
@@ -228,7 +228,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
             add("other", f"GPU idle {idle_pct:.1f} % of the span; cause undetermined: the profile holds no host API calls, so sync, "
                 "launch overhead and host-side work cannot be told apart", ev, main.idle_ns, "low",
                 "no host API calls: the host side of the idle gaps is not recorded",
-                "capture with the host side traced (nsys -t cuda,nvtx,osrt; torch.profiler with CPU activities) to see what the host did",
+                "capture the host side too (" + gap_text(trace, ("api_calls",)).removeprefix("no ") + ") to see what the host did",
                 key="other:idle")
         else:
             sync_ns, sync_thread, contributors = 0, None, []
