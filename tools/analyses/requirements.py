@@ -45,15 +45,14 @@ SOURCES: dict[str, dict[str, tuple[str, str] | None]] = {
         "kernels": ("table CUPTI_ACTIVITY_KIND_KERNEL", "`nsys profile --trace=cuda`"),
         "memops": ("tables CUPTI_ACTIVITY_KIND_MEMCPY / CUPTI_ACTIVITY_KIND_MEMSET", "`nsys profile --trace=cuda`"),
         "api_calls": ("table CUPTI_ACTIVITY_KIND_RUNTIME", "`nsys profile --trace=cuda`"),
-        "markers": ("table NVTX_EVENTS", "`nsys profile --trace=cuda,nvtx` with NVTX ranges in the program "
-                                         "(torch.cuda.nvtx.range_push/range_pop)"),
+        "markers": ("table NVTX_EVENTS", "`nsys profile --trace=cuda,nvtx`"),
         "cpu_ops": None, "op_shapes": None,
     },
     "rocpd": {
         "kernels": ("rocpd_kernel_dispatch", "`rocprofv3 --kernel-trace` (or --runtime-trace / --sys-trace)"),
         "memops": ("rocpd_memory_copy", "`rocprofv3 --memory-copy-trace` (or --runtime-trace / --sys-trace)"),
         "api_calls": ("HIP API regions in rocpd_region", "`rocprofv3 --hip-trace` (or --runtime-trace / --sys-trace)"),
-        "markers": ("rocTX regions in rocpd_region", "`rocprofv3 --marker-trace` with roctxRangePush/Pop in the program"),
+        "markers": ("rocTX regions in rocpd_region", "`rocprofv3 --marker-trace`"),
         "cpu_ops": None, "op_shapes": None,
     },
     "rpd": {
