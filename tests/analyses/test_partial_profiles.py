@@ -43,8 +43,8 @@ NEEDS = {
     "diagnose": [("kernels", "memops", "api_calls")], "rank_summary": [], "memcpy_summary": [("memops",)],
     "api_summary": [("api_calls",)], "marker_summary": [("markers",)], "iterations": [("markers",)],
     "comm_summary": [("kernels",)], "ops_summary": [("kernels", "memops")], "call_stack": [("kernels",)],
-    "call_stack.op": [("cpu_ops",)], "perf_summary": [("op_shapes",), ("kernels", "memops")],
-    "roofline": [("kernels", "memops"), ("op_shapes",)], "replay_spec": [("op_shapes",)], "sql_query": [],
+    "call_stack.op": [("cpu_ops",)], "perf_summary": [("cpu_ops",), ("kernels", "memops")],
+    "roofline": [("kernels", "memops"), ("cpu_ops",)], "replay_spec": [("cpu_ops",)], "sql_query": [],
 }
 
 

@@ -93,10 +93,10 @@ NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "ops_summary": (GPU,),
     "call_stack": (("kernels",),),
     "call_stack.op": (("cpu_ops",),),
-    "perf_summary": (("op_shapes",), GPU),
-    "roofline": (GPU, ("op_shapes",)),
+    "perf_summary": (("cpu_ops",), GPU),
+    "roofline": (GPU, ("cpu_ops",)),
     "roofline.kernel_flops": (("kernels",),),
-    "replay_spec": (("op_shapes",),),
+    "replay_spec": (("cpu_ops",),),
     "sql_query": (),
 }
 # tool -> part of its answer -> the kinds that part needs; without them the tool answers the rest and says so.
@@ -107,6 +107,9 @@ PARTS: dict[str, dict[str, tuple[str, ...]]] = {
                     "pageable_async_copy (async copy calls whose host buffer is pageable block the thread; it takes the "
                     "copies' host memory kind)": ("memops",)},
     "iterations": {"per-step GPU figures": GPU},
+    "perf_summary": {"FLOP and byte models (without shapes every op stays time-only, unmodelled)": ("op_shapes",)},
+    "roofline": {"ratings of operators (without shapes none is rated; pass kernel_flops instead)": ("op_shapes",)},
+    "replay_spec": {"input shapes of the signature": ("op_shapes",)},
     "rank_summary": {"GPU figures (span, busy, compute, communication)": GPU,
                      "steps": ("markers",)},
 }
