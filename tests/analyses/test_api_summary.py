@@ -331,7 +331,8 @@ def test_filters_and_errors(opened):
 def test_no_api_calls_is_refused(opened, fmt):
     with pytest.raises(ProfileError, match="no host runtime/driver API calls") as err:
         api_summary(opened("api_no_calls", fmt, 2300 if fmt == "kineto" else None))
-    assert {"nsys": "nsys profile -t cuda", "rocpd": "--hip-trace", "kineto": "ProfilerActivity.CUDA"}[fmt] in str(err.value)
+    assert {"nsys": "nsys profile --trace=cuda", "rocpd": "--hip-trace", "kineto": "ProfilerActivity.CUDA"}[fmt] in str(err.value)
+    assert {"nsys": "CUPTI_ACTIVITY_KIND_RUNTIME", "rocpd": "rocpd_region", "kineto": "cuda_runtime"}[fmt] in str(err.value)
 
 
 # -- real profiles ----------------------------------------------------------------------------------

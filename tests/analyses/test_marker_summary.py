@@ -208,7 +208,7 @@ def test_filters(opened, fmt):
 def test_no_api_calls_gives_cpu_only(opened, fmt):
     _, trace = opened("no_api_calls", fmt)
     res = marker_summary(trace)
-    assert not res.projection.available and "no host API calls" in res.projection.reason
+    assert not res.projection.available and "no host runtime/driver API calls" in res.projection.reason
     (row,) = res.markers
     assert (row.count, row.cpu_total_ns, row.cpu_min_ns, row.cpu_max_ns) == (2, 700_000, 300_000, 400_000)
     assert row.gpu_ops is None and row.gpu_busy_ns is None and row.pct_of_projected_busy is None
@@ -217,9 +217,10 @@ def test_no_api_calls_gives_cpu_only(opened, fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_no_markers_refused(opened, fmt):
     _, trace = opened("no_markers", fmt)
-    with pytest.raises(ProfileError, match="no NVTX, rocTX or PyTorch annotations were recorded") as exc:
+    with pytest.raises(ProfileError, match="no annotation ranges") as exc:
         marker_summary(trace)
-    assert "nsys profile -t cuda,nvtx" in str(exc.value) and "record_function" in str(exc.value)
+    flag = {"nsys": "nsys profile --trace=cuda,nvtx", "rocpd": "rocprofv3 --marker-trace", "kineto": "record_function"}[fmt]
+    assert flag in str(exc.value) and "record_function" in str(exc.value)
 
 
 # -- real profiles --------------------------------------------------------------------------------------
@@ -234,7 +235,7 @@ def test_real_profiles(path):
     try:
         res = marker_summary(trace, limit=500)
     except ProfileError as exc:
-        assert "no NVTX, rocTX or PyTorch annotations were recorded" in str(exc)
+        assert "marker_summary needs data" in str(exc) and "no annotation ranges" in str(exc)
         assert trace.scalar("SELECT count(*) FROM markers WHERE kind <> 'gpu_annotation'") == 0
         return
     assert res.ranges == trace.scalar("SELECT count(*) FROM markers WHERE kind IN ('push_pop','start_end','annotation')")

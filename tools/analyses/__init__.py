@@ -16,12 +16,14 @@
     perf_summary    FLOPs, bytes, TFLOP/s, TB/s per op signature perf_summary.py (tools/perf_models)
     roofline        bound, % of roof, headroom, impact table     roofline.py (tools/hardware)
     call_stack      parent chain and subtree of a kernel or op    call_stack.py
-    diagnose        ranked findings with bottleneck class         diagnose.py
+    diagnose        ranked findings with bottleneck class         diagnose.py (diagnose_host.py without GPU data)
     compare_traces  two profiles side by side                     compare_traces.py
     replay_spec     reproducer description of an op signature    replay_spec.py
     marker_summary  NVTX/rocTX/annotation ranges + GPU projection marker_summary.py (projection.py)
     iterations      repeated steps, warm-up vs steady state      iterations.py
     sql_query       read-only SQL; list_tables, describe_table   sql_query.py
+
+Which data each tool needs, and the capture flag that records it: requirements.py (trace_info, refusals).
 """
 
 from .api_summary import api_summary

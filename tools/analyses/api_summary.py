@@ -30,6 +30,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection
 from .intervals import unions
+from .requirements import left_out, require
 
 CATEGORIES = ("synchronize", "blocking_copy", "pageable_async_copy", "event_query_spin")
 
@@ -171,8 +172,7 @@ def api_summary(
     spin_max_gap_ns: int = 5_000,
     limit: int = 20,
 ) -> ApiSummaryResult:
-    if trace.count("api_calls") == 0:
-        raise ProfileError(_no_api_message(trace))
+    require(trace, "api_summary", "Without them API time, host-blocked time and launch figures cannot be computed.")
     sel, window = resolve_selection(trace, device, stream, start_ns, end_ns)
     limit = max(1, min(int(limit), 200))
     spin_min_calls = max(2, int(spin_min_calls))
@@ -228,9 +228,9 @@ def api_summary(
 
     # -- (c) launch analysis --------------------------------------------------------------------------
     launches = None
-    if trace.count("kernels") == 0:
-        absent.append("launches: the profile holds no kernels")
-    else:
+    async_copies = trace.scalar(f"SELECT count(*) FROM api_calls WHERE regexp_matches(name, '{COPY_RE}') AND name LIKE '%Async%'")
+    absent += [a for a in left_out(trace, "api_summary") if async_copies or not a.startswith("pageable_async_copy")]
+    if trace.count("kernels"):
         dev_rows, stream_rows = _launches(trace, sel, pid, absent)
         if len(stream_rows) > limit:
             truncated_lists.append("launches")
@@ -460,14 +460,3 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
             stats.launch_latency.count = int(r["l_n"])
             out.append(stats)
     return levels["device"], levels["stream"]
-
-
-def _no_api_message(trace: Trace) -> str:
-    why = [r[0] for r in trace.sql("SELECT value FROM trace_meta WHERE key = 'absent' AND value LIKE 'api_calls%'")]
-    reason = why[0].split(": ", 1)[-1] if why else "the table of host API calls is empty"
-    how = {"nsys": "capture with `nsys profile -t cuda` (CUPTI_ACTIVITY_KIND_RUNTIME holds the calls)",
-           "rocpd": "capture with `rocprofv3 --hip-trace` (or --sys-trace)",
-           "rpd": "record HIP API calls with the RPD tracer",
-           "kineto": "profile with ProfilerActivity.CUDA so cuda_runtime/cuda_driver events are recorded"}.get(trace.format, "")
-    return (f"{trace.path.name} holds no host runtime/driver API calls ({reason}), so API time, host-blocked time and "
-            f"launch figures cannot be computed; {how}.")

@@ -32,9 +32,10 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import ALL_TABLES, CONTAINS_SQL, clip_name, contains_pattern, data_issue_notes, data_issues_field, skipped_note
+from .common import ALL_TABLES, CONTAINS_SQL, clip_name, contains_pattern, data_issue_notes, data_issues_field
 from .op_tree import launchers, node_parents
 from .projection import with_sql as projection_sql
+from .requirements import require
 
 Kind = Literal["python_frame", "module", "annotation", "cpu_op", "range", "api_call", "kernel", "memcpy", "memset"]
 _FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
@@ -111,9 +112,8 @@ def call_stack(trace: Trace, *, kernel: str | None = None, op: str | None = None
     limit = max(1, min(int(limit), 500))
     has_ops = trace.count("cpu_ops") > 0
     if op is not None:
-        if not has_ops:
-            raise ProfileError(f"{trace.path.name} is a {trace.format_name} profile without PyTorch cpu ops, so op= cannot be "
-                               "resolved; use kernel=<name substring> (the chain then shows the NVTX/rocTX ranges). " + _STACK_HINT)
+        require(trace, "call_stack.op", "Use kernel=<name substring> instead (the chain then shows the NVTX/rocTX ranges). "
+                + _STACK_HINT)
         return _op_mode(trace, op, instance, depth, limit)
     return _kernel_mode(trace, kernel, instance, depth, limit, has_ops)
 
@@ -245,8 +245,7 @@ def _pick(df: pd.DataFrame, instance: int | None, longest_cols: list[str], what:
 # -- kernel mode -----------------------------------------------------------------------------------------
 
 def _kernel_mode(trace: Trace, kernel: str, instance: int | None, depth: int, limit: int, has_ops: bool) -> CallStackResult:
-    if trace.count("kernels") == 0:
-        raise ProfileError(f"{trace.path.name} contains no kernels. trace_info says what the profile holds." + skipped_note(trace, ("kernels",)))
+    require(trace, "call_stack")
     rows = trace.sql(f"SELECT rowid * 2 AS gop_id, short_name FROM kernels WHERE name {CONTAINS_SQL} OR short_name {CONTAINS_SQL}",
                      [contains_pattern(kernel)] * 2)
     if not rows:

@@ -18,15 +18,15 @@ from __future__ import annotations
 import duckdb
 from pydantic import BaseModel, Field
 
-from ..model.errors import ProfileError
 from ..model.quote import quote_ident
 from ..model.trace import Trace
 from .comm_patterns import COLLECTIVES, collective_index_sql
 from .comm_patterns import comm_patterns as active_patterns
-from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, split_gpu_time
+from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, split_gpu_time
 from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
 from .intervals import NULL_KEY, merged, unions
 from .nccl_bandwidth import TIME_NOTE, BandwidthGroup, bandwidth
+from .requirements import require
 
 # Bytes per element of the dtype names record_param_comms writes (c10 ScalarType names).
 DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1, "Byte": 1,
@@ -146,9 +146,7 @@ def comm_summary(
     limit: int = 15,
     comm_patterns: list[str] | None = None,
 ) -> CommSummaryResult:
-    if trace.count("kernels") == 0:
-        raise ProfileError(f"{trace.path.name} contains no kernels, so there is no communication to summarise. "
-                           "trace_info says what the profile holds." + skipped_note(trace, ("kernels",)))
+    require(trace, "comm_summary")
     patterns = active_patterns(comm_patterns)
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 200))

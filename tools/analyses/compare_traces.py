@@ -19,9 +19,10 @@ from pydantic import BaseModel, Field
 from ..hardware.peaks import peaks_for_device
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import ALL_TABLES, capture_window, clip_name, data_issue_notes, data_issues_field, pct, skipped_note
+from .common import ALL_TABLES, capture_window, clip_name, data_issue_notes, data_issues_field, pct
 from .gpu_timeline import gpu_timeline
 from .ops_summary import ops_summary
+from .requirements import require
 
 UNCHANGED_FRACTION = 0.02   # |delta| below 2 % of the baseline time (or 1 µs) counts as unchanged
 UNCHANGED_MIN_NS = 1_000
@@ -105,8 +106,7 @@ def _devices(trace: Trace) -> list[int]:
 
 def _pick(trace: Trace, dev: int | None, side: str) -> int | None:
     devs = _devices(trace)
-    if not devs:
-        raise ProfileError(f"{trace.path.name} ({side}) has no GPU work to compare." + skipped_note(trace, ("kernels", "memops")))
+    require(trace, "compare_traces", f"(It is the {side} profile.)")
     if dev is None:
         return devs[0] if len(devs) == 1 else None
     if dev not in devs:

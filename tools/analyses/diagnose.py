@@ -23,6 +23,7 @@ from .gpu_timeline import gpu_timeline
 from .intervals import unions
 from .memcpy_summary import memcpy_summary
 from .roofline import roofline
+from .requirements import GPU, gap_text, left_out, present, require
 from .top_kernels import top_kernels
 
 BottleneckClass = Literal["compute", "memory", "launch_overhead", "communication", "sync", "idle_host", "copies", "other"]
@@ -65,6 +66,10 @@ RULES = [
     "span is capped at it, with the uncapped value in the evidence).",
     "Confidence: high = measured directly and the linking data is complete; medium = inferred from a heuristic threshold "
     "or partial data; low = the profile lacks data needed to separate causes.",
+    "A profile without GPU activity (kernels, copies, sets) but with host API calls gets host-side findings only "
+    "(scope host_only): per thread, the union of its blocking calls (api_summary blocked_threads: synchronize, blocking "
+    "copies, query spin loops; share of the capture window) and, per process, API time by call (share of the process's "
+    "summed API time). GPU-side classes are not judged; not_judged names the missing tables and the capture flag.",
     "Damaged GPU rows (data_issues of kernels/memops: rows the reader left out or corrected, whose true times are unknown): "
     "any such row lowers every finding's confidence one level (high -> medium -> low); above 1 % of the profile's GPU rows "
     "(kept + skipped, all devices) diagnose abstains: no finding is ranked and the verdict says why.",
@@ -98,6 +103,24 @@ class NotApplicable(BaseModel):
     reason: str
 
 
+class HostFinding(BaseModel):
+    """A host-side figure of a profile without GPU activity: what the host threads did, not a GPU bottleneck class."""
+
+    rank: int = Field(description="1 = most time")
+    kind: Literal["host_blocked", "api_time"] = Field(description="host_blocked: a thread waiting for the GPU (sync calls, "
+                                                      "blocking copies); api_time: where a process's API call time goes")
+    title: str
+    pid: int | None
+    tid: int | None = Field(None, description="thread (host_blocked only)")
+    time_ns: int = Field(description="host_blocked: union of the thread's blocking calls; api_time: summed time of the top call, ns")
+    share_pct: float | None = Field(description="time_ns / denominator_ns, %")
+    denominator: str = Field(description="what share_pct divides by")
+    evidence: list[Evidence]
+    confidence: Literal["high", "medium", "low"]
+    confidence_reason: str
+    next_step: str = Field(description="the next measurement to take")
+
+
 class DiagnoseResult(BaseModel):
     trace: str
     window: Window = Field(description="the window analysed (capture span unless given)")
@@ -110,6 +133,12 @@ class DiagnoseResult(BaseModel):
     findings: list[Finding] = Field(description="ranked by time at stake")
     dropped_findings: int = Field(description="findings cut by `limit` or below 2 % share, or all of them when diagnose abstains")
     abstained: bool = Field(False, description="true when too many GPU rows were skipped or repaired to rank causes (see verdict, rules)")
+    scope: Literal["gpu", "host_only"] = Field("gpu", description="gpu: findings about one GPU; host_only: the profile holds no "
+                                              "GPU activity, so only host_findings are given and GPU-side classes are not judged")
+    host_findings: list[HostFinding] = Field(default_factory=list, description="host_only scope: blocked time per thread, API "
+                                             "time by call, ranked by time")
+    not_judged: list[str] = Field(default_factory=list, description="what diagnose cannot judge on this profile: the missing data, "
+                                  "where the profile would keep it and the capture flag that records it")
     not_applicable: list[NotApplicable] = Field(description="analyses that could not run, with the reason")
     rules: list[str]
     data_issues: list[str] = data_issues_field()
@@ -133,6 +162,11 @@ def _ev(tool: str, field: str, value: Any, note: str | None = None) -> Evidence:
 def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = None, end_ns: int | None = None,
              limit: int = 8) -> DiagnoseResult:
     limit = max(1, min(int(limit), 20))
+    require(trace, "diagnose")
+    if not any(present(trace)[k] for k in GPU):
+        from .diagnose_host import host_only  # it builds this module's result types
+
+        return host_only(trace, device=device, start_ns=start_ns, end_ns=end_ns, limit=limit)
     na: list[NotApplicable] = []
 
     def run(tool: str, fn: Callable[[], Any]) -> Any:
@@ -194,7 +228,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
             add("other", f"GPU idle {idle_pct:.1f} % of the span; cause undetermined: the profile holds no host API calls, so sync, "
                 "launch overhead and host-side work cannot be told apart", ev, main.idle_ns, "low",
                 "no host API calls: the host side of the idle gaps is not recorded",
-                "capture with the host side traced (nsys -t cuda,nvtx,osrt; torch.profiler with CPU activities) to see what the host did",
+                "capture the host side too (" + gap_text(trace, ("api_calls",)).removeprefix("no ") + ") to see what the host did",
                 key="other:idle")
         else:
             sync_ns, sync_thread, contributors = 0, None, []
@@ -393,7 +427,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                    "the figures of the rows kept")
         return DiagnoseResult(trace=tl.trace, window=tl.window, device_id=dev, device_name=main.device_name, other_devices=others,
                               gpu_span_ns=span, gpu_busy_ns=main.busy_ns, verdict=verdict, findings=[],
-                              dropped_findings=len(ranked), abstained=True, not_applicable=na, rules=RULES,
+                              dropped_findings=len(ranked), abstained=True, not_applicable=na, rules=RULES, not_judged=left_out(trace, "diagnose"),
                               data_issues=notes)
     if damaged:
         for f in findings:
@@ -409,7 +443,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                    f"{main.busy_pct_of_total} % of its span — rate kernels with roofline (needs op shapes) or {kprof}")
     return DiagnoseResult(trace=tl.trace, window=tl.window, device_id=dev, device_name=main.device_name, other_devices=others,
                           gpu_span_ns=span, gpu_busy_ns=main.busy_ns, verdict=verdict, findings=findings, dropped_findings=dropped,
-                          not_applicable=na, rules=RULES, data_issues=notes)
+                          not_applicable=na, rules=RULES, not_judged=left_out(trace, "diagnose"), data_issues=notes)
 
 
 def _damaged_gpu_rows(trace: Trace) -> tuple[int, int]:

@@ -14,6 +14,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note
 from .intervals import Union, unions
+from .requirements import require
 
 # Upper bounds (exclusive) in ns; PerfAdvisor's buckets, kept so figures compare.
 BUCKETS = [("<10us", 10_000), ("10-100us", 100_000), ("100us-1ms", 1_000_000), ("1-10ms", 10_000_000),
@@ -88,6 +89,7 @@ def gap_histogram(
     top_gaps: int = 5,
     limit: int = 16,
 ) -> GapHistogramResult:
+    require(trace, "gap_histogram")
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     top_gaps = max(0, min(int(top_gaps), 50))
     limit = max(1, int(limit))  # 0 or less would return no profile at all while claiming truncation

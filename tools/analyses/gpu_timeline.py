@@ -28,6 +28,7 @@ from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, split_gpu_time
 from .intervals import NULL_KEY, merged, union_of, unions
+from .requirements import require
 
 ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
 DEFAULT_KERNEL_WAIT_THRESHOLD_NS = 30_000
@@ -143,9 +144,7 @@ def gpu_timeline(
     kernel_wait_threshold_ns: int = DEFAULT_KERNEL_WAIT_THRESHOLD_NS,
     limit: int = 32,
 ) -> GpuTimelineResult:
-    if trace.count("kernels") == 0 and trace.count("memops") == 0:
-        raise ProfileError(f"{trace.path.name} holds no GPU kernels or memory operations, so there is no GPU timeline. "
-                           "trace_info says what the profile holds.")
+    require(trace, "gpu_timeline")
     if kernel_wait_threshold_ns < 0:
         raise ProfileError(f"kernel_wait_threshold_ns must be >= 0 (got {kernel_wait_threshold_ns}); HTA uses 30000 ns.")
     patterns = active_patterns(comm_patterns)

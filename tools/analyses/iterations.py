@@ -35,8 +35,9 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
 from .intervals import unions
-from .marker_summary import NO_MARKERS
-from .projection import RANGE_KINDS, SHIFT, normalised_sql, projection_absent_reason, tree, with_sql
+from .marker_summary import ANNOTATE
+from .projection import SHIFT, normalised_sql, projection_absent_reason, tree, with_sql
+from .requirements import left_out, require
 
 WARMUP_FACTOR = 1.5
 MIN_COVERAGE = 0.5
@@ -148,9 +149,7 @@ def iterations(
 ) -> IterationsResult:
     """`limit` (1..1000) caps the listed steps for a reader; None lists them all (other analyses that need every
     step: phases, rank_summary)."""
-    n_ranges = int(trace.scalar(f"SELECT count(*) FROM markers WHERE kind IN ({', '.join(repr(k) for k in RANGE_KINDS)}) AND pid IS NOT NULL"))
-    if n_ranges == 0:
-        raise ProfileError("no iterations can be found: " + NO_MARKERS.format(name=trace.path.name))
+    require(trace, "iterations", "Steps are taken from repeating ranges. " + ANNOTATE)
     _, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = None if limit is None else max(1, min(int(limit), 1000))
     absent = projection_absent_reason(trace)
@@ -208,7 +207,7 @@ def iterations(
 
     rids = [int(r) for r in steps_df["rid"]]
     figures = _step_figures(trace, base, rids, device, absent is None)
-    steps, summaries = _assemble(steps_df, figures, absent is None)
+    steps, summaries = _assemble(steps_df, figures, absent is None, trace.count("kernels") + trace.count("memops") > 0)
     alternatives = groups.drop(index=chosen.index, errors="ignore")
     alternatives = alternatives[alternatives["instances"] >= 2]
     alternatives = alternatives.assign(cov=alternatives["coverage"].fillna(-1.0)).sort_values(
@@ -224,7 +223,8 @@ def iterations(
                       for r in alternatives.itertuples()],
         projection=("GPU work belongs to a step when its launching API call lies inside the step range on the same thread "
                     "(nvtx_gpu_proj_trace); window figures take every GPU op of the process overlapping the step window, "
-                    "clipped to it" if absent is None else f"projection absent: {absent}; window figures only"),
+                    "clipped to it" if absent is None else f"projection absent: {absent}; window figures only"
+                    + "".join(f". Left out: {g}" for g in left_out(trace, "iterations"))),
         summaries=summaries, steps=steps[:limit], truncated=truncated,
         hint=f"{len(steps) - limit} more steps than limit={limit}; raise limit or narrow the time window" if truncated else None,
     )
@@ -305,7 +305,8 @@ def _step_figures(trace: Trace, base: str, rids: list[int], device: int | None, 
     return out
 
 
-def _assemble(steps_df: pd.DataFrame, f: dict, projected: bool) -> tuple[list[Step], list[Summary]]:
+def _assemble(steps_df: pd.DataFrame, f: dict, projected: bool, gpu: bool) -> tuple[list[Step], list[Summary]]:
+    """`gpu`: the profile recorded GPU work at all; without it a step's GPU busy time is unknown, not 0."""
     devs_of: dict[int, list[int]] = {}
     for r, d in f["devs"]:
         devs_of.setdefault(r, []).append(d)
@@ -332,8 +333,8 @@ def _assemble(steps_df: pd.DataFrame, f: dict, projected: bool) -> tuple[list[St
             projected_kernels=sum(x.projected_kernels for x in devices) if projected else None,
             window_kernels=sum(x.window_kernels for x in devices),
             gpu_busy_projected_ns=(only.projected_busy_ns if only else 0 if single else None) if projected else None,
-            gpu_busy_in_window_ns=only.window_busy_ns if only else (0 if single else None),
-            gpu_idle_in_window_ns=only.window_idle_ns if only else (wall if single else None),
+            gpu_busy_in_window_ns=only.window_busy_ns if only else (0 if single and gpu else None),
+            gpu_idle_in_window_ns=only.window_idle_ns if only else (wall if single and gpu else None),
             devices=devices))
     summaries = []
     for (p, tid), idx in _series(steps).items():

@@ -25,13 +25,12 @@ from ..model.trace import Trace
 from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection
 from .intervals import unions
 from .projection import RANGE_KINDS, cross_thread, projection_absent_reason, tree, with_sql
+from .requirements import require
 
 SORT_KEYS = ("cpu_total", "gpu_busy", "gpu_work", "count")
-NO_MARKERS = ("{name} holds no annotation ranges: no NVTX, rocTX or PyTorch annotations were recorded. Add them and "
-              "capture again: NVTX with `torch.cuda.nvtx.range_push/range_pop` or `nvtx.annotate` (C++: nvtxRangePushA) "
-              "and trace them with `nsys profile -t cuda,nvtx`; PyTorch `with torch.profiler.record_function('name'):` "
-              "(ProfilerStep#N comes from calling prof.step() each iteration); rocTX `roctxRangePush/Pop` traced with "
-              "`rocprofv3 --marker-trace`.")
+ANNOTATE = ("Annotations come from the program: NVTX `torch.cuda.nvtx.range_push/range_pop` or `nvtx.annotate` (C++: "
+            "nvtxRangePushA); PyTorch `with torch.profiler.record_function('name'):` (ProfilerStep#N comes from calling "
+            "prof.step() each iteration); rocTX `roctxRangePush/Pop`.")
 
 
 class DeviceProjection(BaseModel):
@@ -126,10 +125,8 @@ def marker_summary(
         f"SELECT count(*) FROM markers WHERE kind IN ({', '.join(repr(k) for k in RANGE_KINDS)}) AND pid IS NOT NULL")))
     marks = int(trace.scalar("SELECT count(*) FROM markers WHERE kind = 'mark'"))
     if n_ranges == 0:
-        msg = NO_MARKERS.format(name=trace.path.name)
-        if marks:
-            msg = f"{trace.path.name} holds {marks} instant marks but no ranges, so there are no durations to summarise. " + msg.split(": ", 1)[1]
-        raise ProfileError(msg)
+        require(trace, "marker_summary", (f"The profile holds {marks} instant marks, which have no duration to summarise. "
+                                          if marks else "") + ANNOTATE)
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 500))
     if pid is not None and not trace.scalar("SELECT count(*) FROM markers WHERE pid = ?", [pid]):

@@ -46,6 +46,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection
 from .intervals import Union, intersect, measure, merged, unions
+from .requirements import require
 
 UNITS = "1 GB = 10^9 bytes; GB/s = bytes per ns; times in ns on the profile timeline"
 
@@ -167,11 +168,7 @@ def memcpy_summary(
     largest_by: Literal["bytes", "time"] = "bytes",
     limit: int = 50,
 ) -> MemcpySummaryResult:
-    if trace.count("memops") == 0:
-        why = trace.sql("SELECT value FROM trace_meta WHERE key = 'absent' AND value LIKE 'memops:%'")
-        reason = why[0][0].split(":", 1)[1].strip() if why else "the profile holds no copy or set rows"
-        raise ProfileError(f"{trace.path.name} records no memory copies or sets ({reason}): there is nothing to summarise. "
-                           "trace_info says what the profile holds.")
+    require(trace, "memcpy_summary")
     for name, value in (("host_link_gb_per_s", host_link_gb_per_s), ("peer_link_gb_per_s", peer_link_gb_per_s)):
         if value is not None and not value > 0:
             raise ProfileError(f"{name} must be a positive bandwidth in GB/s (10^9 B/s), e.g. 25 for a PCIe 4.0 x16 link; got {value}.")

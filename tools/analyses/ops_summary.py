@@ -47,6 +47,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
 from .op_tree import launchers, union_ns
+from .requirements import require
 
 UNATTRIBUTED = "<unattributed>"
 
@@ -385,9 +386,7 @@ def ops_summary(
     name_contains: str | None = None,
     limit: int = 20,
 ) -> OpsSummaryResult:
-    if trace.count("kernels") + trace.count("memops") == 0:
-        raise ProfileError(f"{trace.path.name} holds no GPU kernels, copies or sets, so no GPU time can be attributed "
-                           "to operators. trace_info says what the profile holds.")
+    require(trace, "ops_summary")
     if group_by not in ("name", "shapes", "category", "kernels"):
         raise ProfileError(f"group_by must be 'name', 'shapes', 'category' or 'kernels', not {group_by!r}.")
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)

@@ -36,6 +36,7 @@ from ..perf_models import model_for
 from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
 from .ops_summary import _instances, selected_frame
 from .op_tree import union_ns
+from .requirements import require
 
 MB = 1_000_000  # 10^6 bytes
 
@@ -118,14 +119,8 @@ def perf_summary(
     name_contains: str | None = None,
     limit: int = 15,
 ) -> PerfSummaryResult:
-    if trace.count("cpu_ops") == 0:
-        raise ProfileError(
-            f"{trace.path.name} has no PyTorch operators (cpu_ops), so there are no operator shapes for the perf models: "
-            "this needs a PyTorch profiler trace recorded with record_shapes=True. For Nsight/rocpd profiles, use "
-            "roofline with kernel_flops (FLOPs/bytes per kernel name, from you) or ops_summary / top_kernels for time only.")
-    if trace.count("kernels") + trace.count("memops") == 0:
-        raise ProfileError(f"{trace.path.name} holds no GPU kernels, copies or sets; there is no GPU time to rate. "
-                           "trace_info says what the profile holds.")
+    require(trace, "perf_summary", "For Nsight/rocpd profiles, use roofline with kernel_flops (FLOPs/bytes per kernel name, "
+            "from you) or ops_summary / top_kernels for time only.")
     _, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 500))
     g, sub, _ = selected_frame(trace, device, start_ns, end_ns)

@@ -42,6 +42,7 @@ from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_
 from .intervals import merged, unions
 from .iterations import iterations
 from .projection import with_sql
+from .requirements import require
 
 TARGET_BINS = 400
 MIN_BIN_NS = 100
@@ -135,6 +136,7 @@ def phases(
     max_phases: int = 6,
     limit: int = 5,
 ) -> PhasesResult:
+    require(trace, "phases")
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     if int(max_phases) < 1:
         raise ProfileError(f"max_phases must be at least 1 (got {max_phases}); 1 gives one phase covering the whole GPU span.")

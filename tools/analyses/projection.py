@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model.trace import Trace
+from .requirements import GPU, gap_text
 
 RANGE_KINDS = ("push_pop", "start_end", "annotation")
 _KINDS_SQL = ", ".join(f"'{k}'" for k in RANGE_KINDS)
@@ -113,10 +114,9 @@ def with_sql(trace: Trace) -> str:
 def projection_absent_reason(trace: Trace) -> str | None:
     """Why no GPU projection can be made for this profile, or None when it can."""
     if trace.count("api_calls") == 0:
-        return ("the profile holds no host API calls (CUDA/HIP runtime), so GPU work cannot be tied to the ranges that "
-                "launched it; record them (nsys -t cuda,nvtx; rocprofv3 --hip-trace; PyTorch profiler with CUDA activity)")
+        return "GPU work cannot be tied to the ranges that launched it: " + gap_text(trace, ("api_calls",))
     if trace.count("kernels") + trace.count("memops") == 0:
-        return "the profile holds no GPU kernels, copies or sets"
+        return "there is no GPU work to project: " + gap_text(trace, GPU)
     linked = trace.memo(("projection.linked",), lambda: int(trace.scalar(
         "SELECT (SELECT count(*) FROM kernels WHERE launched) + (SELECT count(*) FROM memops WHERE launched)")))
     if linked == 0:

@@ -40,6 +40,7 @@ from .common import data_issue_notes, data_issues_field, pct, split_gpu_time
 from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
 from .intervals import merged, unions
 from .iterations import iterations
+from .requirements import left_out
 
 # Straggler by step time only when mean step times differ by at least this share of their mean;
 # below it the collectives keep ranks in lockstep and step time cannot single out the slow rank.
@@ -363,7 +364,8 @@ def _rank_row(u: _Unit, comm_sql: str, patterns: list[str] | None, marker: str |
     else:
         vals = dict.fromkeys(("gpu_span_ns", "busy_ns", "idle_in_gpu_span_ns", "compute_ns", "comm_ns",
                               "exposed_comm_ns", "exposed_memcpy_ns"))
-        notes.append("the profile holds no GPU activity at all (GPU tracing may have been off): GPU figures are unknown (null)")
+        notes.append("the profile holds no GPU activity at all: GPU figures are unknown (null); "
+                     + "; ".join(left_out(t, "rank_summary")))
     if mine and kernels == 0:
         notes.append("no kernels: only copies/sets ran, compute is memsets only")
     if len(mine) > 1:

@@ -25,6 +25,7 @@ from ..model.trace import Trace
 from .call_stack import parse_json, resolve_op_name
 from .common import ALL_TABLES, clip_name, data_issue_notes, data_issues_field
 from .op_tree import launchers
+from .requirements import require
 
 # Kineto 'Input type' strings → torch dtypes
 DTYPES = {
@@ -171,9 +172,7 @@ def _snippet(op: str, handle: str | None, inputs: list[ReplayInput], device_name
 
 
 def replay_spec(trace: Trace, *, op: str, shapes_index: int = 0, limit: int = 10) -> ReplaySpecResult:
-    if trace.count("cpu_ops") == 0:
-        raise ProfileError(f"{trace.path.name} is a {trace.format_name} profile without PyTorch cpu ops: op input shapes exist only "
-                           "in PyTorch profiler traces recorded with record_shapes=True.")
+    require(trace, "replay_spec")
     limit = max(1, min(int(limit), 100))
     names = [r[0] for r in trace.sql("SELECT DISTINCT name FROM cpu_ops WHERE category = 'cpu_op' ORDER BY 1")]
     name = resolve_op_name(names, op)

@@ -46,8 +46,9 @@ from ..hardware import peaks_for_device
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from ..perf_models.dtypes import normalize_dtype
-from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note
+from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
 from .intervals import unions
+from .requirements import require
 
 TARGETS = (20, 50, 80)
 PLOTS_HINT = "pip install 'gpuscope[plots]'"
@@ -278,8 +279,6 @@ def _op_rows(trace: Trace, device: int) -> list[dict]:
 
 
 def _kernel_rows(trace: Trace, device: int, kernel_flops: Mapping[str, Mapping[str, Any]]) -> tuple[list[dict], list[str]]:
-    if trace.count("kernels") == 0:
-        raise ProfileError(f"{trace.path.name} holds no kernels; kernel_flops has nothing to match." + skipped_note(trace, ("kernels",)))
     groups = trace.sql("SELECT name, count(*), sum(dur_ns)::BIGINT FROM kernels WHERE device_id = ? GROUP BY name", [device])
     rows, unmatched, owner = [], [], {}
     for key, spec in kernel_flops.items():
@@ -325,11 +324,9 @@ def roofline(
     limit = max(1, min(int(limit), 500))
     if dtype is not None and precision(dtype) is None:
         raise ProfileError(f"dtype {dtype!r} is not one of bf16, fp16, fp32, tf32, fp64, fp8, fp4, int8.")
-    if not kernel_flops and trace.count("cpu_ops") == 0:
-        raise ProfileError(
-            f"{trace.path.name} has no PyTorch operators, so there is no work per op to rate. Supply the work per "
-            "kernel: kernel_flops={'<kernel name substring>': {'gflop_per_call': ..., 'bytes_per_call': ..., "
-            "'dtype': 'bf16'}} (top_kernels lists the kernel names).")
+    require(trace, "roofline.kernel_flops" if kernel_flops else "roofline",
+            "" if kernel_flops else "Or supply the work per kernel: kernel_flops={'<kernel name substring>': {'gflop_per_call': "
+            "..., 'bytes_per_call': ..., 'dtype': 'bf16'}} (top_kernels lists the kernel names).")
     dev = _pick_device(trace, device)
     _, window = resolve_selection(trace, dev, None, None, None)
     name = dict(trace.sql("SELECT device_id, name FROM devices")).get(dev)

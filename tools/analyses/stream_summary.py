@@ -24,6 +24,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note
 from .intervals import merged, unions
+from .requirements import require
 
 
 class StreamRow(BaseModel):
@@ -91,6 +92,7 @@ def stream_summary(
     include_memops: bool = True,
     limit: int = 32,
 ) -> StreamSummaryResult:
+    require(trace, "stream_summary")
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 500))
     where, params = sel.where(time_mode="overlap")

@@ -13,8 +13,9 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note
+from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection
 from .intervals import unions
+from .requirements import require
 
 SORT_COLUMNS = {"total": "total_ns", "count": "count", "avg": "avg_ns", "max": "max_ns"}
 
@@ -77,9 +78,7 @@ def top_kernels(
     sort_by: Literal["total", "count", "avg", "max"] = "total",
     limit: int = 15,
 ) -> TopKernelsResult:
-    if trace.count("kernels") == 0:
-        raise ProfileError(f"{trace.path.name} contains no kernels, so there is nothing to rank. trace_info says what the profile holds."
-                           + skipped_note(trace, ("kernels",)))
+    require(trace, "top_kernels")
     sel, window = resolve_selection(trace, device, stream, start_ns, end_ns)
     limit = max(1, min(int(limit), 200))
     where, params = sel.where("k")

@@ -10,9 +10,10 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns
-from .common import Window, capture_window, data_issues, gpu_activity_sql, pct, skipped_note
+from .common import Window, capture_window, data_issues, gpu_activity_sql, pct
 from .intervals import unions
 from .iterations import iterations
+from .requirements import left_out, reason
 
 
 class DeviceInfo(BaseModel):
@@ -49,7 +50,10 @@ class DataIssue(BaseModel):
 class Capability(BaseModel):
     tool: str
     available: bool
-    reason: str | None = Field(None, description="why not, when unavailable")
+    reason: str | None = Field(None, description="why not, when unavailable: the missing data, where the profile would keep "
+                               "it and the capture flag that records it")
+    left_out: list[str] = Field(default_factory=list, description="parts of the answer this profile cannot give, and why "
+                                "(the tool answers the rest)")
 
 
 class TraceInfoResult(BaseModel):
@@ -148,47 +152,26 @@ def _issues_summary(issues: list[DataIssue]) -> str | None:
 
 
 def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
-    """Which per-profile tools give answers here, and why not where they cannot (checked on row counts and,
-    for communication and operator shapes, one cheap query each)."""
-    def cap(tool: str, ok: bool, why: str) -> Capability:
-        return Capability(tool=tool, available=ok, reason=None if ok else why)
+    """Which per-profile tools give answers here, and why not where they cannot: the data each tool needs comes
+    from requirements.NEEDS; iterations, comm_summary and the operator tools add their own rule (one cheap query each)."""
+    def cap(tool: str, extra: str | None = None) -> Capability:
+        why = reason(trace, tool) or extra
+        return Capability(tool=tool, available=why is None, reason=why, left_out=[] if why else left_out(trace, tool))
 
-    gpu = counts["kernels"] + counts["memops"]
-    no_gpu = "the profile contains no GPU activity" + skipped_note(trace, ("kernels", "memops"))
-    no_kernels = "the profile contains no kernels" + skipped_note(trace, ("kernels",))
-    ops = trace.scalar("SELECT count(*) FROM cpu_ops WHERE category = 'cpu_op'") if counts["cpu_ops"] else 0
-    shaped = trace.scalar("SELECT count(*) FROM cpu_ops WHERE category = 'cpu_op' AND input_dims IS NOT NULL "
-                          "AND input_dims NOT IN ('', '[]')") if ops else 0
     rx = re.compile("|".join(f"(?:{p})" for p in comm_patterns()), re.I)
     comm = any(rx.search(n) for (n,) in trace.sql("SELECT DISTINCT name FROM kernels")) if counts["kernels"] else False
-    steps_why = "no ranges to take steps from (use phases to split the GPU span)" if not counts["markers"] else None
-    if steps_why is None:
+    steps_why = None
+    if reason(trace, "iterations") is None:
         try:  # the rule is iterations' own (repeating ranges, ProfilerStep#N...); memoized for the later call
             iterations(trace, limit=1)
         except ProfileError as exc:
             steps_why = str(exc)
-    no_ops = f"no PyTorch operators ({trace.format_name} profiles have none; PyTorch profiler traces do)"
-    no_shapes = no_ops if not ops else "operators recorded without input shapes (profile with record_shapes=True)"
-    return [
-        cap("top_kernels", counts["kernels"] > 0, no_kernels),
-        cap("gap_histogram", gpu > 0, no_gpu),
-        cap("gap_histogram.host_calls", counts["api_calls"] > 0, "no host API calls recorded, so gaps cannot be tied to host activity"),
-        cap("gpu_timeline", gpu > 0, no_gpu),
-        cap("stream_summary", gpu > 0, no_gpu),
-        cap("phases", gpu > 0, no_gpu),
-        cap("diagnose", gpu > 0, no_gpu),
-        cap("compare_traces", gpu > 0, no_gpu),
-        cap("rank_summary", gpu > 0, no_gpu),
-        cap("memcpy_summary", counts["memops"] > 0, "no memory copies or sets recorded"),
-        cap("api_summary", counts["api_calls"] > 0, "no host API calls recorded"),
-        cap("marker_summary", counts["markers"] > 0, "no NVTX / rocTX / record_function ranges recorded"),
-        cap("iterations", steps_why is None, steps_why or ""),
-        cap("comm_summary", comm, "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass comm_patterns for custom ones)"),
-        cap("straggler_summary", comm, "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass comm_patterns for custom ones)"),
-        cap("ops_summary", gpu > 0, no_gpu),
-        cap("call_stack", counts["kernels"] > 0, no_kernels),
-        cap("perf_summary", shaped > 0, no_shapes),
-        cap("roofline", shaped > 0, no_shapes + "; or pass kernel_flops (FLOPs/bytes per kernel name)"),
-        cap("replay_spec", shaped > 0, no_shapes),
-        cap("sql_query", True, ""),
-    ]
+    caps = [cap(t) for t in ("top_kernels", "gap_histogram", "gap_histogram.host_calls", "gpu_timeline", "stream_summary",
+                             "phases", "diagnose", "compare_traces", "rank_summary", "memcpy_summary", "api_summary",
+                             "marker_summary")]
+    caps += [cap("iterations", steps_why),
+             cap("comm_summary", None if comm else "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass "
+                 "comm_patterns for custom ones)"),
+             cap("ops_summary"), cap("call_stack"), cap("call_stack.op"), cap("perf_summary"),
+             cap("roofline"), cap("replay_spec"), cap("sql_query")]
+    return caps
