@@ -172,6 +172,8 @@ def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
     caps += [cap("iterations", steps_why),
              cap("comm_summary", None if comm else "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass "
                  "comm_patterns for custom ones)"),
+             cap("straggler_summary", None if comm else "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass "
+                 "comm_patterns for custom ones)"),
              cap("ops_summary"), cap("call_stack"), cap("call_stack.op"), cap("perf_summary"),
              cap("roofline"), cap("replay_spec"), cap("sql_query")]
     return caps
