@@ -19,6 +19,7 @@ import codecs
 import gc
 import gzip
 import json
+import math
 import os
 import re
 import shutil
@@ -629,11 +630,13 @@ def _text(v):
 def _floats(values: list, text: bool = False) -> np.ndarray:
     if not text:
         try:
-            return np.array(values, dtype=np.float64)
+            out = np.array(values, dtype=np.float64)
+            if out.ndim == 1:  # values that are all lists of one length make a 2-D array
+                return out
         except (ValueError, TypeError, OverflowError):
             pass
     # pid/tid are text in some events ('Spans', ROCm '123'): numeric text counts, the rest is NULL.
-    return np.array([v if type(v) is int or type(v) is float else _number(v) for v in values], dtype=np.float64)
+    return np.array([_number(v) for v in values], dtype=np.float64)
 
 
 def _times(values: list) -> np.ndarray:
@@ -649,9 +652,15 @@ def _times(values: list) -> np.ndarray:
 
 
 def _number(v) -> float | None:
-    if type(v) is str:
+    """A number, or numeric text, as a float (an integer beyond float range becomes ±inf, which the
+    store takes as out of range); anything else None."""
+    if type(v) is float:
+        return v
+    if type(v) is int or type(v) is str:
         try:
             return float(v)
+        except OverflowError:
+            return (math.inf if v > 0 else -math.inf) if type(v) is int else None
         except ValueError:
             return None
     return None
@@ -852,7 +861,8 @@ def _issues(con, aliases: str) -> None:
 
 
 def _devices(con, top: dict) -> None:
-    props = [p for p in (top.get("deviceProperties") or []) if isinstance(p, dict) and _int_or_none(p.get("id")) is not None]
+    listed = top.get("deviceProperties")
+    props = [p for p in (listed if isinstance(listed, list) else []) if isinstance(p, dict) and _int_or_none(p.get("id")) is not None]
     build = ("AMD" if any(k in top for k in ("hip_runtime_version", "roctracer_version", "hip_driver_version")) else
              "NVIDIA" if any(k in top for k in ("cuda_runtime_version", "cuda_driver_version", "cupti_version")) else None)
     rows = {int(p["id"]): _device_row(int(p["id"]), p, build) for p in props}
