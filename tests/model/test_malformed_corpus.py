@@ -48,7 +48,9 @@ PROFILE_ARGS = {"trace": lambda p: p, "path": lambda p: p, "traces": lambda p: [
 OTHER_ARGS = {"op": "aten::mm", "kernel": "k", "sql": "SELECT count(*) FROM kernels", "table": "kernels"}
 ONE_OF = {"call_stack": {"kernel": "k"}}
 ISSUES_SQL = "SELECT coalesce(sum(rows), 0) FROM data_issues"
-RAW_EXCEPTION = re.compile(r"\b(?:[A-Z][a-z0-9]+)+(?:Error|Exception|Exit|Interrupt)\b|Traceback|internal error", re.I)
+# A raw exception class name (ValueError, OutOfMemoryException, ...). Linear in the text: the outputs
+# hold names of up to 64k characters, which a nested quantifier would backtrack over for minutes.
+CLASS_NAME = re.compile(r"\b[A-Z][A-Za-z0-9]*(?:Error|Exception|Exit|Interrupt)\b")
 # A refusal says what to do: the shared action words, or an imperative about the call's arguments.
 ACTIONABLE = ACTION_WORDS + ("supply", "give ", "set ", "raise", "remove", "close", "annotate", "record", "open ")
 
@@ -209,11 +211,12 @@ def test_corpus_entry(name, corpus, session):
         _release_fifo(path)
     for tool, res in results.items():
         text = _text(res)
-        bad = RAW_EXCEPTION.search(text)
+        low = text.lower()
+        bad = next((w for w in ("traceback", "internal error") if w in low), None) or CLASS_NAME.search(text)
         if bad:
-            problems.append(f"{tool}: {bad.group(0)!r} in {text[:600]!r}")
+            problems.append(f"{tool}: {bad if isinstance(bad, str) else bad.group(0)!r} in {text[:600]!r}")
         if res.is_error:
-            if not any(w in text.lower() for w in ACTIONABLE):
+            if not any(w in low for w in ACTIONABLE):
                 problems.append(f"{tool}: refusal does not say what to do: {text[:400]!r}")
             if len(text) > 5000:
                 problems.append(f"{tool}: refusal of {len(text)} characters")

@@ -23,6 +23,12 @@ END_BEFORE_START = "end before start: end set to start (duration 0)"
 TIME_MISSING = "start or end time is missing or not an integer"
 
 _BIGINT_MAX = 2**63 - 1
+# Longest name kept whole. Real kernel names, template arguments and all, stay below ~20k characters;
+# a name of megabytes is damage, and every tool that matches, groups or prints it would pay for all
+# of it on every call (ops_summary's category regexes took 20 s on one 10 MB kernel name).
+MAX_NAME_CHARS = 65_536
+NAME_COLUMNS = (("kernels", "name"), ("kernels", "short_name"), ("api_calls", "name"), ("markers", "name"),
+                ("cpu_ops", "name"))
 
 
 def record(con: duckdb.DuckDBPyConnection, rows: Iterable[tuple[str, str, int, str]]) -> None:
@@ -75,6 +81,7 @@ def check_model(con: duckdb.DuckDBPyConnection) -> None:
     counts = con.execute(" UNION ALL ".join(
         f"""SELECT '{t}', count(*) FILTER (WHERE end_ns < start_ns), count(*) FILTER (WHERE {wrong_dur}),
                    count(*) FILTER (WHERE {too_long}) FROM {t}""" for t in DURATION_TABLES)).fetchall()
+    _cut_long_names(con)
     for table, backwards, wrong, long in counts:
         if wrong:
             con.execute(f"UPDATE {table} SET dur_ns = end_ns - start_ns WHERE {wrong_dur}")
@@ -87,3 +94,14 @@ def check_model(con: duckdb.DuckDBPyConnection) -> None:
             (table, "repaired", wrong, "model check: dur_ns was not end_ns - start_ns (reader error): dur_ns recomputed"),
             (table, "skipped", long, "model check: end_ns - start_ns exceeds the 64-bit ns range: row left out"),
         ])
+
+
+def _cut_long_names(con: duckdb.DuckDBPyConnection) -> None:
+    """Cut names longer than MAX_NAME_CHARS to that length, ending in '…', and count the rows."""
+    counts = con.execute(" UNION ALL ".join(
+        f"SELECT {quote_literal(t)}, {quote_literal(c)}, count(*) FROM {t} WHERE length({c}) > {MAX_NAME_CHARS}" for t, c in NAME_COLUMNS)).fetchall()
+    for table, column, n in counts:
+        if n:
+            con.execute(f"UPDATE {table} SET {column} = left({column}, {MAX_NAME_CHARS - 1}) || '…' "
+                        f"WHERE length({column}) > {MAX_NAME_CHARS}")
+            record(con, [(table, "repaired", n, f"{column} longer than {MAX_NAME_CHARS} characters: cut to that length")])

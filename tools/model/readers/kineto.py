@@ -536,6 +536,8 @@ def _value_text(v) -> str:
 #   real events (the MI300X resnet trace repeated to 196 MB, 734k events)  6.0 x the JSON text
 #   small synthetic events (40 MB each: bare kernels, lists, floats, short strings, emoji names)  8.6 - 13.2 x
 #   arrays of tiny objects (40 MB of `{}` / `{"a":1}`)  43 - 70 x
+#   re-measured on real traces from shared/data/pytorch repeated to 22-30 MB (nv_a100_ddp_cnn, nv_h100_qwen,
+#   amd_mi300x_resnet): 6.6 x, 8.5 x, 6.8 x; the estimate below was 1.54 x, 1.22 x, 1.48 x of those peaks
 # The cost follows the number of values and containers more than the bytes, so the estimate counts
 # them: 6 B per byte (+3 when non-ASCII text widens Python strings) + 80 B per ',' (about one per
 # value), or 400 B per '{' / '[' when larger. It was 1.15 - 1.9 x the measured peak on every file above.

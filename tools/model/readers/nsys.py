@@ -69,7 +69,13 @@ class _Reader:
     def run(self) -> None:
         if not self.src.has("StringIds"):
             raise ProfileError(f"{self.src.path} has no StringIds table, so no names can be resolved; re-export it with `nsys export --type sqlite`.")
-        self.strings = self.src.relation("StringIds", text=True)
+        # One name per id: Nsight declares id the primary key, but a hand-edited or damaged file can repeat
+        # one, and a plain join would then repeat every kernel that names it.
+        strings = self.src.relation("StringIds", text=True)
+        self.strings = f"(SELECT id, min(value) AS value FROM {strings} GROUP BY id)"
+        dup = self.scalar(f"SELECT count(*) - count(DISTINCT id) FROM {strings}")
+        if dup:
+            self.warn(f"StringIds repeats {dup} id(s); the alphabetically first name of each is used")
         self._metadata()
         self._maps()
         self.progress(0.1, "reading CUDA API calls")
