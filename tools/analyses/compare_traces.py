@@ -106,7 +106,8 @@ def _devices(trace: Trace) -> list[int]:
 def _pick(trace: Trace, dev: int | None, side: str) -> int | None:
     devs = _devices(trace)
     if not devs:
-        raise ProfileError(f"{trace.path.name} ({side}) has no GPU work to compare." + skipped_note(trace, ("kernels", "memops")))
+        raise ProfileError(f"{trace.path.name} ({side}) has no GPU work to compare; pass a profile captured with GPU tracing on "
+                           "(trace_info lists what it holds)." + skipped_note(trace, ("kernels", "memops")))
     if dev is None:
         return devs[0] if len(devs) == 1 else None
     if dev not in devs:

@@ -492,8 +492,9 @@ def _load_frame(con, path: Path, detected, progress) -> dict:
         bad = next((i for i, e in enumerate(events) if type(e) is not dict), None)
         if bad is not None:
             raise ProfileError(
-                f"{path}: traceEvents has entries of an unexpected shape (entry {bad} is {''.join(_encode(events[bad], 0))[:40]!r}, "
-                "not an object); it does not look like a PyTorch profiler trace."
+                f"{shown_path(path)}: traceEvents has entries of an unexpected shape (entry {bad} is "
+                f"{''.join(_encode(events[bad], 0))[:40]!r}, not an object); it does not look like a PyTorch profiler trace. "
+                "Pass the file written by prof.export_chrome_trace(...) or torch.profiler.tensorboard_trace_handler."
             )
         progress(0.45, "extracting event fields")
 
