@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gpuscope.fixtures.samples import write_profiles
+from gpuscope.fixtures.samples import ACTION_WORDS, write_profiles
 from gpuscope.tools.analyses.top_kernels import top_kernels
 from gpuscope.tools.analyses.trace_info import trace_info
 from gpuscope.tools.model.detect import Detected
@@ -73,10 +73,13 @@ def _check_model(trace, at_most: dict[str, int]) -> None:
         assert trace.scalar(f'SELECT count(*) FROM "{table}" WHERE "{column}" IS NULL') == 0, (table, column)
     for table, n in at_most.items():
         assert trace.count(table) <= n, f"{table}: {trace.count(table)} rows from {n} source rows"
-    info = trace_info(trace)
-    assert info.format == trace.format
-    top = top_kernels(trace)
-    assert sum(d.kernel_count for d in top.devices) <= trace.count("kernels")
+    try:  # an analysis may refuse (no timed events, no kernels), in words that say what to do
+        info = trace_info(trace)
+        assert info.format == trace.format
+        top = top_kernels(trace)
+        assert sum(d.kernel_count for d in top.devices) <= trace.count("kernels")
+    except ProfileError as exc:
+        assert any(w in str(exc).lower() for w in ACTION_WORDS + ("capture",)), str(exc)
 
 
 def _open_and_check(path: Path, at_most: dict[str, int]) -> None:

@@ -117,14 +117,16 @@ class _Reader:
         copy = COPY_KINDS
         if self.src.has("ENUM_CUDA_MEMCPY_OPER"):
             short = {n.upper(): n for n in set(COPY_KINDS.values())}
-            copy = {i: short.get((name or "").removeprefix("CUDA_MEMCPY_KIND_").removeprefix("UVM_"), "Unknown")
-                    for i, name in self.src.query("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER")}
-            uvm = {i for i, name in self.src.query("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER") if "UVM" in (name or "")}
+            # CAST and typeof: a damaged or hand-edited enum can hold blobs or text ids
+            rows = self.src.query("SELECT id, CAST(name AS TEXT) FROM ENUM_CUDA_MEMCPY_OPER WHERE typeof(id) = 'integer'")
+            copy = {i: short.get((name or "").removeprefix("CUDA_MEMCPY_KIND_").removeprefix("UVM_"), "Unknown") for i, name in rows}
+            uvm = {i for i, name in rows if "UVM" in (name or "")}
         else:
             uvm = {11, 12, 13}
             if self.src.has(MEMCPY):
                 self.warn("no ENUM_CUDA_MEMCPY_OPER table: built-in copy-kind map used")
-        mem = dict(self.src.query("SELECT id, label FROM ENUM_CUDA_MEM_KIND")) if self.src.has("ENUM_CUDA_MEM_KIND") else MEM_KINDS
+        mem = (dict(self.src.query("SELECT id, CAST(label AS TEXT) FROM ENUM_CUDA_MEM_KIND WHERE typeof(id) = 'integer'"))
+               if self.src.has("ENUM_CUDA_MEM_KIND") else MEM_KINDS)
         self.con.execute("CREATE TEMP TABLE _copykind (id BIGINT, kind VARCHAR, managed BOOLEAN)")
         self.con.executemany("INSERT INTO _copykind VALUES (?, ?, ?)", [(i, k, i in uvm) for i, k in copy.items()])
         self.con.execute("CREATE TEMP TABLE _memkind (id BIGINT, label VARCHAR)")
