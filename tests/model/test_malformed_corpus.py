@@ -189,17 +189,7 @@ def _first_cell(res):
     return rows[0][0]
 
 
-# Wrong answers the corpus found that are not fixed yet: strict xfail, so the fix turns them into failures to remove.
-KNOWN_OPEN = {
-    "nsys-wal-uncheckpointed": "a committed transaction still in the -wal file is ignored: SQLite profiles are read "
-                               "immutable; the private copy must take the -wal and checkpoint it (sqlite_source.py)",
-    "kineto-ts-true": "DuckDB read_json turns ts=true into 1.0 in a DOUBLE column, so the event is kept instead of "
-                      "counted as a bad timestamp (kineto reader: read ts/dur as JSON and check the type)",
-}
-
-
-@pytest.mark.parametrize("name", [pytest.param(e.name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_OPEN[e.name]))
-                                  if e.name in KNOWN_OPEN else e.name for e in CORPUS])
+@pytest.mark.parametrize("name", [e.name for e in CORPUS])
 def test_corpus_entry(name, corpus, session):
     entry = BY_NAME[name]
     if entry.non_root and hasattr(os, "geteuid") and os.geteuid() == 0:
