@@ -25,9 +25,11 @@ with `from conftest import ...`: tests/ has no __init__.py, so pytest puts tests
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -125,3 +127,49 @@ def bad_inputs(tmp_path_factory, profiles) -> dict[str, tuple[Path, list]]:
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def http_server(folder: Path, env: dict | None = None):
+    """`gpuscope serve --http` on a free port, started and waited for (its log in folder/server.log), stopped on exit.
+    Yields the MCP endpoint URL. Skips when the console script is not installed."""
+    import socket
+    import subprocess
+
+    import anyio
+
+    exe = samples.VENV_BIN / "gpuscope"
+    if not exe.exists():
+        pytest.skip("gpuscope console script not installed in .venv")
+    port = free_port()
+    log_path = folder / "server.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([str(exe), "serve", "--http", "--port", str(port)], cwd=folder, stdout=log,
+                                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                assert proc.poll() is None, log_path.read_text()
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                        break
+                except OSError:
+                    assert time.monotonic() < deadline, "HTTP server did not start: " + log_path.read_text()
+                    await anyio.sleep(0.2)
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -6,16 +6,14 @@ from __future__ import annotations
 import os
 import resource
 import signal
-import socket
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import anyio
 import pytest
 from mcp import Client
 
+from conftest import http_server
 from gpuscope.fixtures import samples as H
 from gpuscope.tools import sandbox
 from gpuscope.tools.analyses.sql_query import MAX_CELL_CHARS, MAX_CHARS, MAX_ROWS, sql_query
@@ -104,35 +102,12 @@ def test_values_are_json(trace):
     assert row[8] == "1:00:00" and row[9] == "nan"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.anyio
 async def test_other_clients_answer_while_a_query_runs(anyio_backend, tmp_path):
     """Two clients of one HTTP server: while the first runs a pathological query (a huge cross join, then a
     memory bomb), the second's trace_info answers in under 2 s."""
-    exe = H.VENV_BIN / "gpuscope"
-    if not exe.exists():
-        pytest.skip("gpuscope console script not installed in .venv")
     profile = H.write_profiles(tmp_path / "p")["nsys"]
-    port = _free_port()
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen([str(exe), "serve", "--http", "--port", str(port)], cwd=tmp_path, stdout=log,
-                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline
-                await anyio.sleep(0.2)
+    async with http_server(tmp_path) as url:
         with anyio.fail_after(90):
             async with Client(url) as a, Client(url) as b:
                 assert not (await b.call_tool("trace_info", {"trace": str(profile)})).is_error  # profile open
@@ -154,14 +129,6 @@ async def test_other_clients_answer_while_a_query_runs(anyio_backend, tmp_path):
                     assert slow["res"].is_error
                 res = await b.call_tool("sql_query", {"trace": str(profile), "sql": "SELECT count(*) FROM kernels"})
                 assert res.structured_content["rows"] == [[H.TOTAL_KERNELS]]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 def test_a_worker_outlives_the_thread_that_first_needed_it(trace):

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
+from conftest import http_server
 from gpuscope.fixtures import samples as H
 
 pytestmark = pytest.mark.anyio
@@ -68,12 +66,6 @@ async def _serial(connect, calls) -> dict[int, str]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _copies(profiles: dict, n: int) -> dict:
     """n distinct profile files: the samples, then copies of them under other names (new files, new stores)."""
     import shutil
@@ -92,40 +84,15 @@ def _copies(profiles: dict, n: int) -> dict:
 async def test_eight_http_clients(anyio_backend, tmp_path, cache_traces, n_profiles):
     """With GPUSCOPE_CACHE_TRACES=1 every call evicts another client's profile: leases must keep it open under the
     running call (before leases: 74 'internal error' of 216 calls)."""
-    exe = H.VENV_BIN / "gpuscope"
-    if not exe.exists():
-        pytest.skip("gpuscope console script not installed in .venv")
     profiles = _copies(H.write_profiles(tmp_path / "p"), n_profiles)
     calls = _calls(profiles)
     if n_profiles > 3:
         calls.append(("compare_traces", {"baseline": str(profiles["nsys"]), "candidate": str(profiles["nsys_copy0"])}))
-    port = _free_port()
-    log = open(tmp_path / "server.log", "wb")
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"GPUSCOPE_CACHE_TRACES": cache_traces} if cache_traces else {})}
-    proc = subprocess.Popen([str(exe), "serve", "--http", "--port", str(port)], cwd=tmp_path, stdout=log,
-                            stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline
-                await anyio.sleep(0.2)
+    env = {"GPUSCOPE_CACHE_TRACES": cache_traces} if cache_traces else {}
+    async with http_server(tmp_path, env) as url:
         with anyio.fail_after(240):
             serial = await _serial(lambda: Client(url), calls)
             await _run_clients(lambda: Client(url), 8, calls, serial)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 async def test_four_stdio_clients(anyio_backend, tmp_path):

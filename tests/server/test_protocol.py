@@ -7,13 +7,9 @@ In-process `mcp.Client(server)` for most checks; one stdio subprocess per launch
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -25,6 +21,7 @@ from mcp import Client, StdioServerParameters
 from gpuscope.server.app import server
 
 
+from conftest import http_server
 from gpuscope.fixtures import samples as H
 DEVICE0_GEMM_TOTAL_NS, DEVICE0_KERNEL_TOTAL_NS, DEVICE0_KERNELS = H.DEVICE0_GEMM_TOTAL_NS, H.DEVICE0_KERNEL_TOTAL_NS, H.DEVICE0_KERNELS
 SHARED_DATA, TOTAL_KERNELS, VENV_BIN = H.SHARED_DATA, H.TOTAL_KERNELS, H.VENV_BIN
@@ -366,41 +363,11 @@ async def test_stdio_python_m_gpuscope(anyio_backend, profiles, tmp_path):
             await _exercise(c, profiles["nsys"])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_streamable_http(anyio_backend, profiles, tmp_path):
-    exe = VENV_BIN / "gpuscope"
-    if not exe.exists():
-        pytest.skip("gpuscope console script not installed in .venv")
-    port = _free_port()
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen([str(exe), "serve", "--http", "--port", str(port)], cwd=tmp_path,
-                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "HTTP server did not start: " + (tmp_path / "server.log").read_text()
-                await anyio.sleep(0.2)
+    async with http_server(tmp_path) as url:
         with anyio.fail_after(30):
-            async with Client(f"http://127.0.0.1:{port}/mcp") as c:
+            async with Client(url) as c:
                 await _exercise(c, profiles["nsys"])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 async def test_descriptions_say_profile_text_is_data(client):
