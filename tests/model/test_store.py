@@ -201,3 +201,19 @@ def test_small_memory_limit_spills_instead_of_failing(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "(3000000, True)"
+
+
+def test_a_cache_that_turns_read_only_falls_back_to_memory(tmp_path, monkeypatch):
+    """Lock files cannot be created (EROFS): the profile is still analysed, in memory, with the warning."""
+    import errno
+
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+
+    def read_only(path, mode):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(store, "_flock", read_only)
+    trace = load_trace(_sample(tmp_path, "kineto"))
+    assert trace.store.in_memory and any("held in memory" in w for w in trace.warnings)
+    assert A.top_kernels(trace).devices[0].kernel_count == len(SCENARIOS["concurrent_streams"]().kernels)
+    trace.close()

@@ -83,7 +83,8 @@ class StragglerSummaryResult(BaseModel):
     definitions: str
     collectives_compared: int = Field(description="collective instances present on every rank with communication")
     collectives_skipped: int = Field(description="instances missing on some rank (not compared)")
-    total_skew_ns: int = Field(description="sum of skew_ns over the collectives compared, ns")
+    total_skew_ns: int | None = Field(description="sum of skew_ns over the collectives compared, ns; null when none "
+                                                  "was compared (see notes)")
     collectives: list[CollectiveRow] = Field(description="largest skew first")
     ranks: list[RankWait] = Field(description="most often last first")
     straggler: SlowestRank | None = Field(description="the rank most often last; null when no rank is last more than "
@@ -167,7 +168,7 @@ def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = 
             f"(max {MAX_LIMIT}) to see more") if truncated else None
     return StragglerSummaryResult(
         traces=len(traces), ranks_found=len(units), ranks_with_comm=ranks_with_comm, definitions=DEFINITIONS,
-        collectives_compared=compared, collectives_skipped=skipped, total_skew_ns=int(sum(c[4] for c in colls)),
+        collectives_compared=compared, collectives_skipped=skipped, total_skew_ns=int(sum(c[4] for c in colls)) if colls else None,
         collectives=[CollectiveRow(name=c[0], seq=int(c[1]), ranks=int(c[2]), last_rank=int(c[3]), skew_ns=int(c[4]),
                                    median_wait_ns=float(c[5]), min_dur_ns=int(c[6]), max_dur_ns=int(c[7]))
                      for c in colls[:limit]],

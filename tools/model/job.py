@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -80,8 +81,10 @@ def _build_in_processes(paths: list[str], workers: int, progress: Progress) -> l
     from . import lifecycle
 
     shares = [paths[i::workers] for i in range(workers)]
-    children = [subprocess.Popen([sys.executable, "-m", __name__, *share], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for share in shares if share]
+    # stderr to files, not pipes: a child that logs a lot would block on a full pipe nobody reads until the end
+    errs = [tempfile.TemporaryFile(mode="w+") for share in shares if share]
+    children = [subprocess.Popen([sys.executable, "-m", __name__, *share], stdout=subprocess.PIPE, stderr=err, text=True)
+                for share, err in zip([s for s in shares if s], errs)]
     unregister = [lifecycle.on_shutdown(c.kill) for c in children]
     results: list[tuple[str, str | None, float]] = []
     try:
@@ -101,8 +104,9 @@ def _build_in_processes(paths: list[str], workers: int, progress: Progress) -> l
                 path, err, secs = json.loads(line)
                 results.append((path, err, secs))
                 progress(len(results) / len(paths), f"built store {len(results)}/{len(paths)}: {Path(path).name}")
-        for c in children:
-            err = c.stderr.read()
+        for c, err_file in zip(children, errs):
+            err_file.seek(0)
+            err = err_file.read()
             if c.wait() != 0:
                 done = {r[0] for r in results}
                 for p in c.args[3:]:
@@ -114,6 +118,8 @@ def _build_in_processes(paths: list[str], workers: int, progress: Progress) -> l
                 c.kill()
         for u in unregister:
             u()
+        for err_file in errs:
+            err_file.close()
     return results
 
 

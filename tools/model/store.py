@@ -280,16 +280,22 @@ def open_store(profile: Path, fmt: str, build: Builder) -> Store:
                 _build(folder, profile, fmt, st, build)
             finally:
                 os.close(builder)  # type: ignore[arg-type]
-            store = None
             lease = _flock(base / f"{key}.lock", fcntl.LOCK_SH)
             if folder.is_dir():
                 _touch(folder)
                 store = Store(key, folder, Lease(lease), built=True)
-                evict(keep={key})
+                try:
+                    evict(keep={key})
+                except OSError:  # eviction is housekeeping: a folder it cannot read must not fail the open
+                    pass
                 return store
             os.close(lease)  # type: ignore[arg-type]  # evicted at once (cache limit below one store): build again
     except _DiskProblem as problem:
         return _in_memory(key, profile, build, problem.reason)
+    except OSError as exc:  # e.g. lock files on a cache that became read-only: read the profile into memory instead
+        if not disk_problem(exc):
+            raise
+        return _in_memory(key, profile, build, str(exc))
 
 
 class _DiskProblem(Exception):
