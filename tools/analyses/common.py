@@ -107,7 +107,9 @@ def skipped_note(trace: Trace, tables: Iterable[str]) -> str:
 def capture_window(trace: Trace) -> Window:
     start, end = trace.meta_int("capture_start_ns"), trace.meta_int("capture_end_ns")
     if start is None or end is None:
-        raise ProfileError(f"{trace.path.name} holds no timed events: there is no capture span to analyse.")
+        raise ProfileError(f"{trace.path.name} holds no timed events: there is no capture span to analyse. Check that the "
+                           "profiler was running while the workload ran, and re-capture; list_tables and sql_query "
+                           "still show what the file holds.")
     return Window(start_ns=start, end_ns=end, span_ns=end - start, source=trace.meta.get("capture_span_source", "capture span"))
 
 

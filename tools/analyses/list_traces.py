@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ..model.detect import FORMAT_NAMES, detect
-from ..model.errors import ProfileError
+from ..model.errors import ProfileError, shown_path
 
 CANDIDATE_SUFFIXES = (".sqlite", ".db", ".rpd", ".json", ".gz", ".nsys-rep", ".qdrep")
 MAX_SCAN = 5000
@@ -30,13 +30,16 @@ class ListTracesResult(BaseModel):
 
 
 def list_traces(path: str, limit: int = 100, recursive: bool = True) -> ListTracesResult:
-    root = Path(path).expanduser().resolve()
     try:
+        root = Path(path).expanduser().resolve()
         exists = root.exists()
-    except OSError as exc:  # e.g. a parent folder that cannot be entered
-        raise ProfileError(f"cannot look at {root}: {exc.strerror or exc}. Pass a folder you can read.") from None
+    except (OSError, RuntimeError, ValueError) as exc:
+        # a parent folder that cannot be entered, a symbolic link loop (RuntimeError), a NUL byte in the
+        # path (ValueError), ~user for a user that does not exist (RuntimeError)
+        raise ProfileError(f"cannot look at {shown_path(path)}: {getattr(exc, 'strerror', None) or exc}. "
+                           "Pass a folder you can read.") from None
     if not exists:
-        raise ProfileError(f"No such folder: {root}. Pass a folder that holds profiles.")
+        raise ProfileError(f"No such folder: {shown_path(root)}. Pass a folder that holds profiles.")
     files = [root] if root.is_file() else _candidates(root, recursive)
     entries, skipped = [], 0
     for f in files:

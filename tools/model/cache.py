@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +27,12 @@ from .trace import Progress, Trace, _no_progress, load_trace
 MAX_TRACES = int(os.environ.get("GPUSCOPE_CACHE_TRACES", "64"))
 
 _cache: "OrderedDict[tuple, Trace]" = OrderedDict()
+# Recent refusals, by the same key: an agent calls several tools on a damaged file in a row, and each
+# would otherwise read it all again (a truncated 2 GB export takes as long to refuse as to load). Kept
+# for seconds only, so that a refusal that depends on the moment (out of memory) is soon retried.
+_refused: "OrderedDict[tuple, tuple[float, str]]" = OrderedDict()
+REFUSAL_TTL_S = 15.0
+MAX_REFUSED = 64
 _loading: dict[tuple, threading.Lock] = {}
 _holders: dict[int, int] = {}       # id(trace) -> leases held on it
 _retired: dict[int, Trace] = {}     # evicted while held: closed when the last lease ends
@@ -85,7 +92,17 @@ def open_trace(path: str | Path, progress: Progress = _no_progress) -> Trace:
                 hit = _cache.get(key)
                 if hit is not None:
                     return _hold(hit)
-            trace = load_trace(resolved, progress)
+                refused = _refused.get(key)
+                if refused is not None and time.monotonic() - refused[0] < REFUSAL_TTL_S:
+                    raise ProfileError(refused[1])
+            try:
+                trace = load_trace(resolved, progress)
+            except ProfileError as exc:
+                with _guard:
+                    _refused[key] = (time.monotonic(), str(exc))
+                    while len(_refused) > MAX_REFUSED:
+                        _refused.popitem(last=False)
+                raise
             with _guard:
                 for stale in [k for k in _cache if k[0] == key[0]]:
                     _drop(stale)
@@ -115,5 +132,6 @@ def open_count() -> int:
 
 def clear() -> None:
     with _guard:
+        _refused.clear()
         while _cache:
             _drop(next(iter(_cache)))

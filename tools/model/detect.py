@@ -116,7 +116,8 @@ def detect(path: Path) -> Detected:
             raise ProfileError(f"{shown_path(path)} is a corrupt or truncated gzip file ({exc}). Copy the trace again.") from None
         if inner is not None:
             return _kineto(path, inner, compressed=True)
-        raise ProfileError(f"{shown_path(path)} is gzip-compressed but does not contain JSON; gpuscope reads gzipped PyTorch profiler traces (.json.gz).")
+        raise ProfileError(f"{shown_path(path)} is gzip-compressed but does not contain JSON; gpuscope reads gzipped PyTorch profiler traces (.json.gz). "
+                           "Check what it holds (`gunzip -c FILE | head -c 200`) and pass the profile itself.")
     if head.removeprefix(UTF8_BOM).lstrip(JSON_WS)[:1] in (b"", b"{", b"["):
         try:
             with open(path, "rb") as fh:
@@ -166,8 +167,10 @@ KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"d
 
 
 def _kineto(path: Path, start: bytes, compressed: bool) -> Detected:
-    """A JSON file is taken for a Kineto trace when its first MiB names a Kineto key (or is too big to tell)."""
-    if any(k in start for k in KINETO_KEYS) or len(start) >= JSON_PEEK:
+    """A JSON file is taken for a Kineto trace when its first MiB names a Kineto key (or is too big to tell),
+    or is the Chrome trace format's bare array of events (objects with a "ph" phase key)."""
+    bare_events = start.startswith(b"[") and re.match(rb'\[\s*\{[^{}]*"ph"\s*:', start) is not None
+    if any(k in start for k in KINETO_KEYS) or bare_events or len(start) >= JSON_PEEK:
         return Detected("kineto", compressed=compressed)
     raise ProfileError(f"{shown_path(path)} is JSON but not a PyTorch profiler trace (no traceEvents). Export one with "
                        "torch.profiler's `prof.export_chrome_trace('trace.json')` or on_trace_ready=tensorboard_trace_handler.")

@@ -31,6 +31,12 @@ END_BEFORE_START = "end before start: end set to start (duration 0)"
 TIME_MISSING = "start or end time is missing or not an integer"
 
 _BIGINT_MAX = 2**63 - 1
+# Longest name kept whole. Real kernel names, template arguments and all, stay below ~20k characters;
+# a name of megabytes is damage, and every tool that matches, groups or prints it would pay for all
+# of it on every call (ops_summary's category regexes took 20 s on one 10 MB kernel name).
+MAX_NAME_CHARS = 65_536
+NAME_COLUMNS = (("kernels", "name"), ("kernels", "short_name"), ("api_calls", "name"), ("markers", "name"),
+                ("cpu_ops", "name"))
 
 GPU_OP_TABLES = ("kernels", "memops")
 LAUNCH_BEFORE_CALL = ("model check: GPU op starts before its launching API call starts (wrong pairing or clocks out of step): "
@@ -91,6 +97,7 @@ def check_model(con: duckdb.DuckDBPyConnection) -> None:
     counts = con.execute(" UNION ALL ".join(
         f"""SELECT '{t}', count(*) FILTER (WHERE end_ns < start_ns), count(*) FILTER (WHERE {wrong_dur}),
                    count(*) FILTER (WHERE {too_long}) FROM {t}""" for t in DURATION_TABLES)).fetchall()
+    _cut_long_names(con)
     for table, backwards, wrong, long in counts:
         if wrong:
             con.execute(f"UPDATE {table} SET dur_ns = end_ns - start_ns WHERE {wrong_dur}")
@@ -125,3 +132,14 @@ def _check_launches(con: duckdb.DuckDBPyConnection) -> None:
             f"{int(early[0][2])} GPU operations (kernels, copies, sets) started before their launching call returned ({names}): "
             "the host was still inside a synchronous call (a pageable or synchronous copy, a launch that blocked), so GPU start "
             "- call end is negative for them and is no launch delay; launch-delay figures leave them out."])
+
+
+def _cut_long_names(con: duckdb.DuckDBPyConnection) -> None:
+    """Cut names longer than MAX_NAME_CHARS to that length, ending in '…', and count the rows."""
+    counts = con.execute(" UNION ALL ".join(
+        f"SELECT {quote_literal(t)}, {quote_literal(c)}, count(*) FROM {t} WHERE length({c}) > {MAX_NAME_CHARS}" for t, c in NAME_COLUMNS)).fetchall()
+    for table, column, n in counts:
+        if n:
+            con.execute(f"UPDATE {table} SET {column} = left({column}, {MAX_NAME_CHARS - 1}) || '…' "
+                        f"WHERE length({column}) > {MAX_NAME_CHARS}")
+            record(con, [(table, "repaired", n, f"{column} longer than {MAX_NAME_CHARS} characters: cut to that length")])

@@ -19,6 +19,7 @@ import codecs
 import gc
 import gzip
 import json
+import math
 import os
 import re
 import shutil
@@ -33,7 +34,9 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from ..errors import ProfileError
+from ..detect import GZIP_MAGIC
+from ..errors import ProfileError, shown_path
+from ..limits import max_decompressed_bytes, memory_limit_bytes
 from ..names import create_short_names
 from ..quote import quote_literal
 from ..quality import record_query
@@ -67,6 +70,10 @@ _HEAD_BYTES = 1 << 20      # first read for the keys before traceEvents (grown u
 _HEAD_MAX = 64 << 20
 _TAIL_BYTES = 4 << 20      # the keys after traceEvents must fit in this much of the file's end
 _CHUNK = 8 << 20           # gzip streaming block
+# No profiler writes args nested more than a few levels (Input Dims: a list of lists). Far deeper
+# values crash DuckDB's recursive JSON functions (json_merge_patch on 300k nested objects) and
+# exhaust json.loads' recursion limit (~1000), so both readers refuse past this depth.
+MAX_NESTING = 256
 
 
 def _json(value) -> str | None:
@@ -181,8 +188,13 @@ def _load_duckdb(con, path: Path, detected, progress) -> dict:
                                               'tid': 'VARCHAR', 'ts': 'DOUBLE', 'dur': 'DOUBLE', 'args': 'JSON'}))""",
                 [str(events_file)],
             )
+        except (duckdb.OutOfMemoryException, MemoryError):
+            # Not a reason to try json.loads, which needs several times more.
+            raise ProfileError(_out_of_memory(path, "DuckDB's JSON reader")) from None
         finally:
             con.execute(f"SET threads = {int(threads)}")
+    except MemoryError:
+        raise ProfileError(_out_of_memory(path, "the staging step")) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     n, blank = con.execute(
@@ -190,11 +202,49 @@ def _load_duckdb(con, path: Path, detected, progress) -> dict:
                                               AND ts_ns IS NULL AND dur_ns IS NULL AND args IS NULL AND time_issue IS NULL)
            FROM native.event_store"""
     ).fetchone()
-    if blank or not n:
-        # read_json turns a `null` entry into an all-NULL row, like `{}`: let json.loads tell them
-        # apart (and word the empty-trace error).
+    if not n:  # said here: json.loads would only say the same after reading it all again
+        raise ProfileError(_empty_trace(path))
+    if blank:
+        # read_json turns a `null` entry into an all-NULL row, like `{}`: let json.loads tell them apart.
         raise _Fallback
+    _check_nesting(con, path)
     return top
+
+
+def _check_nesting(con, path: Path) -> None:
+    """Refuse a trace whose args nest deeper than MAX_NESTING before any JSON function walks them.
+    Only args with more than MAX_NESTING opening brackets can be that deep: SQL picks those (none in
+    real traces), numpy measures their depth outside strings."""
+    cur = con.execute(
+        "SELECT rowid, args FROM native.event_store WHERE length(args) - length(translate(args, '[{', '')) > ?",
+        [MAX_NESTING])
+    while rows := cur.fetchmany(256):
+        for idx, args in rows:
+            depth = _depth(args)
+            if depth > MAX_NESTING:
+                raise ProfileError(_too_deep(path, f"the args of traceEvents entry {idx} nest {depth} levels deep"))
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def _depth(text: str) -> int:
+    b = np.frombuffer(_STRING.sub(b'""', text.encode("utf-8", "surrogatepass")), np.uint8)
+    step = (b == ord("[")).astype(np.int32) + (b == ord("{")) - (b == ord("]")) - (b == ord("}"))
+    return int(np.cumsum(step).max(initial=0))
+
+
+def _too_deep(path: Path, what: str) -> str:
+    return (f"{shown_path(path)}: {what}, deeper than the {MAX_NESTING} levels gpuscope reads (PyTorch writes a few). "
+            "The file is damaged or was not written by the PyTorch profiler; export the trace again with "
+            "prof.export_chrome_trace(...).")
+
+
+def _out_of_memory(path: Path, where: str) -> str:
+    return (f"gpuscope ran out of memory reading {shown_path(path)} ({where}); nothing was loaded and the server keeps "
+            "running. Close other profiles or programs and open it again, or set GPUSCOPE_MEMORY_LIMIT (the memory one "
+            "profile may use, e.g. GPUSCOPE_MEMORY_LIMIT=4GB) to what this machine can spare so that files too large "
+            "for it are refused up front.")
 
 
 def _stage(path: Path, detected, tmp: Path) -> tuple[Path, dict]:
@@ -202,30 +252,63 @@ def _stage(path: Path, detected, tmp: Path) -> tuple[Path, dict]:
     top-level keys. Raises _Fallback when the layout is not the expected one or the temporary
     file cannot be written (disk full, ...)."""
     out = tmp / "events.json"
-    try:
-        fh = open(path, "rb")
-    except OSError as exc:
-        raise ProfileError(f"Cannot read {path}: {exc.strerror}. Check the path and its permissions.") from None
-    with fh:
+    with _open(path) as fh:
         try:
-            if detected.compressed or fh.read(2) == b"\x1f\x8b":
-                fh.seek(0)
-                gz = gzip.GzipFile(fileobj=fh, mode="rb")
-
-                def read(n: int) -> bytes:
-                    try:
-                        return gz.read(n)
-                    except (OSError, EOFError, zlib.error) as exc:
-                        raise ProfileError(
-                            f"{path} is a corrupt or truncated gzip file ({exc}). Copy or download the trace again "
-                            f"(`gzip -t {path.name}` confirms the damage)."
-                        ) from None
-
-                return _stage_gzip(read, out)
-            fh.seek(0)
+            if _is_gzip(fh, detected):
+                return _stage_gzip(_gzip_reader(path, fh), out)
             return _stage_plain(fh, out)
         except OSError:
             raise _Fallback from None
+
+
+def _open(path: Path):
+    try:
+        return open(path, "rb")
+    except OSError as exc:
+        raise ProfileError(f"Cannot read {shown_path(path)}: {exc.strerror}. Check the path and its permissions.") from None
+
+
+def _is_gzip(fh, detected) -> bool:
+    compressed = detected.compressed or fh.read(2) == GZIP_MAGIC
+    fh.seek(0)
+    return compressed
+
+
+def _gzip_reader(path: Path, fh):
+    """read(n) over the decompressed bytes of every gzip member in turn (concatenated members are
+    one stream), with a running count: past max_decompressed_bytes() it stops with a ProfileError.
+    A few MB of gzip can expand a thousandfold, and both readers hold or stage what comes out."""
+    gz = gzip.GzipFile(fileobj=fh, mode="rb")
+    cap = max_decompressed_bytes()
+    total = 0
+
+    def read(n: int) -> bytes:
+        nonlocal total
+        try:
+            block = gz.read(n)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ProfileError(
+                f"{shown_path(path)} is a corrupt or truncated gzip file ({exc}). Copy or download the trace again "
+                f"(`gzip -t {shown_path(path.name)}` confirms the damage)."
+            ) from None
+        total += len(block)
+        if total > cap:
+            raise ProfileError(
+                f"{shown_path(path)} decompresses to more than {cap / 1e9:.3g} GB, the most gpuscope unpacks "
+                f"(GPUSCOPE_MAX_DECOMPRESSED_GB, {_setting('GPUSCOPE_MAX_DECOMPRESSED_GB', 'half of the machine memory')}). "
+                "A small .json.gz that expands this much is damaged or a decompression bomb. If it is a genuine trace "
+                "and the machine has that much free disk (staging) and memory, set GPUSCOPE_MAX_DECOMPRESSED_GB to a "
+                "larger number of GB in the gpuscope server's environment (e.g. the env of its MCP entry) and open "
+                "it again."
+            )
+        return block
+
+    return read
+
+
+def _setting(name: str, default: str) -> str:
+    value = os.environ.get(name)
+    return f"set to {value!r}" if value else f"default {default}"
 
 
 def _read_head(read) -> tuple[bytes, dict, int, bool]:
@@ -393,6 +476,17 @@ def _stage_gzip(read, out: Path) -> tuple[Path, dict]:
 # --------------------------------------------------------------------------- json.loads path
 
 def _load_python(con, path: Path, detected, progress) -> dict:
+    try:
+        top = _load_frame(con, path, detected, progress)
+    except MemoryError:
+        raise ProfileError(_out_of_memory(path, "the fallback JSON parser")) from None
+    except RecursionError:  # values just under json.loads' limit can still exhaust the encoder's
+        raise ProfileError(_too_deep(path, "it nests arrays or objects about a thousand levels deep")) from None
+    _check_nesting(con, path)
+    return top
+
+
+def _load_frame(con, path: Path, detected, progress) -> dict:
     # Millions of small dicts trigger repeated full collections during json.loads and the
     # comprehensions (~2x slower); none of them form cycles, so collection can wait.
     gc_was_enabled = gc.isenabled()
@@ -404,8 +498,9 @@ def _load_python(con, path: Path, detected, progress) -> dict:
         bad = next((i for i, e in enumerate(events) if type(e) is not dict), None)
         if bad is not None:
             raise ProfileError(
-                f"{path}: traceEvents has entries of an unexpected shape (entry {bad} is {''.join(_encode(events[bad], 0))[:40]!r}, "
-                "not an object); it does not look like a PyTorch profiler trace."
+                f"{shown_path(path)}: traceEvents has entries of an unexpected shape (entry {bad} is "
+                f"{''.join(_encode(events[bad], 0))[:40]!r}, not an object); it does not look like a PyTorch profiler trace. "
+                "Pass the file written by prof.export_chrome_trace(...) or torch.profiler.tensorboard_trace_handler."
             )
         progress(0.45, "extracting event fields")
 
@@ -443,31 +538,83 @@ def _value_text(v) -> str:
     return _json(v)
 
 
+# Memory of the json.loads path, measured as peak RSS growth over the whole of _load_python
+# (json.loads, the field lists, the DataFrame and its copy into DuckDB; Python 3.11, 2025-11):
+#   real events (the MI300X resnet trace repeated to 196 MB, 734k events)  6.0 x the JSON text
+#   small synthetic events (40 MB each: bare kernels, lists, floats, short strings, emoji names)  8.6 - 13.2 x
+#   arrays of tiny objects (40 MB of `{}` / `{"a":1}`)  43 - 70 x
+#   re-measured on real traces from shared/data/pytorch repeated to 22-30 MB (nv_a100_ddp_cnn, nv_h100_qwen,
+#   amd_mi300x_resnet): 6.6 x, 8.5 x, 6.8 x; the estimate below was 1.54 x, 1.22 x, 1.48 x of those peaks
+# The cost follows the number of values and containers more than the bytes, so the estimate counts
+# them: 6 B per byte (+3 when non-ASCII text widens Python strings) + 80 B per ',' (about one per
+# value), or 400 B per '{' / '[' when larger. It was 1.15 - 1.9 x the measured peak on every file above.
+_PER_BYTE, _PER_NON_ASCII_BYTE, _PER_VALUE, _PER_CONTAINER = 6, 3, 80, 400
+
+
+def _fallback_bytes(size: int, values: int, containers: int, ascii_only: bool) -> int:
+    per_byte = _PER_BYTE + (0 if ascii_only else _PER_NON_ASCII_BYTE)
+    return max(per_byte * size + _PER_VALUE * values, _PER_CONTAINER * containers)
+
+
+def _read_text(path: Path, detected) -> bytearray:
+    """The whole JSON text for json.loads, decompressed in a stream under the same cap as the fast
+    path, refused as soon as parsing what has been read would take more than GPUSCOPE_MEMORY_LIMIT."""
+    budget = memory_limit_bytes()
+    with _open(path) as fh:
+        compressed = _is_gzip(fh, detected)
+        read = _gzip_reader(path, fh) if compressed else fh.read
+        if not compressed:
+            size = os.fstat(fh.fileno()).st_size
+            if _fallback_bytes(size, 0, 0, True) > budget:
+                _refuse_fallback(path, fh, size, _fallback_bytes(size, 0, 0, True), budget)
+        text = bytearray()
+        values = containers = 0
+        ascii_only = True
+        while block := read(_CHUNK):
+            text += block
+            values += block.count(b",")
+            containers += block.count(b"{") + block.count(b"[")
+            ascii_only = ascii_only and block.isascii()
+            need = _fallback_bytes(len(text), values, containers, ascii_only)
+            if need > budget:
+                _refuse_fallback(path, None if compressed else fh, len(text), need, budget)
+    return text
+
+
+def _refuse_fallback(path: Path, fh, size: int, need: int, budget: int):
+    if fh is not None:  # a plain file that does not even end like JSON is simply cut off
+        fh.seek(max(0, os.fstat(fh.fileno()).st_size - 64))
+        if fh.read().rstrip()[-1:] not in (b"}", b"]"):
+            raise ProfileError(_truncated(path, "it ends in the middle of a value"))
+    raise ProfileError(
+        f"{shown_path(path)} can only be read by gpuscope's fallback JSON parser (the fast reader cannot take its "
+        f"layout or values), which would need about {need / 1e9:.1f} GB of memory for {'its' if fh else 'the first'} "
+        f"{size / 1e6:.0f} MB of JSON text, more than the {budget / 1e9:.1f} GB one profile may use (GPUSCOPE_MEMORY_LIMIT, "
+        f"{_setting('GPUSCOPE_MEMORY_LIMIT', 'a quarter of the machine memory, at most 8 GB')}). Export the trace again "
+        "with prof.export_chrome_trace(...) (a trace as PyTorch writes it takes the fast reader), or, if the machine has "
+        "the memory, set GPUSCOPE_MEMORY_LIMIT higher (e.g. GPUSCOPE_MEMORY_LIMIT=16GB) in the gpuscope server's "
+        "environment."
+    )
+
+
+def _truncated(path: Path, detail: str) -> str:
+    return (f"{shown_path(path)} is not valid JSON ({detail}); the trace is probably truncated (the profiled process "
+            "ended or the disk filled while it was written). Export it again with prof.export_chrome_trace(...) or "
+            "torch.profiler.tensorboard_trace_handler.")
+
+
 def _parse(path: Path, detected, progress) -> dict | list:
     progress(0.05, "reading file")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ProfileError(f"Cannot read {path}: {exc.strerror}. Check the path and its permissions.") from None
-    if detected.compressed or raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ProfileError(
-                f"{path} is a corrupt or truncated gzip file ({exc}). Copy or download the trace again "
-                f"(`gzip -t {path.name}` confirms the damage)."
-            ) from None
+    raw = _read_text(path, detected)
     progress(0.15, f"parsing {len(raw) / 1e6:.0f} MB of JSON")
     try:
         doc = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ProfileError(
-            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); the trace is probably "
-            "truncated (the profiled process ended or the disk filled while it was written). Export it again with "
-            "prof.export_chrome_trace(...) or torch.profiler.tensorboard_trace_handler."
-        ) from None
-    except (UnicodeDecodeError, RecursionError, ValueError) as exc:
-        raise ProfileError(f"{path} cannot be decoded as JSON text ({exc}). Export the trace again.") from None
+        raise ProfileError(_truncated(path, f"{exc.msg} at line {exc.lineno}, column {exc.colno}")) from None
+    except RecursionError:
+        raise ProfileError(_too_deep(path, "it nests arrays or objects about a thousand levels deep")) from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProfileError(f"{shown_path(path)} cannot be decoded as JSON text ({exc}). Export the trace again.") from None
     del raw
     events = doc if isinstance(doc, list) else doc.get("traceEvents") if isinstance(doc, dict) else None
     if not isinstance(events, list):
@@ -476,11 +623,13 @@ def _parse(path: Path, detected, progress) -> dict | list:
             "written by prof.export_chrome_trace(...) or torch.profiler.tensorboard_trace_handler (*.pt.trace.json[.gz])."
         )
     if not events:
-        raise ProfileError(
-            f"{path} has an empty traceEvents list: the profiler recorded nothing. Make sure the profiler schedule "
-            "reaches an active step (prof.step() is called every iteration) before the trace is exported."
-        )
+        raise ProfileError(_empty_trace(path))
     return doc
+
+
+def _empty_trace(path: Path) -> str:
+    return (f"{shown_path(path)} has an empty traceEvents list: the profiler recorded nothing. Make sure the profiler "
+            "schedule reaches an active step (prof.step() is called every iteration) before the trace is exported.")
 
 
 def _text(v):
@@ -490,11 +639,13 @@ def _text(v):
 def _floats(values: list, text: bool = False) -> np.ndarray:
     if not text:
         try:
-            return np.array(values, dtype=np.float64)
+            out = np.array(values, dtype=np.float64)
+            if out.ndim == 1:  # values that are all lists of one length make a 2-D array
+                return out
         except (ValueError, TypeError, OverflowError):
             pass
     # pid/tid are text in some events ('Spans', ROCm '123'): numeric text counts, the rest is NULL.
-    return np.array([v if type(v) is int or type(v) is float else _number(v) for v in values], dtype=np.float64)
+    return np.array([_number(v) for v in values], dtype=np.float64)
 
 
 def _times(values: list) -> np.ndarray:
@@ -510,9 +661,15 @@ def _times(values: list) -> np.ndarray:
 
 
 def _number(v) -> float | None:
-    if type(v) is str:
+    """A number, or numeric text, as a float (an integer beyond float range becomes ±inf, which the
+    store takes as out of range); anything else None."""
+    if type(v) is float:
+        return v
+    if type(v) is int or type(v) is str:
         try:
             return float(v)
+        except OverflowError:
+            return (math.inf if v > 0 else -math.inf) if type(v) is int else None
         except ValueError:
             return None
     return None
@@ -725,7 +882,8 @@ def _issues(con, cat: str) -> None:
 
 
 def _devices(con, top: dict) -> None:
-    props = [p for p in (top.get("deviceProperties") or []) if isinstance(p, dict) and _int_or_none(p.get("id")) is not None]
+    listed = top.get("deviceProperties")
+    props = [p for p in (listed if isinstance(listed, list) else []) if isinstance(p, dict) and _int_or_none(p.get("id")) is not None]
     build = ("AMD" if any(k in top for k in ("hip_runtime_version", "roctracer_version", "hip_driver_version")) else
              "NVIDIA" if any(k in top for k in ("cuda_runtime_version", "cuda_driver_version", "cupti_version")) else None)
     rows = {int(p["id"]): _device_row(int(p["id"]), p, build) for p in props}

@@ -70,7 +70,13 @@ class _Reader:
     def run(self) -> None:
         if not self.src.has("StringIds"):
             raise ProfileError(f"{self.src.path} has no StringIds table, so no names can be resolved; re-export it with `nsys export --type sqlite`.")
-        self.strings = self.src.relation("StringIds", text=True)
+        # One name per id: Nsight declares id the primary key, but a hand-edited or damaged file can repeat
+        # one, and a plain join would then repeat every kernel that names it.
+        strings = self.src.relation("StringIds", text=True)
+        self.strings = f"(SELECT id, min(value) AS value FROM {strings} GROUP BY id)"
+        dup = self.scalar(f"SELECT count(*) - count(DISTINCT id) FROM {strings}")
+        if dup:
+            self.warn(f"StringIds repeats {dup} id(s); the alphabetically first name of each is used")
         self._metadata()
         self._maps()
         self.progress(0.1, "reading CUDA API calls")
@@ -112,14 +118,16 @@ class _Reader:
         copy = COPY_KINDS
         if self.src.has("ENUM_CUDA_MEMCPY_OPER"):
             short = {n.upper(): n for n in set(COPY_KINDS.values())}
-            copy = {i: short.get((name or "").removeprefix("CUDA_MEMCPY_KIND_").removeprefix("UVM_"), "Unknown")
-                    for i, name in self.src.query("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER")}
-            uvm = {i for i, name in self.src.query("SELECT id, name FROM ENUM_CUDA_MEMCPY_OPER") if "UVM" in (name or "")}
+            # CAST and typeof: a damaged or hand-edited enum can hold blobs or text ids
+            rows = self.src.query("SELECT id, CAST(name AS TEXT) FROM ENUM_CUDA_MEMCPY_OPER WHERE typeof(id) = 'integer'")
+            copy = {i: short.get((name or "").removeprefix("CUDA_MEMCPY_KIND_").removeprefix("UVM_"), "Unknown") for i, name in rows}
+            uvm = {i for i, name in rows if "UVM" in (name or "")}
         else:
             uvm = {11, 12, 13}
             if self.src.has(MEMCPY):
                 self.warn("no ENUM_CUDA_MEMCPY_OPER table: built-in copy-kind map used")
-        mem = dict(self.src.query("SELECT id, label FROM ENUM_CUDA_MEM_KIND")) if self.src.has("ENUM_CUDA_MEM_KIND") else MEM_KINDS
+        mem = (dict(self.src.query("SELECT id, CAST(label AS TEXT) FROM ENUM_CUDA_MEM_KIND WHERE typeof(id) = 'integer'"))
+               if self.src.has("ENUM_CUDA_MEM_KIND") else MEM_KINDS)
         self.con.execute("CREATE TEMP TABLE _copykind (id BIGINT, kind VARCHAR, managed BOOLEAN)")
         self.con.executemany("INSERT INTO _copykind VALUES (?, ?, ?)", [(i, k, i in uvm) for i, k in copy.items()])
         self.con.execute("CREATE TEMP TABLE _memkind (id BIGINT, label VARCHAR)")
