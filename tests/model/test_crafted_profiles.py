@@ -173,6 +173,81 @@ def test_wal_mode_profile_creates_nothing_beside_it(base, fmt):
     trace.close()
 
 
+KERNEL_TABLE = {"nsys": "CUPTI_ACTIVITY_KIND_KERNEL", "rocpd": "rocpd_kernel_dispatch"}
+
+
+def _wal_with_commit(base: dict, fmt: str, name: str) -> Path:
+    """A WAL-mode profile whose last committed transaction (one kernel deleted) lives only in its -wal:
+    both files are copied while the writer still holds the database open, so nothing was checkpointed."""
+    work = base["root"] / f"{name}_writer"
+    work.mkdir()
+    src = work / base["profiles"][fmt].name
+    shutil.copyfile(base["profiles"][fmt], src)
+    table = KERNEL_TABLE[fmt]
+    con = sqlite3.connect(src)
+    try:
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA wal_autocheckpoint=0")
+        physical = table if fmt == "nsys" else con.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'rocpd_kernel_dispatch%'").fetchone()[0]
+        con.execute(f'DELETE FROM "{physical}" WHERE rowid = (SELECT min(rowid) FROM "{physical}")')
+        con.commit()
+        folder = base["root"] / name
+        folder.mkdir()
+        path = folder / src.name
+        shutil.copyfile(src, path)
+        shutil.copyfile(f"{src}-wal", f"{path}-wal")
+    finally:
+        con.close()
+    return path
+
+
+def _listing(folder: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+
+
+@pytest.mark.parametrize("fmt", ["nsys", "rocpd"])
+def test_a_transaction_committed_in_the_wal_is_read(base, fmt):
+    """SQLite shows the database with its -wal replayed; reading the main file alone would count a deleted
+    kernel. The profile and its -wal stay byte-identical and nothing else appears."""
+    path = _wal_with_commit(base, fmt, f"walcommit_{fmt}")
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as c:  # what SQLite itself reads
+        truth = c.execute(f"SELECT count(*) FROM {KERNEL_TABLE[fmt]}").fetchone()[0]
+    assert truth == H.TOTAL_KERNELS - 1
+    for p in list(path.parent.iterdir()):  # the read above may have made a -shm: not ours to judge
+        if p.name.endswith("-shm"):
+            p.unlink()
+    before = _listing(path.parent)
+    _check(path, expect_kernels=H.TOTAL_KERNELS - 1)
+    trace = load_trace(path)
+    assert A.sql_query(trace, f"SELECT count(*) FROM native.{KERNEL_TABLE[fmt]}").rows == [[H.TOTAL_KERNELS - 1]]
+    trace.close()
+    assert _listing(path.parent) == before
+
+
+def test_the_wal_is_part_of_the_profile_s_identity(base):
+    """A store built before the -wal arrived is not served once it is there (same main file, size, mtime)."""
+    path = _wal_with_commit(base, "nsys", "walkey")
+    wal = path.with_name(path.name + "-wal")
+    held = wal.with_name("held-wal")
+    wal.rename(held)
+    trace = load_trace(path)
+    assert trace.count("kernels") == H.TOTAL_KERNELS  # the main file alone: nothing deleted yet
+    trace.close()
+    held.rename(wal)
+    trace = load_trace(path)
+    assert trace.count("kernels") == H.TOTAL_KERNELS - 1
+    trace.close()
+
+
+def test_a_garbage_wal_is_ignored_as_sqlite_ignores_it(base):
+    path = _craft(base, "nsys", "walgarbage", ["PRAGMA journal_mode=WAL"])
+    Path(f"{path}-wal").write_bytes(b"not a write-ahead log" * 100)
+    before = _listing(path.parent)
+    _check(path)
+    assert _listing(path.parent) == before
+
+
 def test_nul_in_a_name_is_refused_cleanly(base):
     path = _craft(base, "nsys", "nul", [])
     trace = load_trace(path)

@@ -19,12 +19,15 @@ What a profile cannot do to us:
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
 import sqlite3
+import threading
 import urllib.parse
 import uuid
+from collections import OrderedDict
 from pathlib import Path
 
 import duckdb
@@ -38,6 +41,7 @@ log = logging.getLogger(__name__)
 
 _EXTENSION_FILE: Path | None | bool = False  # False: not looked for yet; None: unavailable
 SQLITE_HEADER = 100
+SIDECARS = ("-wal", "-journal")
 
 # sqlite3 authorizer: reading is all a profile connection may do.
 _ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
@@ -80,11 +84,13 @@ def _authorize(action: int, arg1, arg2, db_name, trigger) -> int:
 
 
 def connect_readonly(path: Path) -> sqlite3.Connection:
-    """sqlite3 connection that reads `path` as it is on disk and can do nothing else.
+    """sqlite3 connection that reads `path` as SQLite itself would see it, and can do nothing else.
 
     `immutable=1` makes SQLite skip locking and journal/WAL handling, so no `-shm`/`-wal` file ever
-    appears beside the profile; the URI is percent-encoded so `?` or `#` in a path stay part of it."""
-    uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro&immutable=1"
+    appears beside the profile; a profile whose committed state lives partly in a `-wal` (or whose
+    `-journal` must be rolled back) is read from its recovered private image instead. The URI is
+    percent-encoded so `?` or `#` in a path stay part of it."""
+    uri = "file:" + urllib.parse.quote(str(readable_image(path))) + "?mode=ro&immutable=1"
     conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
     conn.set_authorizer(_authorize)
     return conn
@@ -112,8 +118,12 @@ def readable_tables(conn: sqlite3.Connection) -> list[str]:
             and not sql.lstrip().upper().startswith("CREATE VIRTUAL")]
 
 
-def needs_private_copy(path: Path) -> str | None:
-    """Why the DuckDB scanner must not open `path` in place (None: it may)."""
+def needs_recovery(path: Path) -> str | None:
+    """Why `path` cannot be read in place as SQLite would read it (None: it can).
+
+    Read `immutable`, a WAL-mode database misses the transactions still in its `-wal`, and one with a hot
+    `-journal` shows half-written pages; the DuckDB scanner, which takes no URI flags, would instead create
+    `-wal`/`-shm` files beside the profile or stumble on the journal."""
     try:
         with open(path, "rb") as fh:
             header = fh.read(SQLITE_HEADER)
@@ -121,47 +131,113 @@ def needs_private_copy(path: Path) -> str | None:
         return None
     if len(header) >= 20 and 2 in (header[18], header[19]):
         return "the database is in WAL mode"
-    for sidecar in ("-wal", "-journal"):
+    for sidecar in SIDECARS:
         if os.path.lexists(f"{path}{sidecar}"):
             return f"a {sidecar} file lies beside it"
     return None
 
 
-def private_copy(path: Path) -> Path:
-    """A copy of `path` in the private cache that SQLite sees as a plain rollback-journal database
-    (WAL flags in the header set back to 1), so scanning it touches nothing beside the profile."""
+def sidecar_identity(path: Path) -> str:
+    """Size and mtime of the `-wal`/`-journal` beside `path` (they hold committed or to-be-undone pages,
+    so they are part of the profile's content)."""
+    parts = []
+    for sidecar in SIDECARS:
+        try:
+            st = os.stat(f"{path}{sidecar}")
+            parts.append(f"{sidecar}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            continue
+    return ";".join(parts)
+
+
+# Recovered images made by this process: (path, identity) -> private file. A few, as one tool call
+# may open the same profile through sqlite3 and the scanner.
+_IMAGES: "OrderedDict[tuple[str, str], Path]" = OrderedDict()
+_IMAGES_LOCK = threading.Lock()
+MAX_IMAGES = 8
+
+
+def readable_image(path: Path) -> Path:
+    """`path` itself when it can be read in place, else a private recovered copy of it.
+
+    The copy takes the database with its `-wal` or `-journal` into the private cache and lets SQLite do
+    there what it does when it opens a database: replay the committed WAL frames (an invalid frame ends the
+    log, as in SQLite) or roll back a hot journal; then the copy is switched to rollback-journal mode, so
+    it reads `immutable` like any other profile. Nothing beside the profile is created or changed."""
+    reason = needs_recovery(path)
+    if reason is None:
+        return path
+    try:
+        st = os.stat(path)
+    except OSError:
+        return path
+    key = (str(path), f"{st.st_size}:{st.st_mtime_ns}:{sidecar_identity(path)}")
+    with _IMAGES_LOCK:
+        if key in _IMAGES and _IMAGES[key].exists():
+            _IMAGES.move_to_end(key)
+            return _IMAGES[key]
+        image = _recover(path, reason)
+        _IMAGES[key] = image
+        while len(_IMAGES) > MAX_IMAGES:
+            _drop_image(_IMAGES.popitem(last=False)[1])
+    return image
+
+
+def _recover(path: Path, reason: str) -> Path:
     folder = private_dir("tmp")
     target = folder / f"{os.getpid()}-{uuid.uuid4().hex}.sqlite"
     try:
         shutil.copyfile(path, target)
-        with open(target, "r+b") as fh:
-            header = bytearray(fh.read(SQLITE_HEADER))
-            if len(header) >= 20 and 2 in (header[18], header[19]):
-                header[18] = header[19] = 1
-                fh.seek(0)
-                fh.write(header)
+        for sidecar in SIDECARS:
+            if os.path.isfile(f"{path}{sidecar}"):
+                shutil.copyfile(f"{path}{sidecar}", f"{target}{sidecar}")
+        conn = sqlite3.connect(str(target))
+        try:
+            conn.set_authorizer(_authorize_recovery)
+            conn.execute("PRAGMA journal_mode=DELETE").fetchall()  # checkpoints and removes the copied -wal
+        finally:
+            conn.close()
     except OSError as exc:
-        target.unlink(missing_ok=True)
-        raise ProfileError(f"gpuscope could not copy {shown_path(path)} into its cache {shown_path(folder)} ({exc.strerror or exc}); "
-                           "free disk space there or set GPUSCOPE_CACHE_DIR to a folder with room.") from None
+        _drop_image(target)
+        raise ProfileError(f"gpuscope could not copy {shown_path(path)} into its cache {shown_path(folder)} "
+                           f"({exc.strerror or exc}); free disk space there or set GPUSCOPE_CACHE_DIR to a folder "
+                           "with room.") from None
+    except sqlite3.DatabaseError as exc:
+        _drop_image(target)
+        raise ProfileError(f"{shown_path(path)} is not a readable SQLite database: {reason}, and SQLite could not "
+                           f"recover it ({exc}). Re-export the profile (e.g. `nsys export --type sqlite`) and try "
+                           "again.") from None
+    log.info("%s: %s; reading a recovered private copy", path, reason)
     return target
 
 
-def attach_scanner(con: duckdb.DuckDBPyConnection, path: Path, alias: str) -> Path | None:
-    """Attach `path` read-only through the SQLite extension as catalog `alias`. Returns the private copy
-    made for it (the caller deletes it), or None. Raises duckdb.Error when the extension is unavailable."""
+def _authorize_recovery(action: int, arg1, arg2, db_name, trigger) -> int:
+    """The recovery connection may switch the journal mode of its own copy and read; nothing else."""
+    if action == sqlite3.SQLITE_PRAGMA and arg1 == "journal_mode":
+        return sqlite3.SQLITE_OK
+    return _authorize(action, arg1, arg2, db_name, trigger)
+
+
+def _drop_image(image: Path) -> None:
+    for suffix in ("", *SIDECARS, "-shm"):
+        Path(f"{image}{suffix}").unlink(missing_ok=True)
+
+
+@atexit.register
+def _drop_all_images() -> None:
+    with _IMAGES_LOCK:
+        while _IMAGES:
+            _drop_image(_IMAGES.popitem()[1])
+
+
+def attach_scanner(con: duckdb.DuckDBPyConnection, path: Path, alias: str) -> None:
+    """Attach `path` (its readable image) read-only through the SQLite extension as catalog `alias`.
+    Raises duckdb.Error when the extension is unavailable."""
     ext = _extension_file()
     if ext is None:
         raise duckdb.IOException("the DuckDB sqlite extension is not available")
-    copy = private_copy(path) if needs_private_copy(path) else None
-    try:
-        con.execute(f"LOAD {quote_literal(str(ext))}")
-        con.execute(f"ATTACH {quote_literal(str(copy or path))} AS {quote_ident(alias)} (TYPE sqlite, READ_ONLY)")
-    except BaseException:
-        if copy is not None:
-            copy.unlink(missing_ok=True)
-        raise
-    return copy
+    con.execute(f"LOAD {quote_literal(str(ext))}")
+    con.execute(f"ATTACH {quote_literal(str(readable_image(path)))} AS {quote_ident(alias)} (TYPE sqlite, READ_ONLY)")
 
 
 class SqliteSource:
@@ -180,9 +256,8 @@ class SqliteSource:
         self._columns: dict[str, list[str]] = {}
         self.copied: set[str] = set()
         self.attached = False
-        self._private: Path | None = None
         try:
-            self._private = attach_scanner(con, path, "src")
+            attach_scanner(con, path, "src")
             self.attached = True
         except duckdb.Error as exc:
             log.info("sqlite extension could not attach %s (%s); using sqlite3 copies", path, exc)
@@ -241,8 +316,6 @@ class SqliteSource:
                 self.con.execute("DETACH src")
             except duckdb.Error:
                 pass
-        if self._private is not None:
-            self._private.unlink(missing_ok=True)
 
 
 def copy_lenient(con: duckdb.DuckDBPyConnection, sqlite: sqlite3.Connection, table: str, target: str) -> None:
@@ -306,11 +379,11 @@ def duck_type(declared: str) -> str | None:
 
 
 def cleanup_private_copies() -> None:
-    """Remove private copies left by processes that died mid-ingest."""
+    """Remove recovered images (and their -wal/-shm) left by processes that died."""
     folder = cache_root() / "tmp"
     if not folder.is_dir():
         return
-    for f in folder.glob("*.sqlite"):
+    for f in folder.glob("*.sqlite*"):
         pid = f.name.split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
             f.unlink(missing_ok=True)

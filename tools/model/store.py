@@ -89,9 +89,12 @@ def version_dir() -> Path:
 
 
 def content_key(path: Path, st: os.stat_result | None = None) -> str:
-    """The identity of a profile's content (see WHOLE_FILE above for what is read)."""
+    """The identity of a profile's content (see WHOLE_FILE above for what is read). A SQLite profile's `-wal` or
+    `-journal` is part of what it reads as, so their size and mtime count too."""
+    from .sqlite_source import sidecar_identity
+
     st = st or os.stat(path)
-    h = hashlib.blake2b(f"{st.st_size}:{st.st_mtime_ns}".encode(), digest_size=16)
+    h = hashlib.blake2b(f"{st.st_size}:{st.st_mtime_ns}:{sidecar_identity(path)}".encode(), digest_size=16)
     with open(path, "rb") as fh:
         if st.st_size <= WHOLE_FILE:
             while chunk := fh.read(2**20):
@@ -222,10 +225,9 @@ class Store:
             from .sqlite_source import attach_scanner, copy_lenient, open_sqlite
 
             con = duckdb.connect(str(tmp), config=duckdb_config())
-            private = None
             try:
                 try:
-                    private = attach_scanner(con, profile, "src")
+                    attach_scanner(con, profile, "src")
                     con.execute(f"CREATE TABLE t AS SELECT * FROM src.{quote_ident(table)}")
                 except duckdb.Error:  # no extension, invalid UTF-8 or mixed types: the lenient reader copes
                     con.execute("DROP TABLE IF EXISTS t")
@@ -238,9 +240,6 @@ class Store:
                 con.close()
                 _remove_db(tmp)
                 raise
-            finally:
-                if private is not None:
-                    private.unlink(missing_ok=True)
             con.close()
             os.replace(tmp, target)  # another process may have made the same copy: either is whole
             return target
