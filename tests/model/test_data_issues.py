@@ -81,9 +81,10 @@ KINETO_ISSUES = [
     ("memops", "repaired", 1, "dur is negative: set to 0"),
     ("memops", "skipped", 1, KINETO_NAN),
 ]
-# Text where a number belongs sends the file down the json.loads path: same counts expected.
-KINETO_TEXT_RAW = {**KINETO_RAW, ("kernel", 5): {"ts": "abc"}}
-KINETO_TEXT_ISSUES = [(t, a, 2, r) if r == KINETO_NAN and t == "kernels" else (t, a, n, r) for t, a, n, r in KINETO_ISSUES]
+# Present but not numbers: text, a boolean (which a DOUBLE column would take as 1.0), a list.
+KINETO_TEXT_RAW = {**KINETO_RAW, ("kernel", 5): {"ts": "abc"}, ("kernel", 6): {"ts": True}, ("kernel", 7): {"dur": [1, 2]}}
+KINETO_TEXT_ISSUES = [(t, a, 3, r) if r == KINETO_NAN and t == "kernels" else (t, a, n, r) for t, a, n, r in KINETO_ISSUES] + [
+    ("kernels", "skipped", 1, "dur is not a finite number (NaN, Infinity or text)")]
 
 ROCPD_RAW = {
     ("kernel", 0): {"start": "abc"},
@@ -196,13 +197,18 @@ NOUN = {"kernels": ("kernel", "kernels"), "memops": ("memory copy/set", "memory 
         "api_calls": ("API call", "API calls"), "markers": ("marker", "markers"), "cpu_ops": ("CPU op", "CPU ops")}
 
 
-@pytest.mark.parametrize("case, parser", [("kineto", "read_json"), ("kineto_text", "json.loads")])
+@pytest.mark.parametrize("parser", ["read_json", "json.loads"])
+@pytest.mark.parametrize("case", ["kineto", "kineto_text"])
 def test_both_kineto_parsers_count_the_same(case, parser, tmp_path, monkeypatch):
     from gpuscope.tools.model.readers import kineto as kineto_reader
 
     used = []
     original = kineto_reader._load_python
     monkeypatch.setattr(kineto_reader, "_load_python", lambda *a: used.append(1) or original(*a))
+    if parser == "json.loads":
+        def refuse(*a):
+            raise kineto_reader._Fallback
+        monkeypatch.setattr(kineto_reader, "_load_duckdb", refuse)
     s = scenario()
     s.options["raw_values"] = CASES[case][2]
     trace = load_trace(kineto.write(s, tmp_path / "t.json"))
@@ -327,3 +333,30 @@ def test_diagnose_abstains_above_one_percent_of_gpu_rows(tmp_path):
     assert res.abstained and res.findings == [] and res.dropped_findings >= 1
     assert res.verdict.startswith(f"abstained: 3 of {n} GPU rows (1.5 %, above 1.0 %) were skipped or repaired")
     trace.close()
+
+
+def test_the_model_checks_of_a_build_fit_a_small_memory_limit():
+    """The launch check pairs every GPU op with the first call of its correlation id. As a hash aggregate
+    with arg_min over 2 M calls it needed more than 64 MiB and cannot spill; as a window it spills, so a
+    profile of any size builds under the configured limit."""
+    import duckdb
+
+    from gpuscope.tools.model.limits import duckdb_config
+
+    n = 2_000_000
+    con = duckdb.connect(config={**duckdb_config(64 * 2**20), "threads": "2"})
+    try:
+        con.execute(SCHEMA_SQL)
+        con.execute(f"""INSERT INTO api_calls SELECT 1, 7, i * 10, i * 10 + 5, 5, 'cudaLaunchKernel', 'cuda_runtime', i, NULL
+                        FROM range({n}) t(i)""")
+        # every tenth kernel starts before its call: the check must find exactly those
+        con.execute(f"""INSERT INTO kernels (device_id, stream_id, start_ns, end_ns, dur_ns, name, short_name, correlation_id,
+                                            pid, tid, launched)
+                        SELECT 0, 1, CASE WHEN i % 10 = 0 THEN i * 10 - 1 ELSE i * 10 + 6 END,
+                               CASE WHEN i % 10 = 0 THEN i * 10 + 1 ELSE i * 10 + 8 END, 2, 'k', 'k', i, 1, 7, true
+                        FROM range(1, {n}) t(i)""")
+        quality.check_model(con)
+        rows = con.execute("SELECT table_name, action, rows FROM data_issues").fetchall()
+    finally:
+        con.close()
+    assert rows == [("kernels", "repaired", (n - 1) // 10)]

@@ -41,10 +41,13 @@ NAME_COLUMNS = (("kernels", "name"), ("kernels", "short_name"), ("api_calls", "n
 GPU_OP_TABLES = ("kernels", "memops")
 LAUNCH_BEFORE_CALL = ("model check: GPU op starts before its launching API call starts (wrong pairing or clocks out of step): "
                       "link to the call removed (correlation_id and tid set to NULL, launched = false)")
-# The launching call of each (process, correlation id), as the tools pair them.
-_LAUNCH_SQL = """(SELECT pid, correlation_id, min(start_ns) AS call_start, arg_min(end_ns, (start_ns, end_ns)) AS call_end,
-                         arg_min(name, (start_ns, end_ns)) AS call_name
-                  FROM api_calls WHERE pid IS NOT NULL AND correlation_id IS NOT NULL GROUP BY ALL)"""
+# The launching call of each (process, correlation id), as the tools pair them: the first one. A window, not
+# GROUP BY with arg_min: that hash aggregate cannot spill and ran out of a 64 MiB limit at 2 M calls.
+_LAUNCH_SQL = """(SELECT pid, correlation_id, start_ns AS call_start, end_ns AS call_end, name AS call_name
+                  FROM (SELECT pid, correlation_id, start_ns, end_ns, name,
+                               row_number() OVER (PARTITION BY pid, correlation_id ORDER BY start_ns, end_ns, name) AS k
+                        FROM api_calls WHERE pid IS NOT NULL AND correlation_id IS NOT NULL)
+                  WHERE k = 1)"""
 
 
 def record(con: duckdb.DuckDBPyConnection, rows: Iterable[tuple[str, str, int, str]]) -> None:

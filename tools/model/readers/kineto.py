@@ -139,6 +139,13 @@ def _ns_sql(x: str) -> str:
             f"THEN floor({x})::BIGINT * 1000 + round_even(({x} - floor({x})) * 1000, 0)::BIGINT END")
 
 
+def _json_time_sql(x: str) -> str:
+    """A ts/dur value read_json gave as text → DOUBLE µs: NULL when absent or null, a number or numeric
+    text as its value, anything else (true/false, a list, an object, 'abc') +inf, i.e. present but not a
+    finite number. Read as DOUBLE, read_json would turn `true` into 1.0 and keep the event."""
+    return f"CASE WHEN {x} IS NULL THEN NULL ELSE coalesce(TRY_CAST({x} AS DOUBLE), 'inf'::DOUBLE) END"
+
+
 def _time_issue_sql() -> str:
     """Why a complete (ph X) event has no usable ts/dur, or NULL. The source relation writes NULL for
     an absent value and a non-finite DOUBLE for one that is present but not a number."""
@@ -182,10 +189,11 @@ def _load_duckdb(con, path: Path, detected, progress) -> dict:
         try:
             _create_store(
                 con,
-                """(SELECT ph, cat, name, pid, tid, ts, dur, args::VARCHAR AS args
+                f"""(SELECT ph, cat, name, pid, tid, {_json_time_sql('ts')} AS ts, {_json_time_sql('dur')} AS dur,
+                           args::VARCHAR AS args
                     FROM read_json(?, format = 'array',
-                                   columns = {'ph': 'VARCHAR', 'cat': 'VARCHAR', 'name': 'VARCHAR', 'pid': 'VARCHAR',
-                                              'tid': 'VARCHAR', 'ts': 'DOUBLE', 'dur': 'DOUBLE', 'args': 'JSON'}))""",
+                                   columns = {{'ph': 'VARCHAR', 'cat': 'VARCHAR', 'name': 'VARCHAR', 'pid': 'VARCHAR',
+                                               'tid': 'VARCHAR', 'ts': 'VARCHAR', 'dur': 'VARCHAR', 'args': 'JSON'}}))""",
                 [str(events_file)],
             )
         except (duckdb.OutOfMemoryException, MemoryError):
@@ -590,7 +598,7 @@ def _refuse_fallback(path: Path, fh, size: int, need: int, budget: int):
         f"{shown_path(path)} can only be read by gpuscope's fallback JSON parser (the fast reader cannot take its "
         f"layout or values), which would need about {need / 1e9:.1f} GB of memory for {'its' if fh else 'the first'} "
         f"{size / 1e6:.0f} MB of JSON text, more than the {budget / 1e9:.1f} GB one profile may use (GPUSCOPE_MEMORY_LIMIT, "
-        f"{_setting('GPUSCOPE_MEMORY_LIMIT', 'a quarter of the machine memory, at most 8 GB')}). Export the trace again "
+        f"{_setting('GPUSCOPE_MEMORY_LIMIT', 'an eighth of the machine memory, at most 1 GB')}). Export the trace again "
         "with prof.export_chrome_trace(...) (a trace as PyTorch writes it takes the fast reader), or, if the machine has "
         "the memory, set GPUSCOPE_MEMORY_LIMIT higher (e.g. GPUSCOPE_MEMORY_LIMIT=16GB) in the gpuscope server's "
         "environment."
@@ -650,9 +658,13 @@ def _floats(values: list, text: bool = False) -> np.ndarray:
 
 def _times(values: list) -> np.ndarray:
     """ts/dur values as float64: absent (or null) → NaN, which DuckDB reads as NULL; present but not a
-    number ('abc', NaN, a list) → +inf, so the store tells 'missing' from 'not a finite number' as the
+    number ('abc', NaN, true, a list) → +inf, so the store tells 'missing' from 'not a finite number' as the
     read_json path does. Only the NaN positions are looked at again."""
     out = _floats(values)
+    # numpy takes true/false as 1.0/0.0; a boolean is no time
+    flags = [i for i, v in enumerate(values) if v is True or v is False]
+    if flags:
+        out[flags] = np.inf
     nan = np.flatnonzero(np.isnan(out))
     if nan.size:
         present = np.fromiter((values[i] is not None for i in nan), dtype=bool, count=nan.size)
