@@ -92,3 +92,27 @@ def test_list_traces_skips_special_files(tmp_path):
     assert time.monotonic() - t0 < 10
     assert {os.path.basename(t.path) for t in res.traces} >= {"small.sqlite", "small_rocpd.db"}
     assert res.skipped >= 1
+
+
+@pytest.mark.parametrize("text, words", [
+    ("a" * 200_000, "characters long"),
+    ("run/\x00rank0.json", "NUL"),
+    ("~no_such_user_x9/trace.json", "no_such_user_x9"),
+    ("/tmp/" + "n" * 300 + "/rank*.json", "too long"),   # a name over 255 bytes: the file system refuses it
+    ("/tmp/" + "n" * 300, "too long"),
+    ("", "No profile path"),
+])
+def test_a_job_names_paths_no_file_system_holds(text, words):
+    """rank_summary and friends expand folders and globs before any file is opened: the same paths get the same
+    clear error, with the path cut to its shown length."""
+    from gpuscope.tools.model.job import expand
+
+    with pytest.raises(ProfileError) as info:
+        expand([text])
+    message = str(info.value)
+    assert words in message and len(message) < SHOWN_PATH_CHARS + 400
+
+
+def test_unknown_user_home_is_not_called_a_symlink_loop():
+    message = _error("~no_such_user_x9/trace.json")
+    assert "no_such_user_x9" in message and "loop" not in message

@@ -46,11 +46,9 @@ _KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"), (
 MAX_PATH_CHARS = 4096
 
 
-def regular_file(path: str | Path) -> Path:
-    """The resolved path of a regular file, or a ProfileError saying what the path is instead.
-
-    Checked before anything opens the file: reading a FIFO blocks for ever, a device never ends,
-    and a symlink loop makes path resolution fail deep inside a library."""
+def user_path(path: str | Path) -> Path:
+    """The path as the user wrote it with `~` expanded, or a ProfileError for text no file system can hold
+    (empty, a NUL, thousands of characters) or a `~user` this machine does not know."""
     text = str(path)
     if not text.strip():
         raise ProfileError("No profile path given. Pass the path of a .sqlite, .db/.rpd or .json(.gz) profile.")
@@ -62,7 +60,22 @@ def regular_file(path: str | Path) -> Path:
         raise ProfileError(f"The path is {len(text)} characters long ({shown_path(text)}); no file system accepts paths over "
                            f"{MAX_PATH_CHARS}. Pass the profile's real path.")
     try:
-        resolved = Path(text).expanduser().resolve(strict=True)
+        return Path(text).expanduser()
+    except RuntimeError:  # ~name of no known user, or no home folder at all
+        user = text[1:].split("/", 1)[0]
+        raise ProfileError(f"{shown_path(text)} starts with ~{user}, but this machine knows no home folder "
+                           f"{'of user ' + repr(user) if user else 'for the current user'}. Pass the full path.") from None
+
+
+def regular_file(path: str | Path) -> Path:
+    """The resolved path of a regular file, or a ProfileError saying what the path is instead.
+
+    Checked before anything opens the file: reading a FIFO blocks for ever, a device never ends,
+    and a symlink loop makes path resolution fail deep inside a library."""
+    text = str(path)
+    expanded = user_path(text)
+    try:
+        resolved = expanded.resolve(strict=True)
         st = os.stat(resolved)
     except RuntimeError:  # Python < 3.13 reports a symlink loop this way
         raise ProfileError(f"{shown_path(text)} is a symbolic link that loops back on itself. Pass the profile's real path.") from None

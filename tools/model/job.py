@@ -33,32 +33,36 @@ Progress = Callable[[float, str], None]
 def expand(items: Iterable[str | Path]) -> list[Path]:
     """Profiles named by `items`: files, folders (every profile directly inside, detected by content) and glob
     patterns (e.g. 'run/rank*.json.gz'), in the order given."""
-    from .detect import detect
+    from .detect import detect, user_path
 
     out: list[Path] = []
     for item in items:
-        text = str(item)
-        if GLOB_CHARS & set(text) and not Path(text).exists():
-            found = sorted(Path(p) for p in glob.glob(os.path.expanduser(text)))
-            if not found:
-                raise ProfileError(f"no file matches {shown_path(text)}; check the pattern (e.g. 'run/rank*.json.gz').")
-            out += found
-        elif Path(text).expanduser().is_dir():
-            folder = Path(text).expanduser()
-            found = []
-            for p in sorted(folder.iterdir()):
-                if p.is_file():
-                    try:
-                        detect(p)
-                    except ProfileError:
-                        continue
-                    found.append(p)
-            if not found:
-                raise ProfileError(f"{shown_path(folder)} holds no profile (Nsight SQLite, rocpd, Kineto JSON); pass the "
-                                   "folder of the per-rank profiles, or their paths.")
-            out += found
-        else:
-            out.append(Path(text).expanduser())
+        path = user_path(item)
+        text = str(path)
+        try:
+            if GLOB_CHARS & set(text) and not path.exists():
+                found = sorted(Path(p) for p in glob.glob(text))
+                if not found:
+                    raise ProfileError(f"no file matches {shown_path(text)}; check the pattern (e.g. 'run/rank*.json.gz').")
+                out += found
+            elif path.is_dir():
+                found = []
+                for p in sorted(path.iterdir()):
+                    if p.is_file():
+                        try:
+                            detect(p)
+                        except ProfileError:
+                            continue
+                        found.append(p)
+                if not found:
+                    raise ProfileError(f"{shown_path(path)} holds no profile (Nsight SQLite, rocpd, Kineto JSON); pass the "
+                                       "folder of the per-rank profiles, or their paths.")
+                out += found
+            else:
+                out.append(path)
+        except OSError as exc:  # a name too long for the file system, a folder that cannot be listed ...
+            raise ProfileError(f"Cannot read {shown_path(text)}: {exc.strerror or exc}. Check the path and its "
+                               "permissions.") from None
     return out  # duplicates stay: the analyses refuse a rank given twice rather than count it once silently
 
 
