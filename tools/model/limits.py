@@ -3,7 +3,7 @@
 Settings come from the environment so that an MCP host can set them in its server entry:
   GPUSCOPE_CACHE_DIR            cache folder (default $XDG_CACHE_HOME/gpuscope, else ~/.cache/gpuscope)
   GPUSCOPE_MEMORY_LIMIT         DuckDB memory of the process's analysis instance (all open profiles together) and of
-                                each ingest, e.g. '4GB' (default a quarter of RAM, <= 8 GB); beyond it DuckDB spills
+                                each ingest, e.g. '4GB' (default an eighth of RAM, <= 1 GB); beyond it DuckDB spills
   GPUSCOPE_SQL_MEMORY_LIMIT     memory of the process that runs sql_query, e.g. '2GB' (default an eighth of RAM, <= 4 GB)
   GPUSCOPE_MAX_DECOMPRESSED_GB  largest decompressed .json.gz accepted, GB (default half of RAM)
   GPUSCOPE_CACHE_GB             size of the trace-store cache before least recently used stores go, GB (default 20)
@@ -68,7 +68,8 @@ def private_dir(*parts: str) -> Path:
 
 def memory_limit_bytes() -> int:
     """DuckDB memory_limit of each open profile's connections."""
-    return _size_setting("GPUSCOPE_MEMORY_LIMIT", min(physical_memory_bytes() // 4, 8 * 10**9))
+    # 1 GB is enough for a 10 M-kernel build (DuckDB spills the rest) and keeps the server near 1.5 GB resident.
+    return _size_setting("GPUSCOPE_MEMORY_LIMIT", min(physical_memory_bytes() // 8, 10**9))
 
 
 def sql_memory_limit_bytes() -> int:
