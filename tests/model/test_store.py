@@ -217,3 +217,35 @@ def test_a_cache_that_turns_read_only_falls_back_to_memory(tmp_path, monkeypatch
     assert trace.store.in_memory and any("held in memory" in w for w in trace.warnings)
     assert A.top_kernels(trace).devices[0].kernel_count == len(SCENARIOS["concurrent_streams"]().kernels)
     trace.close()
+
+
+def test_a_later_process_reads_top_kernels_from_the_store_and_a_damaged_answer_is_recomputed(tmp_path, monkeypatch):
+    """A figure computed once is kept in the store: a new Trace (as in a new process: empty memo) answers top_kernels
+    without scanning the kernels, identically; an answer file that no longer parses is recomputed, never misread."""
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    path = _sample(tmp_path, "nsys")
+    first = load_trace(path)
+    expected = A.top_kernels(first).model_dump()
+    folder = first.store.folder
+    first.close()
+    saved = sorted((folder / store.ANSWERS_DIR).glob("*.json"))
+    assert len(saved) == 2  # the grouped rows and the per-device busy time
+
+    again = load_trace(path)
+    assert not again.store.built
+    from gpuscope.tools.analyses import intervals
+
+    def no_scan(*a, **k):
+        raise AssertionError("recomputed instead of read from the store")
+    with monkeypatch.context() as m:
+        m.setattr(again, "sql_dicts", no_scan)  # the grouped rows
+        m.setattr(intervals, "_compute", no_scan)  # the interval union behind the busy time
+        assert A.top_kernels(again).model_dump() == expected
+    again.close()
+
+    for f in saved:
+        f.write_text('{"key": "damaged')
+    third = load_trace(path)
+    assert A.top_kernels(third).model_dump() == expected
+    third.close()
+    assert all(json.loads(f.read_text())["key"] != "damaged" for f in saved)  # rewritten whole

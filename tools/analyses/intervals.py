@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model.trace import Trace
+from ..model.trace import Codec, Trace
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,18 @@ def unions(trace: Trace, intervals_sql: str, params: list[Any], partition: tuple
     columns, start_ns, end_ns). Zero-length intervals are skipped: they neither fill nor split gaps."""
     key = ("unions", intervals_sql, tuple(params), partition)
     return trace.memo(key, lambda: _compute(trace, intervals_sql, params, partition))
+
+
+# {partition key: busy ns} as JSON: [[key values], busy ns] pairs
+BUSY = Codec(encode=lambda d: [[list(k), v] for k, v in d.items()], decode=lambda pairs: {tuple(k): int(v) for k, v in pairs})
+
+
+def busy_ns(trace: Trace, intervals_sql: str, params: list[Any], partition: tuple[str, ...]) -> dict[tuple, int]:
+    """Per partition, the busy time (length of the union) of the intervals `unions` would merge, ns. Kept in the
+    store: unlike the gaps behind it, it is a few numbers, so a later process reads it instead of re-merging."""
+    key = ("busy_ns", intervals_sql, tuple(params), partition)
+    return trace.memo(key, lambda: {k: u.busy_ns for k, u in unions(trace, intervals_sql, params, partition).items()},
+                      persist=BUSY)
 
 
 def _compute(trace: Trace, intervals_sql: str, params: list[Any], partition: tuple[str, ...]) -> dict[tuple, Union]:

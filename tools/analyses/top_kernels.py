@@ -12,9 +12,9 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
-from ..model.trace import Trace
+from ..model.trace import ROWS, Trace
 from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection
-from .intervals import unions
+from .intervals import busy_ns
 from .requirements import require
 
 SORT_COLUMNS = {"total": "total_ns", "count": "count", "avg": "avg_ns", "max": "max_ns"}
@@ -124,12 +124,13 @@ def top_kernels(
               FROM g JOIN c USING (device_id, gname) JOIN regs USING (device_id, gname) JOIN smem USING (device_id, gname))
         SELECT * FROM r ORDER BY device_id, rnk
         """
-    # The profile never changes once open: a repeated question is answered from memory.
-    rows = trace.memo(("top_kernels", query, tuple(params)), lambda: trace.sql_dicts(query, params))
+    # The profile never changes once open: a repeated question is answered from memory, or from the store when
+    # another process asked it before.
+    rows = trace.memo(("top_kernels", query, tuple(params)), lambda: trace.sql_dicts(query, params), persist=ROWS)
     if not rows:
         raise ProfileError("no kernel matches the filters (device/stream/name_contains/time window). Widen them; trace_info lists devices and spans.")
-    busy = {k[0]: u for k, u in unions(trace, f"SELECT device_id, start_ns, end_ns FROM kernels k WHERE {where}",
-                                        params, ("device_id",)).items()}
+    busy = {k[0]: b for k, b in busy_ns(trace, f"SELECT device_id, start_ns, end_ns FROM kernels k WHERE {where}",
+                                         params, ("device_id",)).items()}
     names = dict(trace.sql("SELECT device_id, name FROM devices"))
     groups, totals, truncated = [], [], False
     for dev in sorted({r["device_id"] for r in rows}):
@@ -138,11 +139,11 @@ def top_kernels(
         truncated |= bool(rest)
         # The device has selected kernels (it has rows), so no union means they all have zero length:
         # a measured 0 ns of busy time, not absent data.
-        b = busy.get(dev)
+        b = busy.get(dev, 0)
         dev_total = int(dev_rows[0]["dev_total"])
         totals.append(DeviceKernelTotals(
             device_id=dev, device_name=names.get(dev), kernel_count=sum(r["count"] for r in dev_rows),
-            kernel_names=len(dev_rows), summed_kernel_time_ns=dev_total, kernel_busy_ns=b.busy_ns if b else 0,
+            kernel_names=len(dev_rows), summed_kernel_time_ns=dev_total, kernel_busy_ns=b,
             remainder_groups=len(rest), remainder_count=sum(r["count"] for r in rest),
             remainder_total_ns=sum(int(r["total_ns"]) for r in rest),
         ))
@@ -152,7 +153,7 @@ def top_kernels(
                 short_name=r["short_name"] if group_by == "name" else None,
                 count=r["count"], total_ns=int(r["total_ns"]),
                 pct_of_device_kernel_time=pct(r["total_ns"], dev_total),
-                pct_of_device_busy_time=pct(r["total_ns"], b.busy_ns if b else None),
+                pct_of_device_busy_time=pct(r["total_ns"], b or None),
                 avg_ns=round(float(r["avg_ns"]), 1), median_ns=round(float(r["median_ns"]), 1),
                 min_ns=int(r["min_ns"]), max_ns=int(r["max_ns"]),
                 std_ns=None if r["std_ns"] is None else round(float(r["std_ns"]), 1),

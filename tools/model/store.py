@@ -31,6 +31,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import threading
@@ -38,7 +39,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import duckdb
 
@@ -46,9 +47,12 @@ from .errors import ProfileError, shown_path
 from .limits import cache_bytes, cache_root, duckdb_config, private_dir  # noqa: F401 (cache_bytes: for callers)
 from .quote import quote_ident
 
+log = logging.getLogger(__name__)
+
 MODEL_FILE = "model.duckdb"
 CATALOG_FILE = "catalog.json"
 INFO_FILE = "info.json"
+ANSWERS_DIR = "answers"
 
 # Content identity: files up to WHOLE_FILE are hashed whole; larger ones by their first and last EDGE bytes
 # (the SQLite header with its change counter and page count; the gzip trailer with CRC-32 and size) and
@@ -207,6 +211,43 @@ class Store:
         if self._native is None:
             self._native = NativeCatalog.from_json(json.loads((self.model_file.parent / CATALOG_FILE).read_text()))
         return self._native
+
+    # -- answers ---------------------------------------------------------------------------------------
+    # Figures the tools memoize that depend only on the profile (Trace.memo with persist=...) are kept beside
+    # the model, so a new process's first question is read, not recomputed: top_kernels over 10 M kernels is
+    # seconds of scanning, its answer a few kB. The key is the tool's own query text and parameters, so a
+    # changed query never meets an old answer.
+    def _answer_file(self, key: str) -> Path | None:
+        if self.folder is None:
+            return None
+        return self.folder / ANSWERS_DIR / (hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest() + ".json")
+
+    def load_answer(self, key: str) -> tuple[bool, Any]:
+        """(True, value) when an answer to `key` was saved, else (False, None)."""
+        f = self._answer_file(key)
+        if f is None:
+            return False, None
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError):
+            return False, None
+        if not isinstance(doc, dict) or doc.get("key") != key:
+            return False, None
+        return True, doc.get("value")
+
+    def save_answer(self, key: str, value: Any) -> None:
+        """Save a JSON-able answer (atomically; silently not when the cache cannot be written)."""
+        f = self._answer_file(key)
+        if f is None:
+            return
+        tmp = f.with_name(f".{uuid.uuid4().hex}.tmp")
+        try:
+            f.parent.mkdir(mode=0o700, exist_ok=True)
+            tmp.write_text(json.dumps({"key": key, "value": value}))
+            os.replace(tmp, f)
+        except (OSError, TypeError, ValueError) as exc:
+            log.debug("answer not saved in %s (%s)", f.parent, exc)
+            tmp.unlink(missing_ok=True)
 
     # -- native tables ---------------------------------------------------------------------------------
     def native_file(self, table: str) -> Path:

@@ -32,6 +32,18 @@ def _no_progress(fraction: float, message: str) -> None:
     return None
 
 
+@dataclass(frozen=True)
+class Codec:
+    """How a memoized value becomes JSON (encode) and comes back (decode), for Trace.memo(persist=...)."""
+
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+
+
+# Rows as sql_dicts returns them (lists of dicts of JSON scalars and lists) are JSON already.
+ROWS = Codec(encode=lambda rows: rows, decode=lambda rows: list(rows))
+
+
 @dataclass
 class Trace:
     """An opened profile. Tools query `con` (via `sql`); the model tables are documented in schema.sql.
@@ -84,12 +96,24 @@ class Trace:
         """Rows of a table named by gpuscope's own code (a model table or e.g. native.events), memoized."""
         return self.memo(("count", table), lambda: int(self.scalar(f"SELECT count(*) FROM {table}")))
 
-    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
-        """Cache a figure that depends only on the (immutable) profile, e.g. per-device busy time."""
+    def memo(self, key: Any, compute: Callable[[], Any], persist: Codec | None = None) -> Any:
+        """Cache a figure that depends only on the (immutable) profile, e.g. per-device busy time. With `persist`
+        (how to turn the value into JSON and back) it is also kept in the store for every later process."""
         with self.lock:
             if key in self._memo:
                 return self._memo[key]
-        value = compute()
+        found = False
+        if persist is not None:
+            found, saved = self.store.load_answer(repr(key))
+            if found:
+                try:
+                    value = persist.decode(saved)
+                except (TypeError, ValueError, KeyError, IndexError):  # not what this code writes: recompute
+                    found = False
+        if not found:
+            value = compute()
+            if persist is not None:
+                self.store.save_answer(repr(key), persist.encode(value))
         with self.lock:
             # Bounded: a long-running server sees many distinct filters; the oldest answers go first.
             while len(self._memo) >= MEMO_ENTRIES:
