@@ -142,3 +142,17 @@ def test_a_worker_outlives_the_thread_that_first_needed_it(trace):
     time.sleep(0.5)  # the kernel delivers the death signal once the thread is gone
     assert all(w.proc.poll() is None for w in sandbox._all), "the worker died with the thread that started it"
     assert sql_query(trace, "SELECT count(*) FROM kernels").rows == answers[0]
+
+
+def test_queries_that_make_the_parser_work_hard_are_bounded(trace):
+    """A 60 KB identifier used to come back whole in the error, and DuckDB's own parser takes super-linear time over
+    thousands of comments: the message is cut, and the time limit (enforced in the query process, where the
+    statement is parsed) stops the parse."""
+    with pytest.raises(ProfileError) as info:
+        sql_query(trace, "EXPLAIN (ANALYZE) SELECT " + "a" * 60_000)
+    assert len(str(info.value)) < 1000 and "more characters" in str(info.value)
+    t0 = time.monotonic()
+    with pytest.raises(ProfileError, match="time limit"):
+        sql_query(trace, "SELECT 1 " + "/**/" * 20_000, timeout_s=1)
+    assert time.monotonic() - t0 < 15
+    assert sql_query(trace, "SELECT count(*) FROM kernels").rows == [[H.TOTAL_KERNELS]]

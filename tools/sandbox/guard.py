@@ -43,7 +43,7 @@ def check(con: duckdb.DuckDBPyConnection, sql: str) -> Checked:
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
-        raise Refused(f"SQL does not parse: {_first_line(exc)}") from None
+        raise Refused(f"SQL does not parse: {first_line(exc)}") from None
     if len(statements) != 1:
         raise Refused(f"send exactly one statement (got {len(statements)}); split them into separate calls.")
     stmt = statements[0]
@@ -73,7 +73,7 @@ def _serialise(con: duckdb.DuckDBPyConnection, sql: str) -> dict:
     try:
         tree = json.loads(con.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()[0])
     except duckdb.Error as exc:
-        raise Refused(f"SQL cannot be checked: {_first_line(exc)}. Simplify the query (one SELECT over the model tables).") from None
+        raise Refused(f"SQL cannot be checked: {first_line(exc)}. Simplify the query (one SELECT over the model tables).") from None
     if tree.get("error"):
         # PRAGMA and CALL forms parse as SELECT-like statements but are not plain queries.
         raise Refused("only plain SELECT queries can run here (this statement is a PRAGMA/CALL or another form that is "
@@ -121,6 +121,14 @@ def _explain_parts(sql: str) -> tuple[bool, str]:
     return analyze, sql[words[i][0]:]
 
 
-def _first_line(exc: Exception) -> str:
+MAX_MESSAGE_CHARS = 500
+
+
+def first_line(exc: Exception) -> str:
+    """The first line of a DuckDB error, cut to MAX_MESSAGE_CHARS: errors quote the query's own text (a 60 KB
+    identifier came back whole)."""
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    line = text.splitlines()[0] if text else type(exc).__name__
+    if len(line) > MAX_MESSAGE_CHARS:
+        line = f"{line[:MAX_MESSAGE_CHARS]}… ({len(line) - MAX_MESSAGE_CHARS:,} more characters)"
+    return line

@@ -25,7 +25,7 @@ from ..model.limits import duckdb_config
 from ..model.quote import quote_ident, quote_literal
 from ..model.store import lock_down
 from .cells import jsonable
-from .guard import Refused, check
+from .guard import Refused, check, first_line
 
 CACHED_CATALOGS = 4
 
@@ -113,7 +113,7 @@ def answer(catalogs: Catalogs, request: dict) -> dict:
     except Refused as exc:
         return {"refused": str(exc)}
     except duckdb.Error as exc:
-        return {"error": _first_line(exc), "kind": type(exc).__name__}
+        return {"error": first_line(exc), "kind": type(exc).__name__}
     need = needed(plan, checked.tables)
     if need:
         return {"need": need}
@@ -125,9 +125,9 @@ def answer(catalogs: Catalogs, request: dict) -> dict:
         columns = [d[0] for d in res.description] if res.description else []
         raw = res.fetchmany(limit + 1)
     except duckdb.OutOfMemoryException as exc:
-        return {"error": _first_line(exc), "kind": "OutOfMemoryException"}
+        return {"error": first_line(exc), "kind": "OutOfMemoryException"}
     except duckdb.Error as exc:
-        return {"error": _first_line(exc), "kind": type(exc).__name__}
+        return {"error": first_line(exc), "kind": type(exc).__name__}
     except MemoryError:
         return {"error": "the result does not fit in the query process's memory", "kind": "OutOfMemoryException"}
     finally:
@@ -148,11 +148,6 @@ def _clashes(plan: dict) -> set[str]:
     """Lower-cased names that are both a model table and a native table or view."""
     native = {t.lower() for t in [*plan["in_model"], *plan["lazy"], *plan["views"]]}
     return native & {t.lower() for t in plan["model"]}
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def main() -> None:
