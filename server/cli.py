@@ -244,11 +244,23 @@ COMMANDS["report"] = (_report, "Report written", [
     (("--linked-only",), {"dest": "include_unlinked", "action": "store_false"})])
 
 
+def _export(trace: str, perfetto: str) -> BaseModel:  # CLI only, like report: writes the file the user names
+    from gpuscope.tools.report.perfetto import write_perfetto
+
+    return write_perfetto(open_trace(trace), perfetto)
+
+
+COMMANDS["export"] = (_export, "Export written", [
+    (("--perfetto",), {"required": True, "metavar": "OUT.json",
+                       "help": "Chrome/Perfetto JSON trace: a track per GPU stream and host thread, kernels as ph X events"})])
+
+
 def _summary(command: str, fallback: str) -> str:
     """First sentence of the analysis module's docstring ('top_kernels: kernels per device ...')."""
     fixed = {"list-tables": "the trace model's tables and the profile's own (native) tables, with row counts",
              "describe-table": "the columns of one table, with their meaning and unit",
-             "report": "write every analysis into one .xlsx workbook (--xlsx out.xlsx)"}
+             "report": "write every analysis into one .xlsx workbook (--xlsx out.xlsx)",
+             "export": "write the trace as a Chrome/Perfetto JSON trace (--perfetto out.json) for ui.perfetto.dev"}
     if command in fixed:
         return fixed[command]
     module = {"sql": "sql_query"}.get(command, command.replace("-", "_"))
