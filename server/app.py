@@ -32,6 +32,7 @@ from gpuscope.tools.analyses.diagnose import DiagnoseResult
 from gpuscope.tools.analyses.diagnose import diagnose as _diagnose
 from gpuscope.tools.analyses.gap_histogram import GapHistogramResult
 from gpuscope.tools.analyses.gpu_timeline import GpuTimelineResult
+from gpuscope.tools.analyses.graph_summary import GraphSummaryResult
 from gpuscope.tools.analyses.iterations import IterationsResult
 from gpuscope.tools.analyses.list_traces import ListTracesResult
 from gpuscope.tools.analyses.marker_summary import MarkerSummaryResult
@@ -64,7 +65,8 @@ INSTRUCTIONS = """gpuscope: read-only performance analysis of GPU profiles — N
 holds (devices, spans, counts, which analyses apply, warnings), then diagnose(trace) for ranked bottleneck \
 findings with evidence, Amdahl bounds and the next measurement; confirm each with the tool it cites. Two \
 profiles (before/after, NVIDIA vs AMD): compare_traces. Where GPU time goes: top_kernels, gpu_timeline \
-(compute / exposed communication / exposed copies / idle), phases. Why GPUs idle: gap_histogram, api_summary \
+(compute / exposed communication / exposed copies / idle), phases; inside CUDA/HIP graphs and torch.compile \
+Triton kernels: graph_summary. Why GPUs idle: gap_histogram, api_summary \
 (host blocking, launch queueing vs latency), stream_summary, memcpy_summary. Steps and ranges: iterations, \
 marker_summary. Communication and ranks: comm_summary, rank_summary (several profiles). PyTorch operators: \
 ops_summary, perf_summary, roofline, call_stack, replay_spec. Anything else: sql_query / list_tables / \
@@ -181,6 +183,27 @@ async def top_kernels(
     return await _answer(ctx, "Top kernels", lambda: A.top_kernels(
         _open(trace, ctx), device=device, stream=stream, name_contains=name_contains, start_ns=start_ns,
         end_ns=end_ns, group_by=group_by, sort_by=sort_by, limit=limit))
+
+
+@profile_tool("CUDA/HIP graph replays and Triton kernels")
+async def graph_summary(
+    trace: TracePath,
+    device: Device = None,
+    start_ns: StartNs = None,
+    end_ns: EndNs = None,
+    limit: Annotated[int, Field(ge=1, le=100, description="Graphs per device (and Triton kernels listed)")] = 10,
+    kernel_limit: Annotated[int, Field(ge=1, le=50, description="Kernels listed inside each graph")] = 8,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, GraphSummaryResult]:
+    """What each CUDA/HIP graph does inside, per device: launches (replays), kernels per replay (min/median/max),
+    replay wall time (first kernel start to last kernel end) vs summed kernel time and busy time, idle gaps inside
+    replays, variance of replay wall time across replays, and the top kernels inside the graph (ns). A replay is the
+    set of kernels sharing the graph-launch call's correlation id; a graph is a graph id (else the replays' kernel-name
+    multiset), as `definitions` states. Also lists torch.compile Triton kernels (triton_poi/red/per/tem...) with their
+    kind, the fused ops their name spells and time inside graphs. Replays are selected when their first kernel starts
+    inside the window. Profiles without graph replays are refused with the reason (e.g. Nsight traced graphs whole)."""
+    return await _answer(ctx, "CUDA graphs", lambda: A.graph_summary(
+        _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, limit=limit, kernel_limit=kernel_limit))
 
 
 @profile_tool("GPU idle gaps")

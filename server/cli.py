@@ -43,6 +43,9 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
         (("--group-by",), {"choices": ["short_name", "name"], "default": "short_name"}),
         (("--sort-by",), {"choices": ["total", "count", "avg", "max"], "default": "total"}),
         (("--limit",), {"type": int, "default": 15})]),
+    "graph-summary": (_with_trace(A.graph_summary), "CUDA graphs", [
+        (("--device",), {"type": int}), *_WINDOW, (("--limit",), {"type": int, "default": 10}),
+        (("--kernel-limit",), {"type": int, "default": 8})]),
     "gap-histogram": (_with_trace(A.gap_histogram), "GPU idle gaps", [
         (("--device",), {"type": int}), *_WINDOW,
         (("--no-memops",), {"dest": "include_memops", "action": "store_false"}),

@@ -15,7 +15,7 @@ CALLS = {
     "top_kernels": A.top_kernels, "gap_histogram": A.gap_histogram, "gpu_timeline": A.gpu_timeline,
     "stream_summary": A.stream_summary, "phases": A.phases, "diagnose": A.diagnose, "memcpy_summary": A.memcpy_summary,
     "api_summary": A.api_summary, "marker_summary": A.marker_summary, "iterations": A.iterations,
-    "ops_summary": A.ops_summary, "perf_summary": A.perf_summary, "replay_spec": None, "roofline": None,
+    "ops_summary": A.ops_summary, "graph_summary": A.graph_summary, "perf_summary": A.perf_summary, "replay_spec": None, "roofline": None,
 }
 # Catalog scenarios that between them turn each data-dependent capability on and off: markers that repeat or
 # not, no copies, no kernels, two GPUs, operators with shapes (Kineto only), communication kernels. (A profile
@@ -57,6 +57,9 @@ def test_capabilities_predict_the_tools(open_profile, name, fmt):
     s = expressed(SCENARIOS[name](), fmt)
     assert caps["top_kernels"].available == bool(s.kernels)
     assert caps["memcpy_summary"].available == bool(s.memops)
+    graph_calls = {(a.pid, a.correlation_id) for a in s.api_calls if "graphlaunch" in a.name.lower()}
+    assert caps["graph_summary"].available == any(k.graph_id is not None or (k.pid, k.correlation_id) in graph_calls
+                                                  for k in s.kernels)
     assert caps["comm_summary"].available == any("nccl" in k.name.lower() or "rccl" in k.name.lower() for k in s.kernels)
     if fmt != "kineto":  # Nsight / rocpd profiles hold no PyTorch operators
         assert not caps["replay_spec"].available and not caps["perf_summary"].available

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.anyio
 TOOLS = {"list_traces", "trace_info", "top_kernels", "gap_histogram", "sql_query", "list_tables", "describe_table",
          "phases", "api_summary", "marker_summary", "iterations",
          "memcpy_summary", "stream_summary", "gpu_timeline", "comm_summary", "rank_summary", "straggler_summary",
-         "ops_summary", "perf_summary", "call_stack", "replay_spec", "roofline", "get_guide",
+         "ops_summary", "perf_summary", "graph_summary", "call_stack", "replay_spec", "roofline", "get_guide",
          "diagnose", "compare_traces"}
 TOOLS |= {"remote_context"}
 MAX_RESULT_CHARS = 20_000

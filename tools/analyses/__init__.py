@@ -3,6 +3,7 @@
     list_traces     profiles under a folder                      list_traces.py
     trace_info      what a profile is and holds (entry point)    trace_info.py
     top_kernels     kernels ranked by time, per device           top_kernels.py
+    graph_summary   CUDA/HIP graph replays inside, Triton kernels graph_summary.py
     gap_histogram   idle gaps per device/stream + host context   gap_histogram.py
     phases          init / steady / teardown segmentation        phases.py
     memcpy_summary  copies/sets by direction, bandwidth, overlap  memcpy_summary.py
@@ -33,6 +34,7 @@ from .compare_traces import compare_traces
 from .diagnose import diagnose
 from .gap_histogram import gap_histogram
 from .gpu_timeline import gpu_timeline
+from .graph_summary import graph_summary
 from .iterations import iterations
 from .list_traces import list_traces
 from .marker_summary import marker_summary
@@ -49,4 +51,4 @@ from .stream_summary import stream_summary
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["api_summary", "call_stack", "comm_summary", "compare_traces", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "sql_query", "straggler_summary", "stream_summary", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "call_stack", "comm_summary", "compare_traces", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "graph_summary", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "sql_query", "straggler_summary", "stream_summary", "top_kernels", "trace_info"]

@@ -16,7 +16,9 @@ total_subtree_kernel_time_ms, Count (count), Categories (categories), Percentage
 Cumulative Percentage (%) (cumulative_pct). Added: pct_of_gpu_busy (denominator: Σ over selected devices of
 the union of all their GPU ops, unlinked included) and pct_of_gpu_span (Σ over selected devices of last end
 − first start of their GPU ops), an '<unattributed>' row, communication launchers as rows, host duration
-and launch delays.
+and launch delays. Graph replays (graph_summary.py's definition) are named: per row graph_gpu_ops and
+graph_kernel_time_ns (Σ durations of the row's kernels that ran inside CUDA/HIP graph replays), per kernel row
+in_graph_count, and totals; all null when the profile holds no graph replay. They add fields, never change others.
 
 Deliberate differences from TraceLens (each pinned in tests/analyses/test_ops_summary.py):
   * communication launchers (NCCL/RCCL kernels) are rows, category 'communication' when the op name has
@@ -46,6 +48,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
+from .graph_summary import graph_kernel_count, graph_rowids
 from .op_tree import launchers, union_ns
 from .requirements import require
 
@@ -189,6 +192,9 @@ class OpRow(BaseModel):
     queue_free_delay_median_ns: float | None = Field(
         description="median of GPU start − max(call end, previous op end on the stream), ns (launch latency without queueing), "
                     "over the same GPU ops")
+    graph_gpu_ops: int | None = Field(None, description="GPU ops of the row that ran inside CUDA/HIP graph replays "
+                                      "(graph_summary); null when the profile holds no graph replay")
+    graph_kernel_time_ns: int | None = Field(None, description="Σ durations of those kernels (summed, not a union), ns")
     delay_excluded_gpu_ops: int = Field(
         description="linked GPU ops left out of both delay medians: they started before their launching call returned (the "
                     "call was host-synchronous: a pageable or synchronous copy, a launch that blocked) or before the previous "
@@ -237,6 +243,8 @@ class KernelRow(BaseModel):
     max_ns: int
     pct_of_kernel_time: float | None = Field(description="total / Σ duration of all kernels in the selection, % (TraceLens 'Percent of kernels time (%)')")
     pct_of_gpu_span: float | None = Field(description="total / GPU span, % (TraceLens divides by the linked-only span)")
+    in_graph_count: int | None = Field(None, description="executions inside CUDA/HIP graph replays; null when the profile "
+                                       "holds no graph replay")
 
 
 class Totals(BaseModel):
@@ -253,6 +261,9 @@ class Totals(BaseModel):
     other_category_direct_ns: int = Field(
         description="GPU time of the launchers no category rule matched (category 'other'): Σ per launcher instance of "
                     "|union of its GPU ops in that category|, ns")
+    graph_kernels: int | None = Field(None, description="kernels in the selection that ran inside CUDA/HIP graph replays "
+                                      "(graph_summary); null when the profile holds no graph replay")
+    graph_kernel_time_ns: int | None = Field(None, description="Σ durations of those kernels (part of summed_kernel_time_ns), ns")
     other_category_pct_of_categorised_gpu_time: float | None = Field(
         description="other_category_direct_ns / the same sum over every category of the attributed launchers "
                     "(the by-category rows' total without '<unattributed>'), %: how much GPU time the category map misses")
@@ -340,6 +351,10 @@ def _build_frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     else:
         g["category"] = [kernel_category(n, c, o) for n, c, o in zip(g["name"], g["is_comm"], g["op"])]
     _delays(g)
+    g["in_graph"] = False
+    if graph_kernel_count(trace):
+        g["in_graph"] = (g["op"] == "kernel").to_numpy() & np.isin(g["gop_id"].to_numpy(), np.asarray(graph_rowids(trace), dtype=np.int64) * 2)
+    g["graph_dur_ns"] = np.where(g["in_graph"], g["dur_ns"], 0)
     sub = L.subtree if has_ops else pd.DataFrame({"op_id": pd.Series(dtype="int64"), "gop_id": pd.Series(dtype="int64")})
     return g, sub, attribution
 
@@ -392,7 +407,7 @@ def ops_summary(
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 500))
     g, sub, attribution = selected_frame(trace, device, start_ns, end_ns)
-    totals = _totals(g)
+    totals = _totals(g, graph_kernel_count(trace) > 0)
     if name_contains:
         g = g[g["launcher_name"].str.contains(name_contains, case=False, regex=False)]
         if g.empty:
@@ -419,7 +434,7 @@ def ops_summary(
               if truncated else None))
 
 
-def _totals(g: pd.DataFrame) -> Totals:
+def _totals(g: pd.DataFrame, graphs: bool) -> Totals:
     busy = union_ns(g["device_id"].to_numpy(), g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
     span = g.groupby("device_id").agg(lo=("start_ns", "min"), hi=("end_ns", "max"))
     key = g["inst"].astype(str) + "|" + g["category"]
@@ -435,6 +450,8 @@ def _totals(g: pd.DataFrame) -> Totals:
                   gpu_span_ns=int((span["hi"] - span["lo"]).sum()),
                   summed_kernel_time_ns=int(g.loc[g["op"] == "kernel", "dur_ns"].sum()),
                   delay_excluded_gpu_ops=int(g["delay_excluded"].sum()), other_category_direct_ns=other,
+                  graph_kernels=int(g["in_graph"].sum()) if graphs else None,
+                  graph_kernel_time_ns=int(g["graph_dur_ns"].sum()) if graphs else None,
                   other_category_pct_of_categorised_gpu_time=pct(other, int(categorised.sum()), 4))
 
 
@@ -484,7 +501,7 @@ def _finish(df: pd.DataFrame, limit: int, value: str = "direct_ns") -> tuple[pd.
 def _name_rows(g, inst, totals, limit):
     delays = g.groupby(["launcher_name", "launcher_kind"]).agg(
         n_ops=("gop_id", "size"), ld=("launch_delay_ns", "median"), qf=("queue_free_delay_ns", "median"),
-        excluded=("delay_excluded", "sum"),
+        excluded=("delay_excluded", "sum"), gops=("in_graph", "sum"), gns=("graph_dur_ns", "sum"),
         cats=("category", lambda s: sorted(set(s))))
     df = inst.groupby(["name", "kind"]).agg(
         count=("direct_ns", "size"), direct_ns=("direct_ns", "sum"), subtree_ns=("subtree_ns", "sum"),
@@ -496,6 +513,7 @@ def _name_rows(g, inst, totals, limit):
     p, c = _pcts(df["direct_ns"], df["attributed"])
     df["p"], df["c"] = p, c
     shown, rem_n, rem_t = _finish(df, limit)
+    graphs = totals.graph_kernels is not None
     rows = [OpRow(
         name=clip_name(r.name), launcher_kind=r.kind, count=int(r.count), gpu_op_count=int(r.n_ops),
         total_direct_kernel_time_ns=int(r.direct_ns), total_direct_kernel_time_ms=round(r.direct_ns / 1e6, 6),
@@ -505,6 +523,7 @@ def _name_rows(g, inst, totals, limit):
         cpu_time_ns=int(r.cpu_ns) if r.cpu_n else None, cpu_time_mean_ns=round(r.cpu_ns / r.cpu_n, 1) if r.cpu_n else None,
         launch_delay_median_ns=None if pd.isna(r.ld) else float(r.ld),
         queue_free_delay_median_ns=None if pd.isna(r.qf) else float(r.qf), delay_excluded_gpu_ops=int(r.excluded),
+        graph_gpu_ops=int(r.gops) if graphs else None, graph_kernel_time_ns=int(r.gns) if graphs else None,
     ) for r in shown.itertuples()]
     return rows, rem_n, rem_t
 
@@ -575,10 +594,12 @@ def _kernel_rows(g, totals, include_unlinked, limit):
         k = k[k["launcher_kind"] != "unattributed"]
     df = k.groupby(["category", "launcher_name", "name", "stream_id", "device_id"], dropna=False).agg(
         count=("dur_ns", "size"), total=("dur_ns", "sum"), mean=("dur_ns", "mean"), mn=("dur_ns", "min"),
-        mx=("dur_ns", "max")).reset_index().sort_values(["total", "launcher_name"], ascending=[False, True], kind="stable")
+        mx=("dur_ns", "max"), gn=("in_graph", "sum")).reset_index().sort_values(["total", "launcher_name"], ascending=[False, True], kind="stable")
     shown, rem_n, rem_t = _finish(df, limit, "total")
     return [KernelRow(parent_category=r.category, parent_op=clip_name(r.launcher_name), kernel_name=clip_name(r.name),
                       stream_id=None if pd.isna(r.stream_id) else int(r.stream_id), device_id=int(r.device_id),
                       count=int(r.count), total_ns=int(r.total), mean_ns=round(float(r.mean), 1), min_ns=int(r.mn),
                       max_ns=int(r.mx), pct_of_kernel_time=pct(r.total, denom, 4),
-                      pct_of_gpu_span=pct(r.total, totals.gpu_span_ns, 4)) for r in shown.itertuples()], rem_n, rem_t
+                      pct_of_gpu_span=pct(r.total, totals.gpu_span_ns, 4),
+                      in_graph_count=int(r.gn) if totals.graph_kernels is not None else None)
+            for r in shown.itertuples()], rem_n, rem_t

@@ -77,6 +77,7 @@ GPU = ("kernels", "memops")
 # tool -> groups of kinds; every group must hold data of at least one of its kinds.
 NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "top_kernels": (("kernels",),),
+    "graph_summary": (("kernels",),),
     "gap_histogram": (GPU,),
     "gap_histogram.host_calls": (("api_calls",),),
     "gpu_timeline": (GPU,),

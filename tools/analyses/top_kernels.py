@@ -3,6 +3,8 @@
 Statistics follow nsys `cuda_gpu_kern_sum` (count, total, avg, median, min, max, sample std-dev)
 with two shares named by their denominators: summed kernel time of the device (work, as nsys
 reports it) and the device's kernel busy time (the union of kernel intervals, wall time).
+Graph replays (graph_summary.py's definition: a graph id, or launched by a cudaGraphLaunch/hipGraphLaunch call)
+are counted per group and device (in_graph_count, graph_ns); null when the profile holds no graph replay.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import ROWS, Trace
+from .graph_summary import GRAPH_KERNELS_CTE, graph_kernel_count
 from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection
 from .intervals import busy_ns
 from .requirements import require
@@ -38,6 +41,9 @@ class KernelGroup(BaseModel):
     registers_per_thread: int | None = None
     shared_mem_bytes: int | None = Field(None, description="static + dynamic shared memory per block, bytes (most frequent)")
     launch_configs: int = Field(description="distinct (grid, block) configurations seen")
+    in_graph_count: int | None = Field(None, description="executions that ran inside CUDA/HIP graph replays (graph_summary); "
+                                       "null when the profile holds no graph replay")
+    graph_ns: int | None = Field(None, description="summed duration of those executions, ns (part of total_ns)")
 
 
 class DeviceKernelTotals(BaseModel):
@@ -51,6 +57,9 @@ class DeviceKernelTotals(BaseModel):
     remainder_groups: int = Field(description="groups beyond the limit")
     remainder_count: int = Field(description="executions in the groups beyond the limit")
     remainder_total_ns: int = Field(description="summed duration of the groups beyond the limit, ns")
+    graph_kernels: int | None = Field(None, description="kernels of the selection that ran in graph replays; null when the "
+                                      "profile holds no graph replay (graph_summary says why)")
+    graph_kernel_time_ns: int | None = Field(None, description="their summed duration (part of summed_kernel_time_ns), ns")
 
 
 class TopKernelsResult(BaseModel):
@@ -94,12 +103,22 @@ def top_kernels(
     # `sel` is read twice: without a name filter, scanning the table twice is cheaper than
     # materializing the selection (~40%); an ILIKE filter is worth evaluating only once.
     materialized = "MATERIALIZED" if name_contains else "NOT MATERIALIZED"
+    # Graph replays are marked only where the profile has any: other profiles pay nothing for the join.
+    graphs = graph_kernel_count(trace) > 0
+    if graphs:
+        sel_sql = (f"{GRAPH_KERNELS_CTE}, sel AS {materialized} (SELECT k.*, gk.kid IS NOT NULL AS in_graph FROM kernels k "
+                   f"LEFT JOIN graph_kids gk ON gk.kid = k.rowid WHERE {where})")
+        graph_cols = ("count(*) FILTER (WHERE in_graph) AS in_graph_count, "
+                      "coalesce(sum(dur_ns) FILTER (WHERE in_graph), 0)::BIGINT AS graph_ns")
+    else:
+        sel_sql = f"sel AS {materialized} (SELECT * FROM kernels k WHERE {where})"
+        graph_cols = "NULL AS in_graph_count, NULL AS graph_ns"
     query = f"""
-        WITH sel AS {materialized} (SELECT * FROM kernels k WHERE {where}),
+        WITH {sel_sql},
         g AS (
             SELECT device_id, {col} AS gname, any_value(short_name) AS short_name, count(*) AS count,
                    sum(dur_ns)::BIGINT AS total_ns, avg(dur_ns) AS avg_ns, median(dur_ns) AS median_ns,
-                   min(dur_ns) AS min_ns, max(dur_ns) AS max_ns, stddev_samp(dur_ns) AS std_ns
+                   min(dur_ns) AS min_ns, max(dur_ns) AS max_ns, stddev_samp(dur_ns) AS std_ns, {graph_cols}
             FROM sel GROUP BY device_id, {col}
         ),
         cfg AS (
@@ -146,6 +165,8 @@ def top_kernels(
             kernel_names=len(dev_rows), summed_kernel_time_ns=dev_total, kernel_busy_ns=b,
             remainder_groups=len(rest), remainder_count=sum(r["count"] for r in rest),
             remainder_total_ns=sum(int(r["total_ns"]) for r in rest),
+            graph_kernels=sum(r["in_graph_count"] for r in dev_rows) if graphs else None,
+            graph_kernel_time_ns=sum(int(r["graph_ns"]) for r in dev_rows) if graphs else None,
         ))
         for r in shown:
             groups.append(KernelGroup(
@@ -159,6 +180,8 @@ def top_kernels(
                 std_ns=None if r["std_ns"] is None else round(float(r["std_ns"]), 1),
                 grid=_triple(r["grid"]), block=_triple(r["block"]), registers_per_thread=r["regs"],
                 shared_mem_bytes=None if r["smem"] is None else int(r["smem"]), launch_configs=int(r["configs"]),
+                in_graph_count=None if r["in_graph_count"] is None else int(r["in_graph_count"]),
+                graph_ns=None if r["graph_ns"] is None else int(r["graph_ns"]),
             ))
     return TopKernelsResult(
         data_issues=data_issue_notes(trace, ("kernels",)),

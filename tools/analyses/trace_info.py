@@ -13,6 +13,7 @@ from .comm_patterns import comm_patterns
 from .common import Window, capture_window, data_issues, gpu_activity_sql, pct
 from .intervals import unions
 from .iterations import iterations
+from .graph_summary import absent_reason as graph_absent
 from .requirements import left_out, reason
 
 
@@ -174,6 +175,7 @@ def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
                  "comm_patterns for custom ones)"),
              cap("straggler_summary", None if comm else "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass "
                  "comm_patterns for custom ones)"),
+             cap("graph_summary", graph_absent(trace)),
              cap("ops_summary"), cap("call_stack"), cap("call_stack.op"), cap("perf_summary"),
              cap("roofline"), cap("replay_spec"), cap("sql_query")]
     return caps

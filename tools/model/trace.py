@@ -40,8 +40,9 @@ class Codec:
     decode: Callable[[Any], Any]
 
 
-# Rows as sql_dicts returns them (lists of dicts of JSON scalars and lists) are JSON already.
+# Rows as sql_dicts returns them (lists of dicts of JSON scalars and lists) are JSON already, as are plain values.
 ROWS = Codec(encode=lambda rows: rows, decode=lambda rows: list(rows))
+VALUE = Codec(encode=lambda v: v, decode=lambda v: v)
 
 
 @dataclass
