@@ -93,6 +93,11 @@ def test_baseline_round_trips_through_json(opened, tmp_path):
     path = tmp_path / "b.json"
     path.write_text(json.dumps(b.model_dump(mode="json")))
     assert G.load_baseline(path) == b
+    data = b.model_dump(mode="json")
+    data["kernel_groups"][0]["per_step_ns"].pop()  # a hand-edited file: one step short
+    path.write_text(json.dumps(data))
+    with pytest.raises(ProfileError, match="damaged \\(kernel per_step_ns do not match its 13 steps\\)"):
+        G.load_baseline(path)
 
 
 def test_baseline_without_steps_keeps_totals(opened):
@@ -141,7 +146,7 @@ def test_every_step_ten_percent_slower_fails(opened, fmt):
     assert c == [w * 11 // 10 for w in b]
     assert (st.baseline_ns, st.candidate_ns) == (statistics.median(b), statistics.median(c)) == (1_000_000, 1_100_000)
     assert st.change_pct == 10.0 and st.verdict == "regression" and "step_time" in st.spec
-    assert st.p_value == round(mannwhitneyu(c, b, alternative="greater").pvalue, 6) and st.p_value < 0.001
+    assert st.p_value == float(f"{mannwhitneyu(c, b, alternative='greater').pvalue:.4g}") and st.p_value < 0.001
     assert gemm.verdict == "pass" and gemm.change_pct == 0.0
     md = r.markdown
     assert "FAIL: regression (1 of 2 metrics)" in md and "Mann-Whitney" in md
@@ -157,7 +162,7 @@ def test_one_outlier_step_passes(opened, fmt):
     c = _steady(out, "walls")
     assert c == [w * 3 if i == R.OUTLIER_STEP else w for i, w in zip(base["steady"], _steady(base, "walls"))]
     assert (st.baseline_ns, st.candidate_ns) == (1_000_000, statistics.median(c)) == (1_000_000, 1_005_000)
-    assert st.change_pct == 0.5 and st.p_value == round(mannwhitneyu(c, _steady(base, "walls"), alternative="greater").pvalue, 6)
+    assert st.change_pct == 0.5 and st.p_value == float(f"{mannwhitneyu(c, _steady(base, 'walls'), alternative='greater').pvalue:.4g}")
     assert (st.verdict, r.exit_code) == ("pass", 0)
     # the mean would have moved 16.7 %: a mean-based gate fails this build
     assert statistics.fmean(c) / statistics.fmean(_steady(base, "walls")) > 1.15
@@ -272,3 +277,13 @@ def test_fail_on_grammar_errors(spec, words):
     with pytest.raises(ProfileError, match="--fail-on") as exc:
         G.parse_fail_on(spec)
     assert words in str(exc.value)
+
+
+def test_the_baselines_marker_is_reused_by_check(opened):
+    base = G.save_baseline(opened("gate_base", "nsys"), marker="ProfilerStep#*")
+    assert (base.iterations.how, base.iterations.marker, len(base.iterations.steps)) == ("caller", "ProfilerStep#*", 13)
+    r = G.check_regression(opened("gate_slower", "nsys"), base, ["step_time:+5%"])
+    assert r.exit_code == 1 and (r.metrics[0].baseline_ns, r.metrics[0].candidate_ns) == (1_000_000, 1_100_000)
+    # the candidate's own marker overrides it: a name that is not there leaves nothing to compare
+    r = G.check_regression(opened("gate_slower", "nsys"), base, ["step_time:+5%"], marker="train_step_<N>")
+    assert r.exit_code == 2 and any("no annotation range matches marker='train_step_<N>'" in n for n in r.notes)

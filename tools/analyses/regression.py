@@ -228,12 +228,18 @@ def load_baseline(path: str | Path) -> Baseline:
         raise ProfileError(f"the baseline {clip_name(str(p), 200)} has schema_version {clip_name(repr(raw.get('schema_version')), 40)}; "
                            f"this gpuscope ({__version__}) reads schema_version {SCHEMA_VERSION} only. {redo}")
     try:
-        return Baseline.model_validate(raw)
+        base = Baseline.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first.get("loc", ()))
         raise ProfileError(f"the baseline {clip_name(str(p), 200)} is damaged ({exc.error_count()} problems; first: "
                            f"{clip_name(where, 80)}: {clip_name(first.get('msg', ''), 120)}). {redo}") from None
+    n = len(base.iterations.steps) if base.iterations else None
+    if (n == 0 or any((g.per_step_ns is None) != (n is None) or (n is not None and len(g.per_step_ns) != n)
+                      for g in base.kernel_groups)):
+        raise ProfileError(f"the baseline {clip_name(str(p), 200)} is damaged (kernel per_step_ns do not match its "
+                           f"{n} steps). {redo}")
+    return base
 
 
 # ------------------------------------------------------------------------------------------ check
@@ -310,6 +316,8 @@ def _median(values: list[int]) -> float:
 
 
 def _decide(th: Threshold, base: list[int], cand: list[int], per_step: bool) -> MetricCheck:
+    if not base or not cand:
+        return _cannot(th, f"no steady step on the {'baseline' if not base else 'candidate'} side to compare")
     bm, cm = _median(base), _median(cand)
     change = None if bm == 0 else round(100.0 * (cm - bm) / bm, 2)
     p = test = None
@@ -331,7 +339,7 @@ def _decide(th: Threshold, base: list[int], cand: list[int], per_step: bool) -> 
         from scipy.stats import mannwhitneyu
 
         p = float(mannwhitneyu(cand, base, alternative="greater").pvalue)
-        p = 1.0 if math.isnan(p) else round(p, 6)  # every value equal on both sides: no evidence of a shift
+        p = 1.0 if math.isnan(p) else float(f"{p:.4g}")  # nan: every value equal on both sides, no evidence of a shift
         test = f"median rise > {th.max_rise_pct:g} % and one-sided Mann-Whitney p < {ALPHA} ({len(base)} vs {len(cand)} steps)"
         regressed = rose and p < ALPHA
     else:
