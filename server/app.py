@@ -42,6 +42,8 @@ from gpuscope.tools.analyses.perf_summary import PerfSummaryResult
 from gpuscope.tools.analyses.phases import PhasesResult
 from gpuscope.tools.analyses.rank_summary import RankSummaryResult
 from gpuscope.tools.analyses.straggler_summary import StragglerSummaryResult
+from gpuscope.tools.analyses.regression import CheckResult, load_baseline
+from gpuscope.tools.analyses.regression import check_regression as _check_regression
 from gpuscope.tools.analyses.replay_spec import ReplaySpecResult
 from gpuscope.tools.analyses.roofline import RooflineResult, roofline_plot
 from gpuscope.tools.analyses.stream_summary import StreamSummaryResult
@@ -104,11 +106,13 @@ def profile_tool(title: str):
     return register
 
 
-async def _answer(ctx: Context | None, title: str, work: Callable[[], BaseModel]) -> CallToolResult:
+async def _answer(ctx: Context | None, title: str, work: Callable[[], BaseModel],
+                  text_of: Callable[[Any], str] | None = None) -> CallToolResult:
+    """`text_of`: the text content for results that carry their own layout (markdown); default the generic render."""
     def produce() -> tuple[str, dict]:
         with leases():  # profiles opened by this call stay open until it is done
             result = work()  # rendering too stays off the event loop, and inside the error handling below
-            return render(result, title), result.model_dump(mode="json")
+            return (text_of(result) if text_of else render(result, title)), result.model_dump(mode="json")
 
     try:
         text, structured = await anyio.to_thread.run_sync(produce)
@@ -598,6 +602,30 @@ async def compare_traces(
         _open(baseline, ctx), _open(candidate, ctx), device=device, limit=limit, match=match))
 
 
+
+@profile_tool("CI regression check against a baseline")
+async def check_regression(
+    trace: TracePath,
+    baseline: Annotated[str, Field(description="Baseline JSON file written by `gpuscope baseline save PROFILE -o FILE`")],
+    fail_on: Annotated[list[str], Field(min_length=1, description="Thresholds 'METRIC[:PATTERN]:+N%': METRIC step_time, gpu_busy, "
+                                        "gpu_idle or kernel (kernel:PATTERN, a glob over kernel short names), e.g. "
+                                        "['step_time:+5%', 'kernel:gemm*:+10%']")] = ["step_time:+5%"],
+    marker: Annotated[str | None, Field(description="Step range of this profile (default: the baseline's marker, else "
+                                                    "ProfilerStep#N / the iterations tool's choice)")] = None,
+    pid: Annotated[int | None, Field(description="Process whose steps to compare (profiles with several processes)")] = None,
+    allow_version_mismatch: Annotated[bool, Field(description="Compare with a baseline of another gpuscope version")] = False,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, CheckResult]:
+    """Did this profile get slower than a saved baseline? Per metric: baseline and candidate median per steady step
+    (ns), change %, threshold, one-sided Mann-Whitney U p-value, verdict (pass / regression / cannot_compare) and why;
+    a metric regresses only when the median rose past the threshold AND p < 0.05 (fewer than 5 steps: median rule;
+    no steps on either side: profile totals), as decision_rule states. exit_code: 0 pass, 1 regression, 2 cannot
+    compare. The text is a markdown summary for a PR comment."""
+    def work() -> CheckResult:
+        return _check_regression(_open(trace, ctx), load_baseline(baseline), fail_on, marker=marker, pid=pid,
+                                 baseline_file=baseline, allow_version_mismatch=allow_version_mismatch)
+
+    return await _answer(ctx, "Regression check", work, lambda r: visible(r.markdown, keep_newlines=True))
 
 
 @server.tool(annotations=READ_ONLY)

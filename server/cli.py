@@ -223,6 +223,71 @@ def _cache_run(args: argparse.Namespace) -> None:
         print(visible(f"{len(kept)} stores kept: in use by a running gpuscope"))
 
 
+def _baseline_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["save"], help="save: measure PROFILE and write the baseline file")
+    p.add_argument("trace", metavar="PROFILE", help="profile file (the reference run)")
+    p.add_argument("-o", "--output", required=True, metavar="BASELINE.json", help="baseline file to write")
+    p.add_argument("--marker", help="step range name, name with numbers as <N> or glob (default: ProfilerStep#N, else "
+                                    "the iterations tool's automatic choice); check reuses it")
+    p.add_argument("--pid", type=int, help="process whose steps to record (profiles with several processes)")
+    p.add_argument("--json", action="store_true", help="print the saved baseline as JSON")
+
+
+def _baseline_run(args: argparse.Namespace) -> None:
+    from gpuscope.tools.analyses.regression import save_baseline
+
+    with leases():
+        base = save_baseline(open_trace(args.trace), marker=args.marker, pid=args.pid)
+    data = visible_json(base.model_dump(mode="json"))
+    Path(args.output).write_text(data + "\n", encoding="utf-8")
+    if args.json:
+        print(data)
+        return
+    it = base.iterations
+    steps = (f"{len(it.steps)} steps of '{it.pattern}' ({sum(s.warmup for s in it.steps)} warm-up)" if it
+             else f"no steps ({(base.iterations_absent or '').split('. ')[0]}): step_time cannot be checked against it")
+    devices = sorted({g.device_id for g in base.kernel_groups})
+    print(visible(f"baseline written to {args.output}: {steps}; {len(base.kernel_groups)} kernel groups on "
+                  f"{len(devices)} device(s); profile {base.profile.path} ({base.profile.format}), schema_version "
+                  f"{base.schema_version}, gpuscope {base.gpuscope_version}"))
+
+
+def _check_args(p: argparse.ArgumentParser) -> None:
+    from gpuscope.tools.analyses.regression import FAIL_ON_GRAMMAR
+
+    p.add_argument("trace", metavar="PROFILE", help="profile of the candidate run")
+    p.add_argument("--baseline", required=True, metavar="BASELINE.json", help="written by `gpuscope baseline save`")
+    p.add_argument("--fail-on", dest="fail_on", action="append", metavar="SPEC",
+                   help=f"repeatable; {FAIL_ON_GRAMMAR} (default: step_time:+5%%)".replace("%", "%%").replace("%%%%", "%%"))
+    p.add_argument("--marker", help="step range of the candidate (default: the baseline's marker, else the iterations rules)")
+    p.add_argument("--pid", type=int, help="process whose steps to compare (profiles with several processes)")
+    p.add_argument("--allow-version-mismatch", action="store_true",
+                   help="compare with a baseline measured by another gpuscope version")
+    p.add_argument("--format", choices=["markdown", "json"], default="markdown",
+                   help="markdown: the PR-comment summary (default); json: the structured result")
+    p.add_argument("--json", action="store_true", help="same as --format json")
+
+
+def _check_run(args: argparse.Namespace) -> None:
+    from gpuscope.tools.analyses.regression import check_regression, load_baseline
+
+    baseline = load_baseline(args.baseline)
+    with leases():
+        result = check_regression(open_trace(args.trace), baseline, args.fail_on or ["step_time:+5%"], marker=args.marker,
+                                  pid=args.pid, baseline_file=args.baseline,
+                                  allow_version_mismatch=args.allow_version_mismatch)
+    if args.json or args.format == "json":
+        print(visible_json(result.model_dump(mode="json")))
+    else:
+        print(visible(result.markdown, keep_newlines=True), end="")
+    sys.stdout.flush()
+    raise SystemExit(result.exit_code)
+
+
+EXTRA_COMMANDS["baseline"] = ("CI gate: record a profile's step times, kernel groups and busy/idle as a baseline file",
+                              _baseline_args, _baseline_run)
+EXTRA_COMMANDS["check"] = ("CI gate: compare a profile with a baseline; exit 0 pass, 1 regression, 2 cannot compare",
+                           _check_args, _check_run)
 EXTRA_COMMANDS["cache"] = ("list or clear the trace-store cache (GPUSCOPE_CACHE_DIR)", _cache_args, _cache_run)
 EXTRA_COMMANDS["install"] = ("register the MCP server with Claude Code or Cursor and copy the skills",
                              install.add_arguments, install.run_cli)

@@ -19,6 +19,7 @@
     call_stack      parent chain and subtree of a kernel or op    call_stack.py
     diagnose        ranked findings with bottleneck class         diagnose.py (diagnose_host.py without GPU data)
     compare_traces  two profiles side by side                     compare_traces.py
+    check_regression  CI gate: a profile against a saved baseline  regression.py (save_baseline, load_baseline)
     replay_spec     reproducer description of an op signature    replay_spec.py
     marker_summary  NVTX/rocTX/annotation ranges + GPU projection marker_summary.py (projection.py)
     iterations      repeated steps, warm-up vs steady state      iterations.py
@@ -42,6 +43,7 @@ from .memcpy_summary import memcpy_summary
 from .ops_summary import ops_summary
 from .perf_summary import perf_summary
 from .phases import phases
+from .regression import check_regression, save_baseline
 from .rank_summary import rank_summary
 from .replay_spec import replay_spec
 from .roofline import roofline
@@ -51,4 +53,4 @@ from .stream_summary import stream_summary
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["api_summary", "call_stack", "comm_summary", "compare_traces", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "graph_summary", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "sql_query", "straggler_summary", "stream_summary", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "call_stack", "check_regression", "comm_summary", "compare_traces", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "graph_summary", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "save_baseline", "sql_query", "straggler_summary", "stream_summary", "top_kernels", "trace_info"]

@@ -86,6 +86,7 @@ NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "diagnose": (("kernels", "memops", "api_calls"),),
     "compare_traces": (GPU,),
     "rank_summary": (),
+    "check_regression": (),  # per metric: steps need markers, kernel metrics kernels; it says which is missing
     "memcpy_summary": (("memops",),),
     "api_summary": (("api_calls",),),
     "marker_summary": (("markers",),),
@@ -112,6 +113,8 @@ PARTS: dict[str, dict[str, tuple[str, ...]]] = {
     "perf_summary": {"FLOP and byte models (without shapes every op stays time-only, unmodelled)": ("op_shapes",)},
     "roofline": {"ratings of operators (without shapes none is rated; pass kernel_flops instead)": ("op_shapes",)},
     "replay_spec": {"input shapes of the signature": ("op_shapes",)},
+    "check_regression": {"step_time and per-step metrics": ("markers",), "kernel metrics": ("kernels",),
+                         "gpu_busy / gpu_idle": GPU},
     "rank_summary": {"GPU figures (span, busy, compute, communication)": GPU,
                      "steps": ("markers",)},
 }

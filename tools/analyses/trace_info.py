@@ -168,8 +168,8 @@ def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
         except ProfileError as exc:
             steps_why = str(exc)
     caps = [cap(t) for t in ("top_kernels", "gap_histogram", "gap_histogram.host_calls", "gpu_timeline", "stream_summary",
-                             "phases", "diagnose", "compare_traces", "rank_summary", "memcpy_summary", "api_summary",
-                             "marker_summary")]
+                             "phases", "diagnose", "compare_traces", "check_regression", "rank_summary", "memcpy_summary",
+                             "api_summary", "marker_summary")]
     caps += [cap("iterations", steps_why),
              cap("comm_summary", None if comm else "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass "
                  "comm_patterns for custom ones)"),
