@@ -288,6 +288,38 @@ EXTRA_COMMANDS["baseline"] = ("CI gate: record a profile's step times, kernel gr
                               _baseline_args, _baseline_run)
 EXTRA_COMMANDS["check"] = ("CI gate: compare a profile with a baseline; exit 0 pass, 1 regression, 2 cannot compare",
                            _check_args, _check_run)
+def result_models() -> dict[str, type[BaseModel]]:
+    """Tool name -> its result model (the return annotation of the analysis function)."""
+    import typing
+
+    out = {}
+    for name in A.__all__:
+        model = typing.get_type_hints(getattr(A, name)).get("return")
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            out[name] = model
+    return out
+
+
+def _schema_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tool", help="tool name, e.g. top_kernels or top-kernels; 'list' names them all")
+
+
+def _schema_run(args: argparse.Namespace) -> None:
+    models = result_models()
+    name = args.tool.replace("-", "_")
+    if name == "list":
+        for tool, model in sorted(models.items()):
+            field = model.model_fields.get("schema_version")
+            version = field.default if field is not None and isinstance(field.default, int) else "(in the file)"
+            print(f"{tool:<20} schema_version {version}")
+        return
+    if name not in models:
+        raise ProfileError(f"no tool {args.tool!r}; `gpuscope schema list` names them ({', '.join(sorted(models))}).")
+    print(json.dumps(models[name].model_json_schema(mode="serialization"), indent=2))
+
+
+EXTRA_COMMANDS["schema"] = ("print the JSON Schema of a tool's result (row keys are stable within its schema_version)",
+                            _schema_args, _schema_run)
 EXTRA_COMMANDS["cache"] = ("list or clear the trace-store cache (GPUSCOPE_CACHE_DIR)", _cache_args, _cache_run)
 EXTRA_COMMANDS["install"] = ("register the MCP server with Claude Code or Cursor and copy the skills",
                              install.add_arguments, install.run_cli)
@@ -362,7 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("path" if name == "list-traces" else "trace", help="folder" if name == "list-traces" else "profile file")
         for flags, kwargs in extra:
             p.add_argument(*flags, **kwargs)
-        p.add_argument("--json", action="store_true", help="print the structured result as JSON")
+        p.add_argument("--format", choices=FORMATS, default="table",
+                       help="table (readable text, the default), json (the structured result), csv or parquet (one row per "
+                            "entry of the result's main list; columns are the JSON field names)")
+        p.add_argument("--json", action="store_const", dest="format", const="json", help="same as --format json")
+        p.add_argument("--rows", metavar="FIELD", help="csv/parquet: which list of the result to write (default: the longest)")
+        p.add_argument("--output", "-o", metavar="FILE", help="write csv/parquet to FILE (parquet needs it; csv defaults to stdout)")
     for name, (help_, add_args, _) in EXTRA_COMMANDS.items():
         add_args(sub.add_parser(name, help=help_))
     return parser
@@ -417,8 +454,13 @@ def _main(argv: list[str] | None) -> None:
             EXTRA_COMMANDS[args.command][2](args)
             return
         fn, title, _ = COMMANDS[args.command]
+        if args.format == "parquet" and not args.output:
+            raise ProfileError("--format parquet writes a file: add --output FILE.parquet.")
         with leases():
-            result = fn(**{k: v for k, v in vars(args).items() if k not in ("command", "json")})
+            result = fn(**{k: v for k, v in vars(args).items() if k not in ("command", "format", "rows", "output")})
+        if args.format in ("csv", "parquet"):
+            _write_rows(result, args.format, args.rows, args.output)
+            return
     except ProfileError as exc:
         _fail(str(exc))
     except BrokenPipeError:
@@ -427,10 +469,60 @@ def _main(argv: list[str] | None) -> None:
         _fail(f"{exc.strerror or exc}: {exc.filename or ''}. Check the path and its permissions.")
     except (MemoryError, duckdb.OutOfMemoryException) as exc:
         _fail(f"out of memory ({out_of_memory(exc)}). {OUT_OF_MEMORY_ADVICE}")
-    if args.json:
+    if args.format == "json":
         print(visible_json(result.model_dump(mode="json")))
     else:
         print(render(result, title), end="")
+
+
+FORMATS = ("table", "json", "csv", "parquet")
+
+
+def table_rows(result: BaseModel, field: str | None = None) -> tuple[str | None, list[dict]]:
+    """(list field, rows) of a result for csv/parquet: the named list of row objects, else the longest one (first on a
+    tie); a result without one is a single row of its scalar fields. Nested values become JSON text."""
+    data = result.model_dump(mode="json")
+    lists = {k: v for k, v in data.items() if isinstance(v, list) and all(isinstance(x, dict) for x in v) and v}
+    if field is not None:
+        if field not in data or not isinstance(data[field], list):
+            choices = ", ".join(k for k, v in data.items() if isinstance(v, list)) or "none"
+            raise ProfileError(f"--rows {field!r}: no such list in this result; lists: {choices}.")
+        name, rows = field, [x if isinstance(x, dict) else {"value": x} for x in data[field]]
+    elif lists:
+        name = max(lists, key=lambda k: len(lists[k]))  # max keeps the first of equal lengths
+        rows = lists[name]
+    else:
+        name, rows = None, [{k: v for k, v in data.items() if not isinstance(v, (list, dict))}]
+    flat = [{k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v for k, v in r.items()} for r in rows]
+    return name, flat
+
+
+def _write_rows(result: BaseModel, fmt: str, field: str | None, output: str | None) -> None:
+    import csv
+
+    import pandas as pd
+
+    name, rows = table_rows(result, field)
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    frame = pd.DataFrame(rows, columns=columns)
+    if fmt == "parquet":
+        con = duckdb.connect()  # a private in-memory instance: it only writes the file the user named
+        try:
+            con.register("result_rows", frame)
+            con.execute("COPY result_rows TO ? (FORMAT parquet)", [str(Path(output).expanduser())])
+        except duckdb.Error as exc:
+            raise ProfileError(f"cannot write {output}: {str(exc).splitlines()[0]}. Check the folder and its permissions.") from None
+        finally:
+            con.close()
+        print(visible(f"{len(rows)} rows ({name or 'the result'}) written to {output}"), file=sys.stderr)
+        return
+    if output:
+        with open(Path(output).expanduser(), "w", newline="", encoding="utf-8") as fh:  # a file keeps the raw text
+            frame.to_csv(fh, index=False, quoting=csv.QUOTE_MINIMAL)
+        print(visible(f"{len(rows)} rows ({name or 'the result'}) written to {output}"), file=sys.stderr)
+    else:  # the terminal: profile text shown escaped, as everywhere else
+        shown = frame.map(lambda v: visible(v) if isinstance(v, str) else v)
+        sys.stdout.write(shown.to_csv(index=False, quoting=csv.QUOTE_MINIMAL))
 
 
 if __name__ == "__main__":

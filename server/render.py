@@ -84,6 +84,8 @@ def visible_json(data: Any) -> str:
 
 def render(result: BaseModel | dict, title: str | None = None) -> str:
     data = result.model_dump(mode="json") if isinstance(result, BaseModel) else result
+    # The layout version is for programs (structured output, --format json); a reader needs none of it.
+    data = {k: v for k, v in data.items() if k != "schema_version"}
     lines: list[str] = [f"## {visible(title)}"] if title else []
     _render_dict(data, lines, prefix="")
     return "\n".join(lines).rstrip() + "\n"

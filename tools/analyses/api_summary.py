@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection
+from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .intervals import unions
 from .requirements import left_out, require
 
@@ -142,7 +142,7 @@ class LaunchStats(BaseModel):
     kernels_per_s_over_kernel_span: float | None = Field(description="kernels / kernel_span_ns, per second")
 
 
-class ApiSummaryResult(BaseModel):
+class ApiSummaryResult(ToolResult):
     trace: str
     window: Window
     filters: dict[str, int | str | bool | None]

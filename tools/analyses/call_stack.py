@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import ALL_TABLES, CONTAINS_SQL, clip_name, contains_pattern, data_issue_notes, data_issues_field
+from .common import ALL_TABLES, CONTAINS_SQL, clip_name, contains_pattern, data_issue_notes, data_issues_field, ToolResult
 from .op_tree import launchers, node_parents
 from .projection import with_sql as projection_sql
 from .requirements import require
@@ -79,7 +79,7 @@ class Totals(BaseModel):
     host_nodes: int = Field(description="host nodes (ops, frames, annotations) below the op, whole subtree")
 
 
-class CallStackResult(BaseModel):
+class CallStackResult(ToolResult):
     trace: str
     target: str = Field(description="'kernel' or 'op'")
     query: str = Field(description="the kernel substring or op name asked for")

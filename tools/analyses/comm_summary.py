@@ -22,7 +22,7 @@ from ..model.quote import quote_ident
 from ..model.trace import Trace
 from .comm_patterns import COLLECTIVES, collective_index_sql
 from .comm_patterns import comm_patterns as active_patterns
-from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, split_gpu_time
+from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, split_gpu_time, ToolResult
 from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
 from .intervals import NULL_KEY, merged, unions
 from .nccl_bandwidth import TIME_NOTE, BandwidthGroup, bandwidth
@@ -117,7 +117,7 @@ class MpiGroup(BaseModel):
     recv_bytes_total: int | None = Field(description="summed `recvSize` (collectives), bytes")
 
 
-class CommSummaryResult(BaseModel):
+class CommSummaryResult(ToolResult):
     trace: str
     window: Window
     comm_patterns: list[str] = Field(description="regexes (case-insensitive) over kernel names that counted as communication")

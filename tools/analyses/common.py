@@ -19,6 +19,18 @@ def clip_name(name: str | None, limit: int = NAME_CHARS) -> str | None:
     return name[: limit - 1] + "…"
 
 
+# Layout version of every tool's result. Within a version, row keys and their meaning stay as they are: fields may be
+# added, never renamed or removed. A tool whose layout changes bumps its own default below (`gpuscope schema TOOL`).
+SCHEMA_VERSION = 1
+
+
+class ToolResult(BaseModel):
+    """Base of every tool's result."""
+
+    schema_version: int = Field(SCHEMA_VERSION, description="layout version of this result (gpuscope schema TOOL prints its "
+                                "JSON Schema); row keys stay stable within a version")
+
+
 def pct(part: float | int | None, whole: float | int | None, digits: int = 2) -> float | None:
     """Percentage, or None when the denominator is absent or zero (never a silent 0)."""
     if part is None or not whole:

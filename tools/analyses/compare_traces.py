@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from ..hardware.peaks import peaks_for_device
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import ALL_TABLES, capture_window, clip_name, data_issue_notes, data_issues_field, pct
+from .common import ALL_TABLES, capture_window, clip_name, data_issue_notes, data_issues_field, pct, ToolResult
 from .gpu_timeline import gpu_timeline
 from .ops_summary import ops_summary
 from .requirements import require
@@ -87,7 +87,7 @@ class PlatformRatio(BaseModel):
     note: str | None = None
 
 
-class CompareResult(BaseModel):
+class CompareResult(ToolResult):
     baseline: str
     candidate: str
     devices: list[int | None] = Field(description="[baseline device, candidate device]; null = all devices merged")

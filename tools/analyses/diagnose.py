@@ -17,7 +17,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .api_summary import api_summary
 from .comm_patterns import comm_patterns
-from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues, data_issues_field, pct
+from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues, data_issues_field, pct, ToolResult
 from .comm_summary import comm_summary
 from .gpu_timeline import gpu_timeline
 from .intervals import unions
@@ -121,7 +121,7 @@ class HostFinding(BaseModel):
     next_step: str = Field(description="the next measurement to take")
 
 
-class DiagnoseResult(BaseModel):
+class DiagnoseResult(ToolResult):
     trace: str
     window: Window = Field(description="the window analysed (capture span unless given)")
     device_id: int | None = Field(description="GPU analysed (the busiest unless `device` was given)")

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note
+from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note, ToolResult
 from .intervals import Union, unions
 from .requirements import require
 
@@ -67,7 +67,7 @@ class GapProfile(BaseModel):
     largest_gaps: list[Gap]
 
 
-class GapHistogramResult(BaseModel):
+class GapHistogramResult(ToolResult):
     trace: str
     window: Window
     activity: str = Field(description="what counts as GPU activity")

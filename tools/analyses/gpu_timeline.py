@@ -26,7 +26,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, split_gpu_time
+from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, split_gpu_time, ToolResult
 from .intervals import NULL_KEY, merged, union_of, unions
 from .requirements import require
 
@@ -111,7 +111,7 @@ class StreamIdle(BaseModel):
     launch_unknown_pct_of_stream_idle: float | None
 
 
-class GpuTimelineResult(BaseModel):
+class GpuTimelineResult(ToolResult):
     trace: str
     window: Window = Field(description="the time window the ops were taken from (ops clipped to it)")
     include_unlinked: bool = Field(description="true: all GPU ops; false: only ops whose host launch is in the profile "

@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import VALUE, Trace
-from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
+from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .requirements import gap_text, present, require
 
 GRAPH_LAUNCH_RX = "graph.?launch"  # cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch (version suffixes are folded)
@@ -152,7 +152,7 @@ class TritonKernel(BaseModel):
                                                  "(Kineto); null when the profile links none")
 
 
-class GraphSummaryResult(BaseModel):
+class GraphSummaryResult(ToolResult):
     trace: str
     window: Window
     filters: dict[str, int | None]

@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
+from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .intervals import unions
 from .marker_summary import ANNOTATE
 from .projection import SHIFT, normalised_sql, projection_absent_reason, tree, with_sql
@@ -123,7 +123,7 @@ class Choice(BaseModel):
     reason: str
 
 
-class IterationsResult(BaseModel):
+class IterationsResult(ToolResult):
     trace: str
     window: Window
     filters: dict[str, int | str | None]

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from ..model.detect import FORMAT_NAMES, detect
 from ..model.errors import ProfileError, shown_path
+from .common import ToolResult
 
 CANDIDATE_SUFFIXES = (".sqlite", ".db", ".rpd", ".json", ".gz", ".nsys-rep", ".qdrep")
 MAX_SCAN = 5000
@@ -21,7 +22,7 @@ class TraceEntry(BaseModel):
     summary: str = Field(description="one line: what the file is, or why it cannot be read")
 
 
-class ListTracesResult(BaseModel):
+class ListTracesResult(ToolResult):
     folder: str
     traces: list[TraceEntry]
     skipped: int = Field(description="candidate files that are not profiles gpuscope reads")

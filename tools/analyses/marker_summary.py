@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection
+from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .intervals import unions
 from .projection import RANGE_KINDS, cross_thread, projection_absent_reason, tree, with_sql
 from .requirements import require
@@ -91,7 +91,7 @@ class Projection(BaseModel):
     projected_busy_ns: int | None = Field(None, description="their busy time (union per device, summed over devices), ns")
 
 
-class MarkerSummaryResult(BaseModel):
+class MarkerSummaryResult(ToolResult):
     trace: str
     window: Window
     filters: dict[str, int | str | None]

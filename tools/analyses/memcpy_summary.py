@@ -44,7 +44,7 @@ from ..hardware import peaks_for_device
 from ..hardware.peaks import DevicePeaks, default_table
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection
+from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .intervals import Union, intersect, measure, merged, unions
 from .requirements import require
 
@@ -140,7 +140,7 @@ class DeviceMemTotals(BaseModel):
     remainder_groups: int = Field(description="groups of this device beyond the limit")
 
 
-class MemcpySummaryResult(BaseModel):
+class MemcpySummaryResult(ToolResult):
     trace: str
     window: Window
     filters: dict[str, int | float | str | None]

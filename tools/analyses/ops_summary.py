@@ -47,7 +47,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
+from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .graph_summary import graph_kernel_count, graph_rowids
 from .op_tree import launchers, union_ns
 from .requirements import require
@@ -269,7 +269,7 @@ class Totals(BaseModel):
                     "(the by-category rows' total without '<unattributed>'), %: how much GPU time the category map misses")
 
 
-class OpsSummaryResult(BaseModel):
+class OpsSummaryResult(ToolResult):
     trace: str
     group_by: str
     attribution: str = Field(description="how GPU ops were attributed: 'cpu_op' (PyTorch op tree) or 'range' (NVTX/rocTX, then kernel name)")

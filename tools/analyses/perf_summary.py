@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from ..perf_models import model_for
-from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
+from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .ops_summary import _instances, selected_frame
 from .op_tree import union_ns
 from .requirements import require
@@ -83,7 +83,7 @@ class PerfTotals(BaseModel):
     not_op_attributed_time_ns: int = Field(description="|union| of those GPU ops per device, ns")
 
 
-class PerfSummaryResult(BaseModel):
+class PerfSummaryResult(ToolResult):
     trace: str
     window: Window
     filters: dict[str, int | str | None]

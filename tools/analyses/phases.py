@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note
+from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note, ToolResult
 from .intervals import merged, unions
 from .iterations import iterations
 from .projection import with_sql
@@ -100,7 +100,7 @@ class IterationMarkers(BaseModel):
                                            "(the iterations projection); the earliest such op is the iteration's first GPU op")
 
 
-class PhasesResult(BaseModel):
+class PhasesResult(ToolResult):
     trace: str
     window: Window
     device_id: int = Field(description="the GPU analysed")

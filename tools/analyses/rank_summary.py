@@ -36,7 +36,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import data_issue_notes, data_issues_field, pct, split_gpu_time
+from .common import data_issue_notes, data_issues_field, pct, split_gpu_time, ToolResult
 from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
 from .intervals import merged, unions
 from .iterations import iterations
@@ -139,7 +139,7 @@ class Straggler(BaseModel):
     evidence: str = Field(description="the reasoning in one paragraph")
 
 
-class RankSummaryResult(BaseModel):
+class RankSummaryResult(ToolResult):
     traces: list[str]
     ranks_found: int = Field(description="ranks compared")
     world_size: int | None = Field(description="job size stated by the profiles (Kineto distributedInfo); null when unstated")

@@ -42,7 +42,7 @@ from gpuscope import __version__
 from ..model.errors import ProfileError
 from ..model.store import content_key
 from ..model.trace import Trace
-from .common import clip_name
+from .common import clip_name, ToolResult
 from .gpu_timeline import gpu_timeline
 from .iterations import WARMUP_RULE, iterations
 
@@ -294,7 +294,7 @@ class MetricCheck(BaseModel):
     matched_groups: list[str] = Field(default_factory=list, description="kernel: the groups the pattern matched (either side)")
 
 
-class CheckResult(BaseModel):
+class CheckResult(ToolResult):
     baseline_file: str | None = Field(description="the baseline JSON file")
     baseline_profile: ProfileIdentity
     candidate_profile: ProfileIdentity

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .call_stack import parse_json, resolve_op_name
-from .common import ALL_TABLES, clip_name, data_issue_notes, data_issues_field
+from .common import ALL_TABLES, clip_name, data_issue_notes, data_issues_field, ToolResult
 from .op_tree import launchers
 from .requirements import require
 
@@ -69,7 +69,7 @@ class SignatureRow(BaseModel):
     kernel_time_total_ns: int = Field(description="summed kernel time of the calls, ns")
 
 
-class ReplaySpecResult(BaseModel):
+class ReplaySpecResult(ToolResult):
     trace: str
     op: str = Field(description="op name as recorded")
     torch_op: str | None = Field(None, description="dispatcher handle, e.g. torch.ops.aten.addmm (null: not a namespace::name op)")

@@ -46,7 +46,7 @@ from ..hardware import peaks_for_device
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from ..perf_models.dtypes import normalize_dtype
-from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
+from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .intervals import unions
 from .requirements import require
 
@@ -129,7 +129,7 @@ class Impact(BaseModel):
                     "(measured - time_ns, 0 if already there), saving_pct_of_gpu_busy, saving_pct_of_gpu_span")
 
 
-class RooflineResult(BaseModel):
+class RooflineResult(ToolResult):
     trace: str
     window: Window
     device_id: int

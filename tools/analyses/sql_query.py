@@ -24,13 +24,14 @@ from ..model.errors import ProfileError
 from ..model.quote import quote_ident
 from ..model.sqlite_source import connect_readonly, duck_type, lenient_text
 from ..model.trace import MODEL_TABLES, SCHEMA_SQL, Trace
+from .common import ToolResult
 
 MAX_ROWS = 1000
 MAX_CHARS = 15_000       # JSON characters of the rows; keeps a result well under host output caps
 MAX_CELL_CHARS = 400
 
 
-class SqlResult(BaseModel):
+class SqlResult(ToolResult):
     trace: str
     columns: list[str]
     rows: list[list[Any]]
@@ -49,7 +50,7 @@ class TableInfo(BaseModel):
     description: str | None = None
 
 
-class TablesResult(BaseModel):
+class TablesResult(ToolResult):
     trace: str
     model_tables: list[TableInfo] = Field(description="the normalised trace model (same for every format)")
     native_tables: list[TableInfo] = Field(description="the profile's own tables, read-only, under schema `native`")
@@ -62,7 +63,7 @@ class ColumnInfo(BaseModel):
     description: str | None = None
 
 
-class DescribeResult(BaseModel):
+class DescribeResult(ToolResult):
     trace: str
     table: str
     rows: int

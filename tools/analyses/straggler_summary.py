@@ -26,7 +26,7 @@ from ..model.job import job_sql, union_sql
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import data_issue_notes, data_issues_field, pct
+from .common import data_issue_notes, data_issues_field, pct, ToolResult
 from .intervals import unions
 from .rank_summary import _number, _units
 
@@ -76,7 +76,7 @@ class SlowestRank(BaseModel):
     evidence: str
 
 
-class StragglerSummaryResult(BaseModel):
+class StragglerSummaryResult(ToolResult):
     traces: int = Field(description="profiles given")
     ranks_found: int = Field(description="ranks (processes) found in them")
     ranks_with_comm: int = Field(description="ranks with communication kernels (the ones compared)")

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
-from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note
+from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, ToolResult
 from .intervals import merged, unions
 from .requirements import require
 
@@ -71,7 +71,7 @@ class DeviceStreams(BaseModel):
     remainder_streams: int = Field(description="streams beyond the limit (in the device figures, not listed)")
 
 
-class StreamSummaryResult(BaseModel):
+class StreamSummaryResult(ToolResult):
     trace: str
     window: Window
     activity: str = Field(description="what counts as stream activity")

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import ROWS, Trace
 from .graph_summary import GRAPH_KERNELS_CTE, graph_kernel_count
-from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection
+from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .intervals import busy_ns
 from .requirements import require
 
@@ -62,7 +62,7 @@ class DeviceKernelTotals(BaseModel):
     graph_kernel_time_ns: int | None = Field(None, description="their summed duration (part of summed_kernel_time_ns), ns")
 
 
-class TopKernelsResult(BaseModel):
+class TopKernelsResult(ToolResult):
     trace: str
     group_by: Literal["name", "short_name"]
     sort_by: str

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns
-from .common import Window, capture_window, data_issues, gpu_activity_sql, pct
+from .common import Window, capture_window, data_issues, gpu_activity_sql, pct, ToolResult
 from .intervals import unions
 from .iterations import iterations
 from .graph_summary import absent_reason as graph_absent
@@ -57,7 +57,7 @@ class Capability(BaseModel):
                                 "(the tool answers the rest)")
 
 
-class TraceInfoResult(BaseModel):
+class TraceInfoResult(ToolResult):
     trace: str
     format: str = Field(description="format key: nsys | rocpd | rpd | kineto")
     format_name: str
