@@ -333,14 +333,28 @@ COMMANDS["straggler-summary"] = (_straggler_summary, "Stragglers", [
 MULTI_PROFILE = {"rank-summary", "straggler-summary"}
 
 
-def _report(trace: str, **kw) -> BaseModel:  # CLI only: writes the file the user names (MCP tools stay read-only)
+def _report(trace: str, xlsx: str | None = None, html: str | None = None, **kw) -> BaseModel:
+    """CLI only: writes the files the user names (MCP tools stay read-only)."""
     from gpuscope.tools.report import write_report_for_cli
+    from gpuscope.tools.report.html import write_html
 
-    return write_report_for_cli(open_trace(trace), **kw)
+    if not xlsx and not html:
+        raise ProfileError("name what to write: --html out.html (charts, offline) and/or --xlsx out.xlsx (tables).")
+    opened = open_trace(trace)
+    if xlsx and html:
+        return ReportsWritten(xlsx=write_report_for_cli(opened, xlsx=xlsx, **kw), html=write_html(opened, html))
+    return write_report_for_cli(opened, xlsx=xlsx, **kw) if xlsx else write_html(opened, html)
+
+
+class ReportsWritten(BaseModel):
+    xlsx: BaseModel
+    html: BaseModel
 
 
 COMMANDS["report"] = (_report, "Report written", [
-    (("--xlsx",), {"required": True, "metavar": "OUT.xlsx", "help": "Excel workbook to write (TraceLens-style sheets)"}),
+    (("--xlsx",), {"metavar": "OUT.xlsx", "help": "Excel workbook to write (TraceLens-style sheets)"}),
+    (("--html",), {"metavar": "OUT.html", "help": "one self-contained offline HTML file: diagnosis, GPU timeline, top kernels, "
+                                                  "gaps, iterations, roofline and memory charts with their tables"}),
     (("--linked-only",), {"dest": "include_unlinked", "action": "store_false"})])
 
 
@@ -359,7 +373,7 @@ def _summary(command: str, fallback: str) -> str:
     """First sentence of the analysis module's docstring ('top_kernels: kernels per device ...')."""
     fixed = {"list-tables": "the trace model's tables and the profile's own (native) tables, with row counts",
              "describe-table": "the columns of one table, with their meaning and unit",
-             "report": "write every analysis into one .xlsx workbook (--xlsx out.xlsx)",
+             "report": "write the analyses into an offline HTML report (--html out.html) and/or a .xlsx workbook (--xlsx out.xlsx)",
              "export": "write the trace as a Chrome/Perfetto JSON trace (--perfetto out.json) for ui.perfetto.dev"}
     if command in fixed:
         return fixed[command]

@@ -21,14 +21,13 @@ renamed.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError, shown_path
 from ..model.trace import Trace
+from .files import atomic_output
 
 GPU_PID_BASE = 1_000_000_000  # GPU tracks' pids: far above any OS pid, so host and GPU processes never merge
 CHUNK = 50_000
@@ -91,9 +90,8 @@ def write_perfetto(trace: Trace, out: str | Path) -> ExportWritten:
     tables = sorted({t for t, _, _ in EVENTS.values()})
     origin = trace.scalar("SELECT min(m) FROM (" + " UNION ALL ".join(f"SELECT min(start_ns) AS m FROM {t}" for t in tables) + ")")
     counts: dict[str, int] = {}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+    with atomic_output(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write('{"displayTimeUnit":"ns","otherData":')
             fh.write(json.dumps({"generator": "gpuscope", "profile": str(trace.path), "format": trace.format,
                                  "origin_ns": origin, "time_unit": "ts/dur in us, 3 decimals = exact ns, relative to origin_ns"}))
@@ -117,12 +115,6 @@ def write_perfetto(trace: Trace, out: str | Path) -> ExportWritten:
                 finally:
                     cur.close()
             fh.write("\n]}\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ProfileError(f"cannot write {shown_path(path)}: {exc.strerror or exc}. Check the folder and free space.") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     gpu, host = _tracks(trace)
     return ExportWritten(trace=str(trace.path), path=str(path.resolve()), bytes=path.stat().st_size, origin_ns=origin,
                          events=counts, gpu_tracks=len(gpu), host_tracks=len(host))

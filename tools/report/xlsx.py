@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -37,6 +36,7 @@ from pydantic import BaseModel
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
+from .files import atomic_output
 
 _EXACT_INT = 2**53 - 1
 ROW_LIMIT = 500  # the analyses' own maximum; truncation is stated in the info sheet
@@ -291,16 +291,8 @@ def write_report(trace: Trace, path: Path, *, include_unlinked: bool = True) -> 
     wb.remove(wb.active)
     for s in [info, *sheets]:
         _write_sheet(wb, s)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent if str(path.parent) else ".")
-    os.close(fd)
-    try:
+    with atomic_output(path) as tmp:
         wb.save(tmp)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ProfileError(f"cannot write the report to {str(path)!r}: {exc.strerror or exc}.") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return {s.name: (len(s.rows) if s.note is None else 0) for s in [info, *sheets]}
 
 

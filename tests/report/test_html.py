@@ -1,0 +1,150 @@
+"""`gpuscope report PROFILE --html out.html`: one offline file whose charts show exactly the tools' figures.
+
+Each chart's data is embedded beside it as JSON; the tests compare it with the tool called directly, check that the
+file loads nothing (no script, stylesheet, font or image source, a Content-Security-Policy that forbids them), that
+every bar drawn is a row of the data, that profile text cannot break out of the markup, and that a section whose tool
+cannot answer says why."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA, write_scenario
+from gpuscope.fixtures.catalog import SCENARIOS
+from gpuscope.fixtures.scenarios_iterations import profiler_steps
+from gpuscope.server.cli import main
+from gpuscope.tools import analyses as A
+from gpuscope.tools.model.errors import ProfileError
+from gpuscope.tools.model.trace import load_trace
+from gpuscope.tools.report.html import SECTIONS, TOP, embedded_data, write_html
+
+BERT = DATA / "pytorch" / "nv_h100_bert-small_infer_tracelens.json.gz"
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def _parse(text: str) -> list[tuple[str, dict]]:
+    p = _Tags()
+    p.feed(text)
+    return p.tags
+
+
+def _offline(text: str) -> None:
+    tags = _parse(text)
+    assert not [t for t, a in tags if t in ("link", "img", "iframe", "object", "embed")]
+    assert all(a.get("type") == "application/json" and "src" not in a for t, a in tags if t == "script")
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", text) and "@import" not in text and "url(" not in text
+    csp = [a for t, a in tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    assert csp and "default-src 'none'" in csp[0]["content"]
+
+
+def _check_against_tools(trace, text: str) -> dict:
+    data = embedded_data(text)
+    tl = A.gpu_timeline(trace)
+    assert data["gpu_timeline"] == [{"device_id": t.device_id, "device_name": t.device_name, "computation_ns": t.computation_ns,
+                                     "exposed_comm_ns": t.exposed_comm_ns, "exposed_memcpy_ns": t.exposed_memcpy_ns,
+                                     "idle_ns": t.idle_ns, "total_ns": t.total_ns} for t in tl.timelines]
+    tk = A.top_kernels(trace, limit=TOP)
+    for dev in tk.devices:
+        rows = data[f"top_kernels_{dev.device_id}"]
+        assert [(r["name"], r["count"], r["total_ns"]) for r in rows] == [
+            (k.name, k.count, k.total_ns) for k in tk.kernels if k.device_id == dev.device_id]
+        # one bar per row, no more
+        chart = re.search(rf'<svg[^>]*id="chart-top_kernels_{dev.device_id}".*?</svg>', text, re.S).group(0)
+        assert chart.count("<rect") == len(rows)
+    for p in A.gap_histogram(trace).profiles:
+        assert data[f"gap_histogram_{p.device_id}"] == [b.model_dump() for b in p.buckets]
+    return data
+
+
+def test_fixture_report_matches_the_tools(tmp_path):
+    trace = load_trace(write_scenario(profiler_steps(), "kineto", tmp_path / "steps.pt.trace.json"))
+    res = write_html(trace, tmp_path / "r.html")
+    text = (tmp_path / "r.html").read_text()
+    _offline(text)
+    data = _check_against_tools(trace, text)
+    steps = A.iterations(trace).steps
+    assert [(r["name"], r["wall_ns"]) for r in data["iterations"]] == [(s.name, s.wall_ns) for s in steps]
+    assert [s.section for s in res.sections] == list(SECTIONS)
+    assert {s.section for s in res.sections if s.chart} >= {"gpu_timeline", "top_kernels", "gap_histogram", "iterations"}
+    ids = {a.get("id") for t, a in _parse(text) if t == "section"}
+    assert ids == set(SECTIONS)
+    assert res.bytes == (tmp_path / "r.html").stat().st_size
+    trace.close()
+
+
+def test_a_tool_that_cannot_answer_leaves_a_note_with_its_reason(tmp_path):
+    trace = load_trace(write_scenario(SCENARIOS["concurrent_streams"](), "nsys", tmp_path / "p.sqlite"))
+    res = write_html(trace, tmp_path / "r.html")
+    roof = next(s for s in res.sections if s.section == "roofline")
+    assert not roof.chart and "operators" in roof.note  # an Nsight export holds no PyTorch ops
+    with pytest.raises(ProfileError) as info:
+        A.roofline(trace)
+    assert roof.note == str(info.value)
+    assert "roofline" not in embedded_data((tmp_path / "r.html").read_text())
+    trace.close()
+
+
+def test_profile_text_cannot_break_out(tmp_path):
+    s = SCENARIOS["concurrent_streams"]()
+    evil = '</script><script>alert(1)</script><img src=x onerror=alert(2)>\u202eevil\x1b[31m'
+    s.kernels[0].name = s.kernels[0].short_name = evil
+    trace = load_trace(write_scenario(s, "nsys", tmp_path / "e.sqlite"))  # Nsight stores the short name as written
+    write_html(trace, tmp_path / "r.html")
+    text = (tmp_path / "r.html").read_text()
+    _offline(text)
+    assert "<script>alert" not in text and "<img" not in text and "\u202e" not in text and "\x1b" not in text
+    names = [r["name"] for k, v in embedded_data(text).items() if k.startswith("top_kernels") for r in v]
+    assert evil in names  # the data keeps the raw name; only the markup escapes it
+    trace.close()
+
+
+@pytest.mark.skipif(not BERT.exists(), reason="../shared/data absent")
+def test_real_profile_report(tmp_path):
+    trace = load_trace(BERT)
+    res = write_html(trace, tmp_path / "bert.html")
+    text = (tmp_path / "bert.html").read_text()
+    _offline(text)
+    data = _check_against_tools(trace, text)
+    rated = [r for r in A.roofline(trace).rows if r.rated and (r.arithmetic_intensity or 0) > 0 and (r.achieved_tflops or 0) > 0]
+    assert [(p["name"], p["total_time_ns"]) for p in data["roofline"]["points"]] == [(r.name, r.total_time_ns) for r in rated]
+    assert res.bytes < 2_000_000
+    trace.close()
+
+
+def test_cli_writes_html_and_xlsx_and_needs_one(tmp_path, capsys):
+    path = write_scenario(SCENARIOS["concurrent_streams"](), "rocpd", tmp_path / "p_results.db")
+    with pytest.raises(SystemExit) as info:
+        main(["report", str(path)])
+    assert info.value.code == 2 and "--html" in capsys.readouterr().err
+    main(["report", str(path), "--html", str(tmp_path / "r.html"), "--xlsx", str(tmp_path / "r.xlsx"), "--json"])
+    assert (tmp_path / "r.html").stat().st_size > 0 and (tmp_path / "r.xlsx").stat().st_size > 0
+    assert (tmp_path / "r.html").stat().st_mode & 0o044  # readable like any file the user writes, not 0600
+
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+@pytest.mark.skipif(not any(shutil.which(b) for b in BROWSERS), reason="no headless browser installed")
+def test_a_headless_browser_opens_it_without_console_errors(tmp_path):
+    trace = load_trace(write_scenario(profiler_steps(), "kineto", tmp_path / "steps.pt.trace.json"))
+    write_html(trace, tmp_path / "r.html")
+    browser = next(shutil.which(b) for b in BROWSERS if shutil.which(b))
+    out = subprocess.run([browser, "--headless", "--disable-gpu", "--no-sandbox", "--enable-logging=stderr", "--v=0",
+                          "--dump-dom", (tmp_path / "r.html").as_uri()], capture_output=True, text=True, timeout=60)
+    assert "<svg" in out.stdout
+    assert not re.search(r"CONSOLE\(\d+\).*(Error|Refused)", out.stderr), out.stderr[-2000:]
+    trace.close()
