@@ -29,6 +29,7 @@ from .comm_patterns import is_comm_sql
 from .common import data_issue_notes, data_issues_field, pct
 from .intervals import unions
 from .rank_summary import _number, _units
+from .stacked import prime
 
 MAX_LIMIT = 1024
 
@@ -115,9 +116,8 @@ def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = 
                                "rank's profile once.")
         seen[str(t.path)] = i
     notes: list[str] = []
-    units = []
-    for i, t in enumerate(traces):
-        units += _units(t, i, notes)
+    prime(traces)  # row counts and data issues of every profile: two statements for the job
+    units = _units(traces, notes)
     _number(units, notes)
     rows_sql = ", ".join(f"({u.order}, {'NULL' if u.pid is None else int(u.pid)}, {str(u.whole or u.pid is None).upper()}, "
                          f"{int(u.rank)})" for u in units)
