@@ -35,11 +35,17 @@ from .requirements import KINDS
 
 
 def run(traces: list[Trace], sql: str, params: list | dict | None = None) -> list[tuple]:
-    """One statement over the stacked stores of `traces`."""
+    """One statement over the stacked stores of `traces` (a lone profile held in memory runs on its own instance)."""
+    if len(traces) == 1 and traces[0].store.in_memory:
+        return traces[0].sql(sql, params)
     return jobs.job_sql(traces, sql, params)
 
 
 def stack(traces: list[Trace], table: str, columns: str, where: str = "TRUE") -> str:
+    """`table` of every trace with its position `part` (job.union_sql); a lone profile held in memory (the cache
+    folder cannot be written) is read on its own instance, so one-profile calls work without the on-disk store."""
+    if len(traces) == 1 and traces[0].store.in_memory:
+        return f"SELECT 0 AS part, {columns} FROM {quote_ident(traces[0].con.catalog)}.main.{table} WHERE {where}"
     return jobs.union_sql(traces, table, columns, where)
 
 
