@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from ..model.quote import quote_ident
 from ..model.trace import Trace
-from .iterations import MIN_COVERAGE
 from .projection import _KINDS_SQL, SHIFT, normalised_sql
 from .stacked import stack, values
 
 XT_COLUMNS = {"endGlobalTid", "globalTid", "eventType", "start"}
+MIN_COVERAGE = 0.5  # an automatic step group receives at least this share of its process's launched GPU work
 
 
 def cross_thread_sql(traces: list[Trace], nsys_parts: list[int]) -> str:
@@ -40,9 +40,14 @@ def cross_thread_sql(traces: list[Trace], nsys_parts: list[int]) -> str:
         "SELECT NULL::BIGINT AS part, NULL::BIGINT AS pid, NULL::BIGINT AS tid, NULL::BIGINT AS start_ns WHERE FALSE"
 
 
-def steps_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], nsys_parts: list[int],
-              marker: bool, globbed: bool) -> str:
-    """Rows (part, upid, how, pid, tid, idx, start_ns, end_ns, name) of every scope's steps.
+def choice_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], nsys_parts: list[int],
+               marker: bool, globbed: bool) -> str:
+    """A WITH clause defining, per scope (upid: the scope's process, NULL for every process of the profile):
+       outer_(part, upid, rid, pid, tid, start_ns, end_ns, name, domain, pattern, depth, ...)  outermost ranges;
+       grp(part, upid, pid, tid, domain, pattern, instances, min_depth, first_rid, example, coverage, projected);
+       best(... as grp, any_eligible)   the automatic choice's group (none with the caller's marker or ProfilerStep);
+       pick(part, upid, pid, tid, domain, pattern, how)   the chosen groups;
+       chosen(... as outer_, how)       the step ranges; stepped(... idx) with their index per (process, thread).
     scopes: (part, pid) with pid None for 'every process of the profile'; projected: parts with a GPU projection;
     marker: the statement takes $marker (and $names, the range names matching a glob marker, when `globbed`)."""
     ranges = stack(traces, "markers", "pid, tid, start_ns, end_ns, name, domain, kind",
@@ -54,20 +59,16 @@ def steps_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], project
     if marker:
         hit = f"(d.name = $marker OR d.pattern = $marker{' OR list_contains($names, d.name)' if globbed else ''})"
         chosen = f"""
-        chosen AS (SELECT d.*, 'caller' AS how FROM outer_ AS d WHERE {hit}),"""
+        chosen AS (SELECT d.*, 'caller' AS how FROM outer_ AS d WHERE {hit}),
+        pick AS (SELECT DISTINCT part, upid, pid, tid, domain, pattern, how FROM chosen),
+        best AS (SELECT *, NULL::BOOLEAN AS any_eligible FROM grp WHERE FALSE),"""
     else:
         chosen = f"""
-        grp AS (SELECT o.part, o.upid, o.pid, o.tid, o.domain, o.pattern, count(*) AS instances, min(o.depth) AS min_depth,
-                       min(o.rid) AS first_rid,
-                       CASE WHEN c.pid IS NOT NULL THEN c.coverage WHEN o.part IN (SELECT part FROM proj) THEN 0.0 END AS coverage,
-                       o.part IN (SELECT part FROM proj) AS projected
-                FROM outer_ o LEFT JOIN cov c USING (part, pid, tid, domain, pattern)
-                GROUP BY o.part, o.upid, o.pid, o.tid, o.domain, o.pattern, c.pid, c.coverage),
         ps AS (SELECT DISTINCT part, upid FROM grp WHERE pattern = 'ProfilerStep#<N>'),
         rep AS (SELECT g.*, coalesce(g.coverage, 0) >= {MIN_COVERAGE} AS eligible FROM grp g
                 WHERE g.instances >= 2 AND NOT EXISTS (SELECT 1 FROM ps WHERE ps.part = g.part AND ps.upid IS NOT DISTINCT FROM g.upid)),
         rep2 AS (SELECT *, bool_or(eligible) OVER (PARTITION BY part, upid) AS any_eligible FROM rep),
-        best AS (SELECT * FROM (
+        best AS (SELECT * EXCLUDE (pick, eligible) FROM (
                     SELECT *, row_number() OVER (PARTITION BY part, upid ORDER BY
                         eligible DESC,
                         CASE WHEN projected AND NOT any_eligible THEN coverage END DESC NULLS LAST,
@@ -101,7 +102,7 @@ def steps_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], project
                    thr.k * {SHIFT} + m.start_ns AS ks, thr.k * {SHIFT} + m.end_ns AS ke
             FROM m JOIN thr USING (part, pid, tid)),
         depth AS (SELECT c.part, c.rid, count(*) AS depth
-                  FROM rng c JOIN rng p ON p.ks <= c.ks AND c.ke <= p.ke WHERE p.rid < c.rid AND p.part = c.part GROUP BY c.part, c.rid),
+                  FROM rng c JOIN rng p ON p.ks <= c.ks AND c.ke <= p.ke WHERE p.rid < c.rid GROUP BY c.part, c.rid),
         data AS (SELECT r.*, s.pid AS upid, coalesce(dp.depth, 0) AS depth
                  FROM rng r JOIN scope s ON s.part = r.part AND (s.pid IS NULL OR s.pid = r.pid)
                  LEFT JOIN depth dp ON dp.part = r.part AND dp.rid = r.rid
@@ -125,8 +126,21 @@ def steps_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], project
                     FROM rng r JOIN gop g ON r.ks <= g.ks AND g.ke <= r.ke
                     WHERE NOT r.cross_thread AND r.part IN (SELECT part FROM proj)) GROUP BY ALL),
         cov AS (SELECT g.part, g.pid, g.tid, g.domain, g.pattern, g.work / nullif(t.work, 0) AS coverage
-                FROM cgrp g JOIN tot t USING (part, pid)),{chosen}
+                FROM cgrp g JOIN tot t USING (part, pid)),
+        grp AS (SELECT o.part, o.upid, o.pid, o.tid, o.domain, o.pattern, count(*) AS instances, min(o.depth) AS min_depth,
+                       min(o.rid) AS first_rid, arg_min(o.name, o.rid) AS example,
+                       CASE WHEN c.pid IS NOT NULL THEN c.coverage WHEN o.part IN (SELECT part FROM proj) THEN 0.0 END AS coverage,
+                       o.part IN (SELECT part FROM proj) AS projected
+                FROM outer_ o LEFT JOIN cov c USING (part, pid, tid, domain, pattern)
+                GROUP BY o.part, o.upid, o.pid, o.tid, o.domain, o.pattern, c.pid, c.coverage),{chosen}
         stepped AS (SELECT part, upid, how, pid, tid, start_ns, end_ns, name,
                            row_number() OVER (PARTITION BY part, upid, pid, tid ORDER BY start_ns, rid) - 1 AS idx, rid
                     FROM chosen)
+    """
+
+
+def steps_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], nsys_parts: list[int],
+              marker: bool, globbed: bool) -> str:
+    """Rows (part, upid, how, pid, tid, idx, start_ns, end_ns, name) of every scope's steps (choice_sql's arguments)."""
+    return choice_sql(traces, scopes, projected, nsys_parts, marker, globbed) + """
         SELECT part, upid, how, pid, tid, idx, start_ns, end_ns, name FROM stepped ORDER BY part, upid, pid, tid, start_ns, rid"""
