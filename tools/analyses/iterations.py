@@ -14,6 +14,9 @@ Step marker, in this order:
      projection is possible) and the choice says so. Every other repeating group is listed as an
      alternative.
 
+The choice is step_choice.py's SQL (rank_summary applies the same statement to every rank of a job); this module
+words it (reason, alternatives) and measures the steps.
+
 Per step: host wall time (the range), GPU busy time of the work launched inside the step on its thread
 (projection), and of all GPU work of the process executing inside the step's time window (clipped to it,
 unlinked work included), GPU idle inside the window, kernel counts — per device.

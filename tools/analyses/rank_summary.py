@@ -19,9 +19,14 @@ tools agree; all wall time = interval unions):
 where the GPU span runs from the rank's first to its last GPU operation on the device. A rank's
 figures are summed over its devices (equal to the device's figures when it drives one GPU).
 
-Steps are host-side ranges chosen per rank by the iterations tool (same rules, same `marker` syntax):
-the caller's marker, else ProfilerStep#N, else the repeating NVTX/rocTX range that covers the GPU
-work; step time = the range's duration.
+Steps are host-side ranges chosen per rank by the iterations tool's rules (step_choice.py, the one definition both
+use; same `marker` syntax): the caller's marker, else ProfilerStep#N, else the repeating NVTX/rocTX range that covers
+the GPU work; step time = the range's duration.
+
+However many ranks: every figure is computed by a fixed number of SQL statements over all ranks' stores at once
+(stacked.py: each table of every store stacked with its position in the job): the ranks (processes, GPU pids, API
+pids), the device figures (interval unions as window functions partitioned by rank and device), kernel counts and
+the steps. Python then assembles one small row per rank; no event rows leave DuckDB.
 """
 
 from __future__ import annotations
