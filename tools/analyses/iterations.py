@@ -14,6 +14,9 @@ Step marker, in this order:
      projection is possible) and the choice says so. Every other repeating group is listed as an
      alternative.
 
+The choice is step_choice.py's SQL (rank_summary applies the same statement to every rank of a job); this module
+words it (reason, alternatives) and measures the steps.
+
 Per step: host wall time (the range), GPU busy time of the work launched inside the step on its thread
 (projection), and of all GPU work of the process executing inside the step's time window (clipped to it,
 unlinked work included), GPU idle inside the window, kernel counts — per device.
@@ -36,11 +39,12 @@ from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .intervals import unions
 from .marker_summary import ANNOTATE
-from .projection import SHIFT, normalised_sql, projection_absent_reason, tree, with_sql
+from .projection import RANGE_KINDS_SQL, SHIFT, cross_thread, projection_absent_reason, with_sql
 from .requirements import left_out, require
+from .stacked import run
+from .step_choice import MIN_COVERAGE, choice_sql
 
 WARMUP_FACTOR = 1.5
-MIN_COVERAGE = 0.5
 WARMUP_RULE = (f"leading steps are warm-up while wall_ns > {WARMUP_FACTOR} x median wall_ns of the steps after it and at "
                "least 2 steps follow; the first step failing the test ends the warm-up")
 
@@ -154,48 +158,46 @@ def iterations(
     limit = None if limit is None else max(1, min(int(limit), 1000))
     absent = projection_absent_reason(trace)
     base = with_sql(trace)
-    t = tree(trace)
 
-    cur = trace.con.cursor()
-    try:
-        data = cur.execute(f"""{base} SELECT rid, pid, tid, start_ns, end_ns, name, domain, {normalised_sql()} AS pattern
-                               FROM rng WHERE end_ns > start_ns ORDER BY rid""").fetchdf()
-    finally:
-        cur.close()
+    # the choice is step_choice.py's, the one definition rank_summary applies to every rank of a job
+    ranges = f"kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL"
     if pid is not None:
-        if not (data["pid"] == pid).any():
-            raise ProfileError(f"process {pid} has no annotation ranges; processes with ranges: {sorted(set(data['pid'].tolist()))}.")
-        data = data[data["pid"] == pid]
-    data = data.assign(depth=t.depth[data["rid"].to_numpy() - 1])
-    # outermost instances of each group: sorted by rid (start asc, longer first) an instance is nested in an
-    # earlier one of its group exactly when its end does not pass the running maximum of their ends
-    key = ["pid", "tid", "domain", "pattern"]
-    prev_max = data.groupby(key, sort=False)["end_ns"].transform(lambda s: s.cummax().shift(1))
-    data = data[~(prev_max >= data["end_ns"])]
-    groups = data.groupby(key, sort=False).agg(instances=("rid", "size"), min_depth=("depth", "min"),
-                                               example=("name", "first")).reset_index()
-    coverage = _coverage(trace, base, absent)
-    # with a projection, a group that received no GPU work covers 0 %; without one, coverage is unknown
-    groups["coverage"] = [coverage.get((p, tid, d, pat), 0.0 if absent is None else None) for p, tid, d, pat in
-                          zip(groups["pid"], groups["tid"], groups["domain"], groups["pattern"])]
+        have = [p for (p,) in trace.sql(f"SELECT DISTINCT pid FROM markers WHERE {ranges} AND end_ns > start_ns ORDER BY 1")]
+        if pid not in have:
+            raise ProfileError(f"process {pid} has no annotation ranges; processes with ranges: {have}.")
+    params: dict = {}
+    if marker:
+        params["marker"] = marker
+        if any(ch in marker for ch in "*?["):
+            params["names"] = [n for (n,) in trace.sql(f"SELECT DISTINCT name FROM markers WHERE {ranges} AND name IS NOT NULL")
+                               if fnmatch.fnmatchcase(n, marker)]
+    choice_with = choice_sql([trace], [(0, pid)], [0] if absent is None else [], [0] if cross_thread(trace).keys else [],
+                             bool(marker), "names" in params)
+    # one statement: the range groups (one row each) and the chosen step ranges
+    gcols = ["pid", "tid", "domain", "pattern", "instances", "min_depth", "example", "coverage", "picked", "how", "best",
+             "any_eligible"]
+    scols = ["rid", "pid", "tid", "start_ns", "end_ns", "name", "domain", "pattern"]
+    (found_groups, found_steps), = run([trace], choice_with + f"""
+        SELECT (SELECT list(({', '.join(f'g_.{c}' for c in gcols)}) ORDER BY g_.first_rid) FROM (
+                   SELECT g.*, p.pid IS NOT NULL AS picked, p.how, b.pid IS NOT NULL AS best, b.any_eligible FROM grp g
+                   LEFT JOIN pick p ON p.pid = g.pid AND p.tid = g.tid AND p.domain = g.domain AND p.pattern = g.pattern
+                   LEFT JOIN best b ON b.pid = g.pid AND b.tid = g.tid AND b.domain = g.domain AND b.pattern = g.pattern) g_),
+               (SELECT list(({', '.join(scols)}) ORDER BY pid, tid, start_ns, rid) FROM chosen)""", params or None)
+    groups = pd.DataFrame([tuple(x) for x in found_groups or []], columns=gcols)
+    groups["coverage"] = groups["coverage"].astype("float64")
+    steps_df = pd.DataFrame([tuple(x) for x in found_steps or []], columns=scols)
 
     if marker:
-        # the caller's marker selects ranges (not whole groups): exact name, name with numbers as <N>, or glob
-        hit = (data["name"] == marker) | (data["pattern"] == marker)
-        if any(ch in marker for ch in "*?["):
-            hit |= data["name"].map(lambda n: fnmatch.fnmatchcase(n, marker)).astype(bool)
-        if not hit.any():
+        if steps_df.empty:
             top = groups.sort_values("instances", ascending=False)["pattern"].head(8).tolist()
             raise ProfileError(f"no annotation range matches marker={marker!r} (exact name, name with numbers as <N>, or "
                                f"glob such as 'step*'). Most repeated range names here: {top}.")
-        steps_df = data[hit]
         pats = sorted(set(steps_df["pattern"]))
-        choice = Choice(how="caller", pattern=pats[0] if len(pats) == 1 else marker, domain=str(steps_df["domain"].iloc[0]),
-                        reason=f"requested with marker={marker!r}")
-        chosen = groups[groups.set_index(key).index.isin(steps_df.set_index(key).index.unique())]
+        choice = Choice(how="caller", pattern=pats[0] if len(pats) == 1 else marker,
+                        domain=str(steps_df.sort_values("rid")["domain"].iloc[0]), reason=f"requested with marker={marker!r}")
     else:
-        choice, chosen = _choose(groups, absent)
-        steps_df = data.merge(chosen[key], on=key)
+        choice = _choice(groups, absent)
+    chosen = groups[groups["picked"]]
     steps_df = steps_df.sort_values(["pid", "tid", "start_ns", "rid"])
     if start_ns is not None:
         steps_df = steps_df[steps_df["start_ns"] >= start_ns]
@@ -230,47 +232,28 @@ def iterations(
     )
 
 
-def _coverage(trace: Trace, base: str, absent: str | None) -> dict[tuple, float]:
-    """(pid, tid, domain, pattern) -> projected GPU work time of the group / launched GPU work time of its process."""
-    if absent is not None:
-        return {}
-    rows = trace.sql(f"""{base},
-        tot AS (SELECT pid, sum(dur_ns) AS work FROM gop GROUP BY pid),
-        grp AS (SELECT pid, tid, domain, pattern, sum(dur_ns) AS work FROM (
-                    SELECT DISTINCT r.pid, r.tid, r.domain, {normalised_sql('r.name')} AS pattern, p.op_id, p.dur_ns
-                    FROM rng r JOIN prj p USING (rid)) GROUP BY ALL)
-        SELECT g.pid, g.tid, g.domain, g.pattern, g.work / nullif(t.work, 0) FROM grp g JOIN tot t USING (pid)""")
-    return {(p, t_, d, pat): (None if c is None else float(c)) for p, t_, d, pat, c in rows}
-
-
-def _choose(groups: pd.DataFrame, absent: str | None) -> tuple[Choice, pd.DataFrame]:
-    ps = groups[groups["pattern"] == "ProfilerStep#<N>"]
+def _choice(groups: pd.DataFrame, absent: str | None) -> Choice:
+    """How step_choice.py chose the groups marked `picked` (one row per range group, `best`: the automatic choice)."""
+    ps = groups[groups["picked"] & (groups["how"] == "ProfilerStep")]
     if not ps.empty:
         return Choice(how="ProfilerStep", pattern="ProfilerStep#<N>", domain=ps.iloc[0].domain,
-                      reason="PyTorch profiler step annotations (one per prof.step()) mark the iterations"), ps
-    rep = groups[groups["instances"] >= 2]
-    if rep.empty:
+                      reason="PyTorch profiler step annotations (one per prof.step()) mark the iterations")
+    if not groups["best"].any():
         names = groups.sort_values("instances", ascending=False)["example"].head(8).tolist()
         raise ProfileError("no annotation range repeats, so no iteration marker can be chosen (ranges are grouped by name with "
                            f"numbers as <N>, per thread). Range names here: {names}. Pass marker=<name or glob> to use one "
                            "anyway, or annotate each step (nvtx.range_push(f'step_{i}'), prof.step()).")
+    best = groups[groups["best"]].iloc[0]
     if absent is None:
-        ok = rep[rep["coverage"].fillna(0) >= MIN_COVERAGE]
-        if not ok.empty:
-            best = ok.sort_values(["min_depth", "instances", "coverage"], ascending=[True, False, False]).iloc[0]
+        if best.any_eligible:
             why = (f"the shallowest range group repeating >= 2 times that receives >= {int(MIN_COVERAGE * 100)} % of its "
                    f"process's launched GPU work ({100 * best.coverage:.1f} %, {best.instances} instances, depth {best.min_depth})")
         else:
-            best = rep.sort_values(["coverage", "min_depth", "instances"], ascending=[False, True, False]).iloc[0]
             why = (f"no repeating range group receives >= {int(MIN_COVERAGE * 100)} % of the launched GPU work; this one "
                    f"receives the most ({100 * (best.coverage or 0):.1f} %): treat the steps with care or pass marker=")
     else:
-        best = rep.sort_values(["min_depth", "instances"], ascending=[True, False]).iloc[0]
         why = f"the shallowest repeating range group (coverage unknown: {absent})"
-    same = rep[(rep["pattern"] == best.pattern) & (rep["domain"] == best.domain)]
-    # the same marker in other processes (ranks) belongs to the choice; within one process, the chosen thread only
-    same = same[(same["pid"] != best.pid) | (same["tid"] == best.tid)]
-    return Choice(how="auto", pattern=best.pattern, domain=best.domain, reason=why), same
+    return Choice(how="auto", pattern=best.pattern, domain=best.domain, reason=why)
 
 
 def _step_figures(trace: Trace, base: str, rids: list[int], device: int | None, projected: bool) -> dict:

@@ -30,7 +30,7 @@ from ..model.trace import Trace
 from .requirements import GPU, gap_text
 
 RANGE_KINDS = ("push_pop", "start_end", "annotation")
-_KINDS_SQL = ", ".join(f"'{k}'" for k in RANGE_KINDS)
+RANGE_KINDS_SQL = ", ".join(f"'{k}'" for k in RANGE_KINDS)
 SHIFT = "18446744073709551616"  # 2^64
 PATH_DEPTH = 16                  # ancestors shown in a path at most (deeper chains are cut at the root side)
 
@@ -79,7 +79,7 @@ def with_sql(trace: Trace) -> str:
     return f"""
     WITH thr AS (
         SELECT pid, tid, (row_number() OVER (ORDER BY pid, tid) - 1)::HUGEINT AS k FROM (
-            SELECT DISTINCT pid, tid FROM markers WHERE kind IN ({_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL
+            SELECT DISTINCT pid, tid FROM markers WHERE kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL
             UNION SELECT DISTINCT pid, tid FROM api_calls WHERE pid IS NOT NULL AND tid IS NOT NULL)),
     xt AS ({xt}),
     rng AS (
@@ -89,7 +89,7 @@ def with_sql(trace: Trace) -> str:
                    AS cross_thread,
                thr.k * {SHIFT} + m.start_ns AS ks, thr.k * {SHIFT} + m.end_ns AS ke
         FROM markers m JOIN thr ON thr.pid = m.pid AND thr.tid = m.tid
-        WHERE m.kind IN ({_KINDS_SQL})),
+        WHERE m.kind IN ({RANGE_KINDS_SQL})),
     launch AS (
         SELECT pid, correlation_id, arg_min(tid, (start_ns, end_ns)) AS tid, min(start_ns) AS start_ns,
                arg_min(end_ns, (start_ns, end_ns)) AS end_ns

@@ -19,13 +19,19 @@ tools agree; all wall time = interval unions):
 where the GPU span runs from the rank's first to its last GPU operation on the device. A rank's
 figures are summed over its devices (equal to the device's figures when it drives one GPU).
 
-Steps are host-side ranges chosen per rank by the iterations tool (same rules, same `marker` syntax):
-the caller's marker, else ProfilerStep#N, else the repeating NVTX/rocTX range that covers the GPU
-work; step time = the range's duration.
+Steps are host-side ranges chosen per rank by the iterations tool's rules (step_choice.py, the one definition both
+use; same `marker` syntax): the caller's marker, else ProfilerStep#N, else the repeating NVTX/rocTX range that covers
+the GPU work; step time = the range's duration.
+
+However many ranks: every figure is computed by a fixed number of SQL statements over all ranks' stores at once
+(stacked.py: each table of every store stacked with its position in the job): the ranks (processes, GPU pids, API
+pids), the device figures (interval unions as window functions partitioned by rank and device), kernel counts and
+the steps. Python then assembles one small row per rank; no event rows leave DuckDB.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,11 +42,13 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import data_issue_notes, data_issues_field, pct, split_gpu_time, ToolResult
-from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
-from .intervals import merged, unions
-from .iterations import iterations
+from .common import clip_name, data_issue_notes, data_issues_field, pct, ToolResult
+from .gpu_timeline import COMM, COMP, MEMCPY, ROCM_COPY_KERNEL
+from .projection import RANGE_KINDS_SQL
+from .projection import projection_absent_reason
 from .requirements import left_out
+from .stacked import prime, run, stack, union_measures_sql, values
+from .step_choice import XT_COLUMNS, steps_sql
 
 # Straggler by step time only when mean step times differ by at least this share of their mean;
 # below it the collectives keep ranks in lockstep and step time cannot single out the slow rank.
@@ -196,9 +204,8 @@ def rank_summary(
             raise ProfileError(f"{t.path.name} is given twice (positions {seen[key] + 1} and {i + 1}); pass each rank's profile once.")
         seen[key] = i
     notes: list[str] = []
-    units: list[_Unit] = []
-    for i, t in enumerate(traces):
-        units += _units(t, i, notes)
+    prime(traces)  # row counts and data issues of every profile: two statements for the job
+    units = _units(traces, notes)
     _number(units, notes)
     world = {t.meta.get("world_size") for t in traces} - {None, ""}
     world_size = int(next(iter(world))) if len(world) == 1 else None
@@ -208,11 +215,13 @@ def rank_summary(
         notes.append(f"{len(units)} of {world_size} ranks are compared; imbalance and straggler refer to these ranks only")
 
     active_patterns(comm_patterns)  # a bad user pattern is refused here, before any work
-    comm_sql = is_comm_sql("name", comm_patterns)
+    figs = _device_figures(traces, units, comm_patterns)
+    counts = _kernel_counts(traces, comm_patterns)
+    series = _steps(traces, units, marker)
     rows: list[RankRow] = []
     step_maps: dict[int, dict[str, int]] = {}
-    for u in units:
-        row, steps = _rank_row(u, comm_sql, comm_patterns, marker)
+    for u in units:  # one small row per rank from the results above: no query per rank
+        row, steps = _rank_row(u, figs, counts, series)
         rows.append(row)
         if steps:
             step_maps[u.rank] = steps
@@ -254,41 +263,65 @@ def rank_summary(
 
 # -- ranks -----------------------------------------------------------------------------------------
 
-def _units(t: Trace, order: int, notes: list[str]) -> list[_Unit]:
-    """The ranks one profile holds: processes with a stated rank or with GPU work; failing those,
-    processes with GPU API calls; failing those, its only process, or the profile taken whole."""
-    procs = {r["pid"]: r for r in t.sql_dicts("SELECT pid, any_value(name) AS name, max(rank) AS rank, "
-                                               "any_value(hostname) AS hostname FROM processes GROUP BY pid")}
-    gpu_pids = {p for (p,) in t.sql("SELECT DISTINCT pid FROM kernels UNION SELECT DISTINCT pid FROM memops")}
-    ranked = {p for p, r in procs.items() if r["rank"] is not None}
-    pids = ranked | {p for p in gpu_pids if p is not None}
-    basis = "stated rank or GPU work"
-    if not pids:
-        pids = {p for (p,) in t.sql("SELECT DISTINCT pid FROM api_calls WHERE pid IS NOT NULL")}
-        basis = "GPU API calls"
-    if not pids and len(procs) == 1:
-        pids = set(procs)
-    if not pids:
-        u = _Unit(t, order, None, True)
-        u.notes.append("the profile names no process with GPU work, GPU API calls or a rank: it is taken whole as one rank")
-        units = [u]
-    else:
-        whole = len(pids) == 1
-        units = []
-        for pid in sorted(pids):
-            p = procs.get(pid, {})
-            units.append(_Unit(t, order, pid, whole, p.get("name"), p.get("hostname"), p.get("rank")))
-        if whole and units[0].rank is None and t.meta.get("rank") not in (None, ""):
-            units[0].rank = int(t.meta["rank"])
-    if len(units) > 1:
-        orphans = t.scalar("SELECT (SELECT count(*) FROM kernels WHERE pid IS NULL) + (SELECT count(*) FROM memops WHERE pid IS NULL)")
-        if orphans:
-            notes.append(f"{t.path.name}: {orphans} GPU operations name no process and belong to no rank")
-        left = sorted(set(t.sql("SELECT DISTINCT pid FROM api_calls WHERE pid IS NOT NULL")) - {(p,) for p in pids})
-        if left and basis != "GPU API calls":
-            shown = ", ".join(str(p) for (p,) in left[:8])
-            notes.append(f"{t.path.name}: process(es) {shown} made GPU API calls but ran no GPU work and state no rank; "
-                         "they are not counted as ranks")
+def _units(traces: list[Trace], notes: list[str]) -> list[_Unit]:
+    """The ranks every profile holds (three statements for the whole job): per profile, processes with a stated rank
+    or with GPU work; failing those, processes with GPU API calls; failing those, its only process, or the profile
+    taken whole."""
+    procs: dict[int, dict] = {}
+    for part, pid, name, rank, host in run(traces, f"""
+            SELECT part, pid, any_value(name), max(rank), any_value(hostname)
+            FROM ({stack(traces, 'processes', 'pid, name, rank, hostname')}) GROUP BY part, pid"""):
+        procs.setdefault(part, {})[pid] = {"pid": pid, "name": name, "rank": rank, "hostname": host}
+    gpu: dict[int, set] = {}
+    api: dict[int, set] = {}
+    orphans: dict[int, int] = {}
+    for part, what, pid, n in run(traces, f"""
+            SELECT part, 'gpu', pid, NULL::BIGINT FROM (
+                {stack(traces, 'kernels', 'pid')} UNION ALL {stack(traces, 'memops', 'pid')}) GROUP BY part, pid
+            UNION ALL
+            SELECT part, 'api', pid, NULL FROM ({stack(traces, 'api_calls', 'pid', 'pid IS NOT NULL')}) GROUP BY part, pid
+            UNION ALL
+            SELECT part, 'orphans', NULL, count(*) FROM (
+                {stack(traces, 'kernels', 'pid', 'pid IS NULL')} UNION ALL {stack(traces, 'memops', 'pid', 'pid IS NULL')})
+            GROUP BY part"""):
+        if what == "gpu":
+            gpu.setdefault(part, set()).add(pid)
+        elif what == "api":
+            api.setdefault(part, set()).add(pid)
+        else:
+            orphans[part] = int(n)
+    units: list[_Unit] = []
+    for order, t in enumerate(traces):
+        mine = procs.get(order, {})
+        ranked = {p for p, r in mine.items() if r["rank"] is not None}
+        pids = ranked | {p for p in gpu.get(order, set()) if p is not None}
+        basis = "stated rank or GPU work"
+        if not pids:
+            pids = set(api.get(order, set()))
+            basis = "GPU API calls"
+        if not pids and len(mine) == 1:
+            pids = set(mine)
+        if not pids:
+            u = _Unit(t, order, None, True)
+            u.notes.append("the profile names no process with GPU work, GPU API calls or a rank: it is taken whole as one rank")
+            found = [u]
+        else:
+            whole = len(pids) == 1
+            found = []
+            for pid in sorted(pids):
+                p = mine.get(pid, {})
+                found.append(_Unit(t, order, pid, whole, p.get("name"), p.get("hostname"), p.get("rank")))
+            if whole and found[0].rank is None and t.meta.get("rank") not in (None, ""):
+                found[0].rank = int(t.meta["rank"])
+        if len(found) > 1:
+            if orphans.get(order):
+                notes.append(f"{t.path.name}: {orphans[order]} GPU operations name no process and belong to no rank")
+            left = sorted(api.get(order, set()) - pids)
+            if left and basis != "GPU API calls":
+                shown = ", ".join(str(p) for p in left[:8])
+                notes.append(f"{t.path.name}: process(es) {shown} made GPU API calls but ran no GPU work and state no rank; "
+                             "they are not counted as ranks")
+        units += found
     return units
 
 
@@ -320,40 +353,66 @@ def _who(u: _Unit) -> str:
     return f"{u.trace.path.name}" + (f" pid {u.pid}" if u.pid is not None else "")
 
 
-# -- per-rank figures ------------------------------------------------------------------------------
+# -- per-rank figures: each a fixed number of statements over every rank's store -------------------
 
-def _device_figures(t: Trace, patterns: list[str] | None, whole: bool) -> dict[tuple, DeviceFigures]:
-    """(pid, device) -> figures; pid is None when the profile is taken as one rank. The ops and their
-    classes are gpu_timeline's (timeline_ops_sql), so both tools give the same figures."""
-    ops = timeline_ops_sql(t, "TRUE", -UNBOUNDED, UNBOUNDED, True, patterns)
-    part = ("device_id",) if whole else ("owner", "device_id")
-    cols = ", ".join(part)
-    per_cls = unions(t, f"SELECT {cols}, cls, start_ns, end_ns FROM ({ops})", [], (*part, "cls"))
-    out = {}
-    for key in sorted({k[:-1] for k in per_cls}, key=lambda k: tuple(-1 if v is None else v for v in k)):
-        sp = split_gpu_time(*(merged(per_cls.get((*key, c))) for c in (COMP, COMM, MEMCPY)))
-        out[(None, *key) if whole else key] = DeviceFigures(
-            device_id=key[-1], gpu_span_ns=sp.span_ns, busy_ns=sp.busy_ns, idle_in_gpu_span_ns=sp.span_ns - sp.busy_ns,
-            compute_ns=sp.computation_ns, comm_ns=sp.comm_ns, exposed_comm_ns=sp.exposed_comm_ns,
-            exposed_memcpy_ns=sp.exposed_memcpy_ns)
+FIGURES = ("gpu_span_ns", "busy_ns", "idle_in_gpu_span_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "exposed_memcpy_ns")
+# interval sets whose unions give the TraceLens split: COMP, COMM, COMP ∪ COMM, ALL (stacked.union_measures_sql)
+SETS = {0: (COMP,), 1: (COMM,), 2: (COMP, COMM), 3: (COMP, COMM, MEMCPY)}
+
+
+def _device_figures(traces: list[Trace], units: list[_Unit], patterns: list[str] | None) -> dict[tuple, list[DeviceFigures]]:
+    """(part, owner) -> figures per device, by device; owner is None when the profile is taken as one rank. The ops,
+    their classes and owners are gpu_timeline's (timeline_ops_sql: a device's only process owns all of its work,
+    else each process its own), so both tools give the same figures. One statement for the whole job."""
+    comm = is_comm_sql("name", patterns)
+    whole = values(sorted({(u.order, u.whole) for u in units}), ("BIGINT", "BOOLEAN"))
+    ops = (stack(traces, "kernels", f"device_id, pid, start_ns, end_ns, CASE WHEN {comm} THEN {COMM} "
+                                    f"WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY} ELSE {COMP} END AS cls")
+           + " UNION ALL " + stack(traces, "memops", f"device_id, pid, start_ns, end_ns, CASE WHEN op = 'copy' THEN {MEMCPY} ELSE {COMP} END"))
+    rows = run(traces, f"""
+        WITH whole(part, whole) AS ({whole}),
+        ops AS ({ops}),
+        owners AS (SELECT part, device_id, count(DISTINCT pid) AS n, min(pid) AS only_pid FROM ops GROUP BY part, device_id),
+        iv AS (SELECT ops.part, ops.device_id, CASE WHEN whole.whole THEN NULL WHEN owners.n <= 1 THEN owners.only_pid
+                                                    ELSE ops.pid END AS owner, ops.cls, ops.start_ns, ops.end_ns
+               FROM ops JOIN owners USING (part, device_id) JOIN whole USING (part))
+        SELECT part, owner, device_id, u0, u1, u2, u3, first_ns, last_ns
+        FROM ({union_measures_sql('SELECT * FROM iv', 'part, owner, device_id', SETS)})
+        ORDER BY part, owner, device_id""")
+    out: dict[tuple, list[DeviceFigures]] = {}
+    for part, owner, dev, comp, comm_ns, comp_comm, every, first, last in rows:
+        span = int(last - first)
+        out.setdefault((part, owner), []).append(DeviceFigures(
+            device_id=dev, gpu_span_ns=span, busy_ns=every, idle_in_gpu_span_ns=span - every, compute_ns=comp,
+            comm_ns=comm_ns, exposed_comm_ns=comp_comm - comp, exposed_memcpy_ns=every - comp_comm))
     return out
 
 
-def _rank_row(u: _Unit, comm_sql: str, patterns: list[str] | None, marker: str | None) -> tuple[RankRow, dict[str, int]]:
+def _kernel_counts(traces: list[Trace], patterns: list[str] | None) -> dict[int, list[tuple]]:
+    """part -> [(pid, device_id, kernels, communication kernels)] over kernels and copies/sets: one statement."""
+    comm = is_comm_sql("name", patterns)
+    out: dict[int, list[tuple]] = {}
+    for part, pid, dev, k, c in run(traces, f"""
+            SELECT part, pid, device_id, count(*) FILTER (WHERE kernel), count(*) FILTER (WHERE kernel AND comm)
+            FROM ({stack(traces, 'kernels', f'pid, device_id, TRUE AS kernel, {comm} AS comm')} UNION ALL
+                  {stack(traces, 'memops', 'pid, device_id, FALSE, FALSE')})
+            GROUP BY part, pid, device_id"""):
+        out.setdefault(part, []).append((pid, dev, int(k), int(c)))
+    return out
+
+
+def _rank_row(u: _Unit, figs: dict, counts: dict, series: dict) -> tuple[RankRow, dict[str, int]]:
     t = u.trace
-    key = ("rank_summary.devices", tuple(patterns or ()), u.whole)
-    figs = t.memo(key, lambda: _device_figures(t, patterns, u.whole))
-    mine = sorted((f for (pid, _), f in figs.items() if u.whole or pid == u.pid), key=lambda f: f.device_id)
-    where = "TRUE" if u.whole else "pid = ?"
-    params = [] if u.whole else [u.pid]
-    kernels, comm_kernels = t.sql(f"SELECT count(*), count(*) FILTER (WHERE {comm_sql}) FROM kernels WHERE {where}", params)[0]
-    devices = sorted({d for (d,) in t.sql(f"SELECT DISTINCT device_id FROM kernels WHERE {where} UNION "
-                                           f"SELECT DISTINCT device_id FROM memops WHERE {where}", params * 2)})
+    mine = figs.get((u.order, None), []) if u.whole else figs.get((u.order, u.pid), [])
+    have = [c for c in counts.get(u.order, []) if u.whole or c[0] == u.pid]
+    kernels = sum(c[2] for c in have)
+    comm_kernels = sum(c[3] for c in have)
+    devices = sorted({c[1] for c in have})
     notes = list(u.notes)
     profile_has_gpu = t.count("kernels") + t.count("memops") > 0
     vals: dict[str, Any] = {}
     if mine:
-        for name in ("gpu_span_ns", "busy_ns", "idle_in_gpu_span_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "exposed_memcpy_ns"):
+        for name in FIGURES:
             vals[name] = sum(getattr(f, name) for f in mine)
     elif profile_has_gpu:
         # The profiler recorded GPU work (of other processes) but none of this rank: true zeros.
@@ -362,15 +421,14 @@ def _rank_row(u: _Unit, comm_sql: str, patterns: list[str] | None, marker: str |
         notes.append("no GPU work in this rank (the profile holds other processes' GPU work): busy, compute and "
                      "communication are 0; the GPU span is undefined")
     else:
-        vals = dict.fromkeys(("gpu_span_ns", "busy_ns", "idle_in_gpu_span_ns", "compute_ns", "comm_ns",
-                              "exposed_comm_ns", "exposed_memcpy_ns"))
+        vals = dict.fromkeys(FIGURES)
         notes.append("the profile holds no GPU activity at all: GPU figures are unknown (null); "
                      + "; ".join(left_out(t, "rank_summary")))
     if mine and kernels == 0:
         notes.append("no kernels: only copies/sets ran, compute is memsets only")
     if len(mine) > 1:
         notes.append(f"drives {len(mine)} GPUs: figures are summed over them (per_device has each)")
-    steps, step_names, wall = _steps(t, None if u.whole and u.pid is None else u.pid, marker, notes)
+    steps, step_names, wall = _series(series.get((u.order, _scope_pid(u)), []), notes)
     span, busy = vals["gpu_span_ns"], vals["busy_ns"]
     comm, exposed = vals["comm_ns"], vals["exposed_comm_ns"]
     row = RankRow(
@@ -388,29 +446,62 @@ def _rank_row(u: _Unit, comm_sql: str, patterns: list[str] | None, marker: str |
 
 # -- steps -----------------------------------------------------------------------------------------
 
-def _steps(t: Trace, pid: int | None, marker: str | None, notes: list[str]) -> tuple[dict[str, int], str | None, list[int]]:
-    """{step name: wall ns}, a description of the step ranges, and the wall times in time order — from
-    the iterations tool, so both pick the same steps."""
-    try:
-        res = iterations(t, marker=marker, pid=pid, limit=None)
-    except ProfileError:
-        return {}, None, []
+def _scope_pid(u: _Unit) -> int | None:
+    """The process whose steps are the rank's (None: every process of the profile, as iterations(pid=None))."""
+    return None if u.whole and u.pid is None else u.pid
+
+
+def _steps(traces: list[Trace], units: list[_Unit], marker: str | None) -> dict[tuple, list[tuple]]:
+    """(part, scope pid) -> the scope's steps as (how, pid, tid, index, start_ns, end_ns, name), chosen by the
+    iterations tool's rules (step_choice.py) for every rank in one statement (plus one to find the Nsight profiles
+    that record the thread a range ended on, and, for a glob marker, one for the range names it matches)."""
+    # iterations needs a capture span; a profile without one has no steps
+    scopes = sorted({(u.order, _scope_pid(u)) for u in units
+                     if u.trace.meta_int("capture_start_ns") is not None and u.trace.meta_int("capture_end_ns") is not None},
+                    key=lambda k: (k[0], -1 if k[1] is None else k[1]))
+    if not scopes:
+        return {}
+    projected = sorted({u.order for u in units if projection_absent_reason(u.trace) is None})
+    nsys = [i for i, t in enumerate(traces) if t.format == "nsys"]
+    if nsys:
+        cats = {traces[i].con.catalog: i for i in nsys}
+        found: dict[int, set] = {}
+        for db, col in run(traces, "SELECT database_name, column_name FROM duckdb_columns() WHERE schema_name = 'native' "
+                                   "AND table_name = 'NVTX_EVENTS' AND list_contains($dbs, database_name)", {"dbs": list(cats)}):
+            found.setdefault(cats[db], set()).add(col)
+        nsys = [i for i in nsys if XT_COLUMNS <= found.get(i, set())]
+    params: dict[str, Any] = {}
+    globbed = False
+    if marker:
+        params["marker"] = marker
+        if any(ch in marker for ch in "*?["):
+            globbed = True
+            names = run(traces, f"SELECT DISTINCT name FROM ({stack(traces, 'markers', 'name', f'kind IN ({RANGE_KINDS_SQL})')})")
+            params["names"] = [n for (n,) in names if n is not None and fnmatch.fnmatchcase(n, marker)]
+    out: dict[tuple, list[tuple]] = {}
+    for part, upid, *step in run(traces, steps_sql(traces, scopes, projected, nsys, bool(marker), globbed), params or None):
+        out.setdefault((part, upid), []).append(tuple(step))
+    return out
+
+
+def _series(found: list[tuple], notes: list[str]) -> tuple[dict[str, int], str | None, list[int]]:
+    """{step name: wall ns}, a description of the step ranges, and the wall times in time order, from the scope's
+    steps: the thread with the most steps (iterations' series)."""
     by_tid: dict[int, list] = {}
-    for st in res.steps:
-        if pid is None or st.pid == pid:
-            by_tid.setdefault(st.tid, []).append(st)
+    for st in found:
+        by_tid.setdefault(st[2], []).append(st)
     if not by_tid:
         return {}, None, []
     tid = max(by_tid, key=lambda k: (len(by_tid[k]), -k))
     if len(by_tid) > 1:
         notes.append(f"step ranges on {len(by_tid)} threads; thread {tid} (most steps) is used")
-    series = sorted(by_tid[tid], key=lambda st: st.index)
-    names = [st.name for st in series]
+    series = sorted(by_tid[tid], key=lambda st: st[3])
+    names = [clip_name(st[6]) for st in series]
     unique = len(set(names)) == len(names)
-    out = {(st.name if unique else f"{st.name} [{st.index + 1}]"): st.wall_ns for st in series}
+    out = {(n if unique else f"{n} [{st[3] + 1}]"): int(st[5] - st[4]) for n, st in zip(names, series)}
     keys = list(out)
-    desc = (f"{res.choice.how}: " + (keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]} ({len(keys)} ranges)"))
-    return out, desc, [st.wall_ns for st in series]
+    desc = (f"{series[0][0]}: " + (keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]} ({len(keys)} ranges)"))
+    return out, desc, [int(st[5] - st[4]) for st in series]
 
 
 def _marker_suggestions(traces: list[Trace]) -> str:

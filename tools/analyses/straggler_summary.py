@@ -22,13 +22,13 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
-from ..model.job import job_sql, union_sql
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import data_issue_notes, data_issues_field, pct, ToolResult
 from .intervals import unions
 from .rank_summary import _number, _units
+from .stacked import prime, run, stack
 
 MAX_LIMIT = 1024
 
@@ -115,13 +115,12 @@ def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = 
                                "rank's profile once.")
         seen[str(t.path)] = i
     notes: list[str] = []
-    units = []
-    for i, t in enumerate(traces):
-        units += _units(t, i, notes)
+    prime(traces)  # row counts and data issues of every profile: two statements for the job
+    units = _units(traces, notes)
     _number(units, notes)
     rows_sql = ", ".join(f"({u.order}, {'NULL' if u.pid is None else int(u.pid)}, {str(u.whole or u.pid is None).upper()}, "
                          f"{int(u.rank)})" for u in units)
-    comm = union_sql(traces, "kernels", "pid, name, start_ns, dur_ns", is_comm_sql("name", comm_patterns))
+    comm = stack(traces, "kernels", "pid, name, start_ns, dur_ns", is_comm_sql("name", comm_patterns))
     base = f"""
         WITH units(part, pid, whole, rank) AS (VALUES {rows_sql}),
         k AS ({comm}),
@@ -134,17 +133,17 @@ def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = 
         full_inst AS (SELECT i.* FROM inst i, nr WHERE i.ranks = nr.ranks),
         w AS (SELECT n.rank, n.name, n.seq, n.dur_ns - f.mn AS wait_ns, n.dur_ns = f.mn AS shortest
               FROM n JOIN full_inst f USING (name, seq))"""
-    colls = job_sql(traces, base + """
+    colls = run(traces, base + """
         SELECT f.name, f.seq, f.ranks, (SELECT min(rank) FROM w WHERE w.name = f.name AND w.seq = f.seq AND w.shortest),
                f.mx - f.mn, (SELECT median(wait_ns) FROM w WHERE w.name = f.name AND w.seq = f.seq), f.mn, f.mx
         FROM full_inst f ORDER BY f.mx - f.mn DESC, f.name, f.seq""")
-    counts = job_sql(traces, base + """
+    counts = run(traces, base + """
         SELECT (SELECT ranks FROM nr), (SELECT count(*) FROM full_inst), (SELECT count(*) FROM inst) - (SELECT count(*) FROM full_inst)""")
     ranks_with_comm, compared, skipped = (int(x or 0) for x in counts[0])
     lasts = {}
     for name, seq, _, last, *_ in colls:
         lasts[last] = lasts.get(last, 0) + 1
-    per_rank = job_sql(traces, base + """
+    per_rank = run(traces, base + """
         SELECT rank, count(*), sum(wait_ns)::BIGINT FROM w GROUP BY rank""")
     by_rank = {u.rank: u for u in units}
     rank_rows = [RankWait(rank=r, trace=by_rank[r].trace.path.name, pid=by_rank[r].pid, collectives=int(n),

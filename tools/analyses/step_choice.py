@@ -1,0 +1,146 @@
+"""Which host ranges are the steps: the iterations tool's choice, as one SQL statement over many ranks' stores.
+
+The rules are iterations.py's (see its docstring), applied per scope = (profile in the job, process; or the
+whole profile when the rank is a profile naming no process):
+  1. the caller's `marker`: outermost ranges whose name equals it, whose name with digit runs as <N> equals it,
+     or (a glob) whose name matches it;
+  2. else every outermost range of the groups named ProfilerStep#<N>;
+  3. else the best repeating group (>= 2 outermost instances), ranges grouped by (process, thread, domain, name
+     with digit runs as <N>): with a GPU projection, the shallowest group receiving >= MIN_COVERAGE of its
+     process's launched GPU work (then most instances, then most coverage), or failing that the group with the
+     most coverage; without a projection the shallowest (then most instances). Ties go to the group seen first
+     (smallest range id). The same group on other processes of the scope belongs to the choice; on the chosen
+     process only the chosen thread.
+Ranges, ids (rid), nesting depth, outermost instances and the projection (GPU work belongs to a range when its
+launching API call lies inside it on the same thread) are projection.py's definitions, computed per profile.
+
+`steps_sql` gives, per scope, its steps with their 0-based index per (process, thread) in time order, and how the
+choice was made ('caller', 'ProfilerStep', 'auto'). Only step rows leave DuckDB.
+"""
+
+from __future__ import annotations
+
+from ..model.quote import quote_ident
+from ..model.trace import Trace
+from .projection import RANGE_KINDS_SQL, SHIFT, normalised_sql
+from .stacked import stack, values
+
+XT_COLUMNS = {"endGlobalTid", "globalTid", "eventType", "start"}
+MIN_COVERAGE = 0.5  # an automatic step group receives at least this share of its process's launched GPU work
+
+
+def cross_thread_sql(traces: list[Trace], nsys_parts: list[int]) -> str:
+    """(part, pid, tid, start_ns) of Nsight start/end ranges that ended on another thread (NVTX_EVENTS.endGlobalTid);
+    `nsys_parts`: the positions of the Nsight profiles whose NVTX_EVENTS has the columns (projection.cross_thread)."""
+    parts = [f"""SELECT DISTINCT {i} AS part, ((globalTid >> 24) & 16777215)::BIGINT AS pid, (globalTid & 16777215)::BIGINT AS tid,
+                        start::BIGINT AS start_ns
+                 FROM {quote_ident(traces[i].con.catalog)}.native."NVTX_EVENTS"
+                 WHERE eventType IN (60, 71) AND endGlobalTid IS NOT NULL AND endGlobalTid <> globalTid""" for i in nsys_parts]
+    return " UNION ALL ".join(parts) if parts else \
+        "SELECT NULL::BIGINT AS part, NULL::BIGINT AS pid, NULL::BIGINT AS tid, NULL::BIGINT AS start_ns WHERE FALSE"
+
+
+def choice_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], nsys_parts: list[int],
+               marker: bool, globbed: bool) -> str:
+    """A WITH clause defining, per scope (upid: the scope's process, NULL for every process of the profile):
+       outer_(part, upid, rid, pid, tid, start_ns, end_ns, name, domain, pattern, depth, ...)  outermost ranges;
+       grp(part, upid, pid, tid, domain, pattern, instances, min_depth, first_rid, example, coverage, projected);
+       best(... as grp, any_eligible)   the automatic choice's group (none with the caller's marker or ProfilerStep);
+       pick(part, upid, pid, tid, domain, pattern, how)   the chosen groups;
+       chosen(... as outer_, how)       the step ranges; stepped(... idx) with their index per (process, thread).
+    scopes: (part, pid) with pid None for 'every process of the profile'; projected: parts with a GPU projection;
+    marker: the statement takes $marker (and $names, the range names matching a glob marker, when `globbed`)."""
+    ranges = stack(traces, "markers", "pid, tid, start_ns, end_ns, name, domain, kind",
+                   f"kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL")
+    calls = stack(traces, "api_calls", "pid, tid, correlation_id, start_ns, end_ns", "pid IS NOT NULL AND tid IS NOT NULL")
+    ops = (stack(traces, "kernels", "rowid * 2 AS op_id, pid, correlation_id, dur_ns", "correlation_id IS NOT NULL")
+           + " UNION ALL " + stack(traces, "memops", "rowid * 2 + 1 AS op_id, pid, correlation_id, dur_ns", "correlation_id IS NOT NULL"))
+    proj = values([(p,) for p in projected], ("BIGINT",))
+    if marker:
+        hit = f"(d.name = $marker OR d.pattern = $marker{' OR list_contains($names, d.name)' if globbed else ''})"
+        chosen = f"""
+        chosen AS (SELECT d.*, 'caller' AS how FROM outer_ AS d WHERE {hit}),
+        pick AS (SELECT DISTINCT part, upid, pid, tid, domain, pattern, how FROM chosen),
+        best AS (SELECT *, NULL::BOOLEAN AS any_eligible FROM grp WHERE FALSE),"""
+    else:
+        chosen = f"""
+        ps AS (SELECT DISTINCT part, upid FROM grp WHERE pattern = 'ProfilerStep#<N>'),
+        rep AS (SELECT g.*, coalesce(g.coverage, 0) >= {MIN_COVERAGE} AS eligible FROM grp g
+                WHERE g.instances >= 2 AND NOT EXISTS (SELECT 1 FROM ps WHERE ps.part = g.part AND ps.upid IS NOT DISTINCT FROM g.upid)),
+        rep2 AS (SELECT *, bool_or(eligible) OVER (PARTITION BY part, upid) AS any_eligible FROM rep),
+        best AS (SELECT * EXCLUDE (pick, eligible) FROM (
+                    SELECT *, row_number() OVER (PARTITION BY part, upid ORDER BY
+                        eligible DESC,
+                        CASE WHEN projected AND NOT any_eligible THEN coverage END DESC NULLS LAST,
+                        min_depth, instances DESC,
+                        CASE WHEN any_eligible THEN coverage END DESC NULLS LAST,
+                        first_rid) AS pick
+                    FROM rep2) WHERE pick = 1),
+        pick AS (SELECT g.part, g.upid, g.pid, g.tid, g.domain, g.pattern, 'ProfilerStep' AS how FROM grp g
+                 JOIN ps ON ps.part = g.part AND ps.upid IS NOT DISTINCT FROM g.upid WHERE g.pattern = 'ProfilerStep#<N>'
+                 UNION ALL
+                 SELECT r.part, r.upid, r.pid, r.tid, r.domain, r.pattern, 'auto' FROM rep r JOIN best b
+                 ON r.part = b.part AND r.upid IS NOT DISTINCT FROM b.upid AND r.pattern = b.pattern AND r.domain = b.domain
+                 WHERE r.pid <> b.pid OR r.tid = b.tid),
+        chosen AS (SELECT d.*, p.how FROM outer_ d JOIN pick p
+                   ON d.part = p.part AND d.upid IS NOT DISTINCT FROM p.upid AND d.pid = p.pid AND d.tid = p.tid
+                   AND d.domain = p.domain AND d.pattern = p.pattern),"""
+    return f"""
+        WITH scope(part, pid) AS ({values(scopes, ('BIGINT', 'BIGINT'))}),
+        proj(part) AS ({proj}),
+        m AS ({ranges}),
+        a AS ({calls}),
+        thr AS (SELECT part, pid, tid, (row_number() OVER (ORDER BY part, pid, tid) - 1)::HUGEINT AS k FROM (
+                    SELECT DISTINCT part, pid, tid FROM m UNION SELECT DISTINCT part, pid, tid FROM a)),
+        xt AS ({cross_thread_sql(traces, nsys_parts)}),
+        rng AS (
+            SELECT row_number() OVER (PARTITION BY m.part ORDER BY m.pid, m.tid, m.start_ns, m.end_ns DESC, m.name, m.domain, m.kind) AS rid,
+                   m.part, m.pid, m.tid, m.start_ns, m.end_ns, m.name, coalesce(m.domain, '') AS domain,
+                   {normalised_sql('m.name')} AS pattern,
+                   m.kind = 'start_end' AND EXISTS (SELECT 1 FROM xt WHERE xt.part = m.part AND xt.pid = m.pid AND xt.tid = m.tid
+                                                    AND xt.start_ns = m.start_ns) AS cross_thread,
+                   thr.k * {SHIFT} + m.start_ns AS ks, thr.k * {SHIFT} + m.end_ns AS ke
+            FROM m JOIN thr USING (part, pid, tid)),
+        depth AS (SELECT c.part, c.rid, count(*) AS depth
+                  FROM rng c JOIN rng p ON p.ks <= c.ks AND c.ke <= p.ke WHERE p.rid < c.rid GROUP BY c.part, c.rid),
+        data AS (SELECT r.*, s.pid AS upid, coalesce(dp.depth, 0) AS depth
+                 FROM rng r JOIN scope s ON s.part = r.part AND (s.pid IS NULL OR s.pid = r.pid)
+                 LEFT JOIN depth dp ON dp.part = r.part AND dp.rid = r.rid
+                 WHERE r.end_ns > r.start_ns),
+        outer_ AS (SELECT * FROM (
+                      SELECT *, max(end_ns) OVER (PARTITION BY part, upid, pid, tid, domain, pattern ORDER BY rid
+                                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max FROM data)
+                   WHERE prev_max IS NULL OR prev_max < end_ns),
+        launch AS (
+            SELECT part, pid, correlation_id, arg_min(tid, (start_ns, end_ns)) AS tid, min(start_ns) AS start_ns,
+                   arg_min(end_ns, (start_ns, end_ns)) AS end_ns
+            FROM a WHERE correlation_id IS NOT NULL AND part IN (SELECT part FROM proj) GROUP BY part, pid, correlation_id),
+        gop AS (
+            SELECT o.part, o.op_id, o.pid, o.dur_ns, thr.k * {SHIFT} + l.start_ns AS ks, thr.k * {SHIFT} + l.end_ns AS ke
+            FROM ({ops}) o
+            JOIN launch l ON l.part = o.part AND l.pid = o.pid AND l.correlation_id = o.correlation_id
+            JOIN thr ON thr.part = l.part AND thr.pid = l.pid AND thr.tid = l.tid),
+        tot AS (SELECT part, pid, sum(dur_ns) AS work FROM gop GROUP BY part, pid),
+        cgrp AS (SELECT part, pid, tid, domain, pattern, sum(dur_ns) AS work FROM (
+                    SELECT DISTINCT r.part, r.pid, r.tid, r.domain, r.pattern, g.op_id, g.dur_ns
+                    FROM rng r JOIN gop g ON r.ks <= g.ks AND g.ke <= r.ke
+                    WHERE NOT r.cross_thread AND r.part IN (SELECT part FROM proj)) GROUP BY ALL),
+        cov AS (SELECT g.part, g.pid, g.tid, g.domain, g.pattern, g.work / nullif(t.work, 0) AS coverage
+                FROM cgrp g JOIN tot t USING (part, pid)),
+        grp AS (SELECT o.part, o.upid, o.pid, o.tid, o.domain, o.pattern, count(*) AS instances, min(o.depth) AS min_depth,
+                       min(o.rid) AS first_rid, arg_min(o.name, o.rid) AS example,
+                       CASE WHEN c.pid IS NOT NULL THEN c.coverage WHEN o.part IN (SELECT part FROM proj) THEN 0.0 END AS coverage,
+                       o.part IN (SELECT part FROM proj) AS projected
+                FROM outer_ o LEFT JOIN cov c USING (part, pid, tid, domain, pattern)
+                GROUP BY o.part, o.upid, o.pid, o.tid, o.domain, o.pattern, c.pid, c.coverage),{chosen}
+        stepped AS (SELECT part, upid, how, pid, tid, start_ns, end_ns, name,
+                           row_number() OVER (PARTITION BY part, upid, pid, tid ORDER BY start_ns, rid) - 1 AS idx, rid
+                    FROM chosen)
+    """
+
+
+def steps_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], nsys_parts: list[int],
+              marker: bool, globbed: bool) -> str:
+    """Rows (part, upid, how, pid, tid, idx, start_ns, end_ns, name) of every scope's steps (choice_sql's arguments)."""
+    return choice_sql(traces, scopes, projected, nsys_parts, marker, globbed) + """
+        SELECT part, upid, how, pid, tid, idx, start_ns, end_ns, name FROM stepped ORDER BY part, upid, pid, tid, start_ns, rid"""
