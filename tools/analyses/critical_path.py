@@ -72,8 +72,9 @@ ASSUMPTIONS = [
     "host synchronisation: a *Synchronize call waits for the latest-ending GPU op of its process that was launched "
     "before the call and ended before it returned (the stream or event waited on is not in the model); a blocking "
     "*Memcpy waits for its own copy",
-    "host gaps between API calls are CPU work on the step's thread; on other threads only where a CPU op or "
-    "annotation covers them (else idle_gap)",
+    "host gaps between API calls are CPU work on the step's thread (the thread with most API calls in a caller "
+    "window); on other threads only where a CPU op or annotation covers them (else idle_gap). The step's thread runs "
+    "to the step's end; a caller window ends with its last event",
     "communication kernels are nodes of their own stream; collectives are not linked across ranks (single-profile graph)",
 ]
 
@@ -179,7 +180,8 @@ class CriticalPathResult(ToolResult):
     split: list[Share] = Field(description="path time by kind; sums to path_ns (denominator of every pct_of_path)")
     top_contributors: list[Contributor] = Field(description="named durations on the path, largest first")
     segments: list[Segment] = Field(description="the path as runs on one lane, in time order")
-    lanes: list[LaneSlack] = Field(description="every lane with its time on the path and its slack")
+    lanes: list[LaneSlack] = Field(description="lanes with their time on the path and their slack, most time on the path first "
+                                               "(at most `limit`)")
     what_if: list[WhatIf] = Field(description="one entry per what_if scenario (all its rules applied together)")
     graph: GraphStats
     assumptions: list[str]
@@ -237,7 +239,7 @@ def critical_path(
         iteration=choice, window_note=note + (f"; cut at {MAX_NODES} graph nodes: the window ends at {g.we} ns" if g.truncated else ""),
         path_ns=path_ns, window_span_ns=win_end - ws, end_event=g.end_event(base, path),
         split=_shares(split, path_ns), top_contributors=g.contributors(base, path, path_ns, limit=limit),
-        segments=segments[:limit], lanes=g.lanes(base, path), what_if=outcomes, graph=g.stats(), assumptions=ASSUMPTIONS,
+        segments=segments[:limit], lanes=g.lanes(base, path)[:limit], what_if=outcomes, graph=g.stats(), assumptions=ASSUMPTIONS,
         truncated=truncated,
         hint=(f"{len(segments) - limit} more path segments than limit={limit}; raise limit (max 200)" if len(segments) > limit
               else "the window was cut at the node cap: pass a narrower start_ns/end_ns" if g.truncated else None))
@@ -344,6 +346,8 @@ class _Graph:
         gops = self._gops(we)
         self.ws, we = 0, we - ws
         self.main = (pid, main_tid) if main_tid is not None else self._busiest_thread(calls)
+        # a step's thread runs until the step's end; a caller window ends with its last event
+        self.trailing = main_tid is not None
         host, self.n_sync, wait_of = self._host(calls, we)
         self._build(host, gops, calls, wait_of)
 
@@ -444,7 +448,7 @@ class _Graph:
         gap = gap[gap["ge"] > gap["gs"]]
         parts.append(pd.DataFrame({"lane": gap["lane"], "pid": gap["pid"], "tid": gap["tid"], "pos": 3 * gap["k"],
                                    "S": gap["gs"], "E": gap["ge"], "name": "", "role": "gap", "cid": -1}))
-        if self.main is not None:
+        if self.main is not None and self.trailing:
             mp, mt = self.main
             last = outer[(outer["pid"] == mp) & (outer["tid"] == mt)].tail(1)
             last_end = int(last["end_ns"].iloc[0]) if len(last) else self.ws
