@@ -28,6 +28,7 @@ from gpuscope.tools.analyses.call_stack import CallStackResult
 from gpuscope.tools.analyses.comm_summary import CommSummaryResult
 from gpuscope.tools.analyses.compare_traces import CompareResult
 from gpuscope.tools.analyses.compare_traces import compare_traces as _compare_traces
+from gpuscope.tools.analyses.critical_path import CriticalPathResult
 from gpuscope.tools.analyses.diagnose import DiagnoseResult
 from gpuscope.tools.analyses.diagnose import diagnose as _diagnose
 from gpuscope.tools.analyses.gap_histogram import GapHistogramResult
@@ -70,7 +71,7 @@ profiles (before/after, NVIDIA vs AMD): compare_traces. Where GPU time goes: top
 (compute / exposed communication / exposed copies / idle), phases; inside CUDA/HIP graphs and torch.compile \
 Triton kernels: graph_summary. Why GPUs idle: gap_histogram, api_summary \
 (host blocking, launch queueing vs latency), stream_summary, memcpy_summary. Steps and ranges: iterations, \
-marker_summary. Communication and ranks: comm_summary, rank_summary (several profiles). PyTorch operators: \
+marker_summary; what bounds a step and what-if speed-ups: critical_path. Communication and ranks: comm_summary, rank_summary (several profiles). PyTorch operators: \
 ops_summary, perf_summary, roofline, call_stack, replay_spec. Anything else: sql_query / list_tables / \
 describe_table. All times are integer nanoseconds on the profile's own timeline; every percentage names its \
 denominator (e.g. pct_of_device_busy_time). Figures are per device; never add devices together unless a tool \
@@ -334,6 +335,38 @@ async def iterations(
     variation and warm-up steps (with the rule), so warm-up can be told from steady state."""
     return await _answer(ctx, "Iterations", lambda: A.iterations(
         _open(trace, ctx), marker=marker, pid=pid, device=device, start_ns=start_ns, end_ns=end_ns, limit=limit))
+
+
+class WhatIfRuleIn(BaseModel):
+    name_contains: str | None = Field(None, description="case-insensitive substring of the kernel name or short name")
+    name_glob: str | None = Field(None, description="glob over the kernel short name, e.g. 'gemm*' (instead of name_contains)")
+    speedup: float = Field(gt=0, description="duration divisor: 2.0 = twice as fast, 1.0 = unchanged")
+
+
+@profile_tool("Critical path of a step, with what-if")
+async def critical_path(
+    trace: TracePath,
+    step: Annotated[int | None, Field(ge=0, description="Step index within the iterations series; default the "
+                                                        "median-length steady step")] = None,
+    marker: Annotated[str | None, Field(description="Step marker as for iterations (default ProfilerStep#N, else the "
+                                                    "repeating range that covers the GPU work)")] = None,
+    pid: Annotated[int | None, Field(description="Only this process")] = None,
+    start_ns: Annotated[int | None, Field(description="Caller window start instead of a step, ns on the profile timeline")] = None,
+    end_ns: EndNs = None,
+    what_if: Annotated[list[WhatIfRuleIn] | None, Field(description="Speed up GPU ops: rules applied together, e.g. "
+                                                                   "[{\"name_contains\": \"gemm\", \"speedup\": 2.0}]; the graph is "
+                                                                   "re-evaluated, not subtracted")] = None,
+    limit: Annotated[int, Field(ge=1, le=200, description="Path segments and contributors listed")] = 20,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, CriticalPathResult]:
+    """The chain of host work, launches, GPU ops, event waits and host syncs that bounds one step (iterations' steps,
+    default the median-length steady one; or start_ns/end_ns): path length (= window span), its time split by kind
+    (cpu, launch_overhead, gpu_compute, copy, communication, sync_wait, idle_gap; % of the path), top contributors,
+    path segments per lane, per-lane slack, and what-if: kernels matching a rule sped up and the graph re-evaluated
+    (new length, change, whether the path moved). Event pairing and sync targets are inferred; the result says how."""
+    rules = [r.model_dump() for r in what_if] if what_if else None
+    return await _answer(ctx, "Critical path", lambda: A.critical_path(
+        _open(trace, ctx), step=step, marker=marker, pid=pid, start_ns=start_ns, end_ns=end_ns, what_if=rules, limit=limit))
 
 
 @profile_tool("GPU timeline: compute, communication, copies, idle")

@@ -146,6 +146,28 @@ COMMANDS["roofline"] = (_roofline, "Roofline", [
     (("--peaks",), {"help": "JSON peak overrides"}), (("--dtype",), {"choices": ["bf16", "fp16", "fp32", "tf32", "fp64", "fp8", "fp4", "int8"]}),
     (("--limit",), {"type": int, "default": 8}), (("--plot",), {"metavar": "PNG", "help": "write the roofline chart (needs gpuscope[plots])"})])
 
+def _critical_path(trace: str, what_if: list[str] | None = None, **kw) -> BaseModel:
+    rules = []
+    for text in what_if or []:
+        # PATTERN=SPEEDUP (substring) or glob:PATTERN=SPEEDUP; several --what-if flags form one scenario
+        pattern, sep, factor = text.rpartition("=")
+        if not sep or not pattern:
+            raise ProfileError(f"--what-if {text!r}: write PATTERN=SPEEDUP, e.g. gemm=2 (substring) or glob:gemm*=2.")
+        try:
+            speedup = float(factor)
+        except ValueError:
+            raise ProfileError(f"--what-if {text!r}: the speedup after '=' must be a number.") from None
+        key = "name_glob" if pattern.startswith("glob:") else "name_contains"
+        rules.append({key: pattern.removeprefix("glob:"), "speedup": speedup})
+    return A.critical_path(open_trace(trace), what_if=rules or None, **kw)
+
+
+COMMANDS["critical-path"] = (_critical_path, "Critical path", [
+    (("--step",), {"type": int}), (("--marker",), {}), (("--pid",), {"type": int}), *_WINDOW,
+    (("--what-if",), {"action": "append", "metavar": "PATTERN=SPEEDUP",
+                      "help": "speed up kernels whose name contains PATTERN (glob:PAT for a short-name glob), e.g. gemm=2"}),
+    (("--limit",), {"type": int, "default": 20})])
+
 COMMANDS["diagnose"] = (_with_trace(A.diagnose), "Diagnosis", [
     (("--device",), {"type": int}), *_WINDOW, (("--limit",), {"type": int, "default": 8})])
 

@@ -14,7 +14,7 @@ from gpuscope.tools.model.errors import ProfileError
 CALLS = {
     "top_kernels": A.top_kernels, "gap_histogram": A.gap_histogram, "gpu_timeline": A.gpu_timeline,
     "stream_summary": A.stream_summary, "phases": A.phases, "diagnose": A.diagnose, "memcpy_summary": A.memcpy_summary,
-    "api_summary": A.api_summary, "marker_summary": A.marker_summary, "iterations": A.iterations,
+    "api_summary": A.api_summary, "marker_summary": A.marker_summary, "iterations": A.iterations, "critical_path": A.critical_path,
     "ops_summary": A.ops_summary, "graph_summary": A.graph_summary, "perf_summary": A.perf_summary, "replay_spec": None, "roofline": None,
 }
 # Catalog scenarios that between them turn each data-dependent capability on and off: markers that repeat or

@@ -30,7 +30,7 @@ assert_message, make_scenario, real_profiles = H.assert_message, H.make_scenario
 pytestmark = pytest.mark.anyio
 
 TOOLS = {"list_traces", "trace_info", "top_kernels", "gap_histogram", "sql_query", "list_tables", "describe_table",
-         "phases", "api_summary", "marker_summary", "iterations",
+         "phases", "api_summary", "marker_summary", "iterations", "critical_path",
          "memcpy_summary", "stream_summary", "gpu_timeline", "comm_summary", "rank_summary", "straggler_summary",
          "ops_summary", "perf_summary", "graph_summary", "call_stack", "replay_spec", "roofline", "get_guide",
          "diagnose", "compare_traces", "check_regression"}

@@ -23,6 +23,7 @@
     replay_spec     reproducer description of an op signature    replay_spec.py
     marker_summary  NVTX/rocTX/annotation ranges + GPU projection marker_summary.py (projection.py)
     iterations      repeated steps, warm-up vs steady state      iterations.py
+    critical_path   chain bounding a step, split by kind, what-if critical_path.py
     sql_query       read-only SQL; list_tables, describe_table   sql_query.py
 
 Which data each tool needs, and the capture flag that records it: requirements.py (trace_info, refusals).
@@ -32,6 +33,7 @@ from .api_summary import api_summary
 from .call_stack import call_stack
 from .comm_summary import comm_summary
 from .compare_traces import compare_traces
+from .critical_path import critical_path
 from .diagnose import diagnose
 from .gap_histogram import gap_histogram
 from .gpu_timeline import gpu_timeline
@@ -53,4 +55,4 @@ from .stream_summary import stream_summary
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["api_summary", "call_stack", "check_regression", "comm_summary", "compare_traces", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "graph_summary", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "save_baseline", "sql_query", "straggler_summary", "stream_summary", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "call_stack", "check_regression", "comm_summary", "compare_traces", "critical_path", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "graph_summary", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "save_baseline", "sql_query", "straggler_summary", "stream_summary", "top_kernels", "trace_info"]

@@ -101,6 +101,7 @@ NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "roofline.kernel_flops": (("kernels",),),
     "replay_spec": (("cpu_ops",),),
     "sql_query": (),
+    "critical_path": (GPU,),
 }
 # tool -> part of its answer -> the kinds that part needs; without them the tool answers the rest and says so.
 PARTS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -110,6 +111,7 @@ PARTS: dict[str, dict[str, tuple[str, ...]]] = {
                     "pageable_async_copy (async copy calls whose host buffer is pageable block the thread; it takes the "
                     "copies' host memory kind)": ("memops",)},
     "iterations": {"per-step GPU figures": GPU},
+    "critical_path": {"host side of the graph (host order, launches, synchronisation, events)": ("api_calls",)},
     "perf_summary": {"FLOP and byte models (without shapes every op stays time-only, unmodelled)": ("op_shapes",)},
     "roofline": {"ratings of operators (without shapes none is rated; pass kernel_flops instead)": ("op_shapes",)},
     "replay_spec": {"input shapes of the signature": ("op_shapes",)},

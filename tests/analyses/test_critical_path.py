@@ -1,0 +1,134 @@
+"""critical_path: the four hand-computed scenarios of fixtures/scenarios_critical_path.py in every format (exact ns),
+what-if cases (off the path: nothing changes; the critical kernel sped up: the path moves to the other stream), the
+window choices and refusals, and internal consistency on the real multi-stream profiles under ../shared/data."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import FORMATS, needs_data, real_files, scenario_cases
+from gpuscope.fixtures.scenarios_critical_path import SCENARIOS, STEP, T0
+from gpuscope.tools.analyses.critical_path import KINDS, critical_path
+from gpuscope.tools.model.errors import ProfileError
+
+US = 1_000
+# Every writer expresses host calls, launches, both streams, cudaEventRecord / cudaStreamWaitEvent (hipEventRecord /
+# hipStreamWaitEvent in rocpd) and the step ranges, so every scenario runs on every format.
+EXPECTED = {  # path length, split (µs), lanes on the path, end event lane
+    "cp_host_bound": (100, {"cpu": 88, "launch_overhead": 12}, ["host 3000/3000"]),
+    "cp_gpu_bound": (415, {"cpu": 10, "launch_overhead": 5, "gpu_compute": 400}, ["gpu 3000/0/7", "host 3000/3000"]),
+    "cp_cross_stream": (330, {"cpu": 20, "launch_overhead": 5, "gpu_compute": 300, "sync_wait": 5},
+                        ["gpu 3000/0/7", "gpu 3000/0/13", "host 3000/3000"]),
+    "cp_host_sync": (460, {"cpu": 33, "launch_overhead": 5, "gpu_compute": 420, "sync_wait": 2}, ["gpu 3000/0/7", "host 3000/3000"]),
+}
+
+
+@pytest.fixture(scope="module")
+def opened(open_profile):
+    return lambda name, fmt, pid=None: open_profile(name, fmt, pid, scenarios=SCENARIOS)
+
+
+def _split(r):
+    return {s.kind: s.ns for s in r.split if s.ns}
+
+
+@pytest.mark.parametrize("name,fmt,pid", scenario_cases(SCENARIOS))
+def test_hand_computed_paths(opened, name, fmt, pid):
+    t = opened(name, fmt, pid)
+    r = critical_path(t)
+    length, split, lanes = EXPECTED[name]
+    assert r.iteration is not None and r.iteration.index == 1 and "median-length steady" in r.iteration.how
+    origin = r.window.start_ns - (T0 + STEP) * US  # the format's clock offset
+    assert r.iteration.start_ns == origin + (T0 + STEP) * US
+    assert r.path_ns == r.window_span_ns == r.window.span_ns == length * US
+    assert _split(r) == {k: v * US for k, v in split.items()}
+    assert sum(s.ns for s in r.split) == r.path_ns and [s.kind for s in r.split] == list(KINDS)
+    assert [s for s in r.split if s.kind == "gpu_compute"][0].pct_of_path == round(100 * split.get("gpu_compute", 0) / length, 2)
+    assert {s.lane for s in r.segments} == set(lanes)
+    assert r.end_event.end_ns == r.window.end_ns
+    assert r.segments[0].start_ns == r.window.start_ns and r.segments[-1].end_ns == r.window.end_ns
+    assert sum(s.ns for s in r.segments) == r.path_ns
+    holder = [ln for ln in r.lanes if ln.slack_ns == 0]
+    assert holder and all(ln.slack_ns >= 0 for ln in r.lanes)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_cross_stream_event_and_what_if_moves_the_path(opened, fmt):
+    t = opened("cp_cross_stream", fmt)
+    r = critical_path(t, what_if=[[{"name_contains": "gemm", "speedup": 4.0}],
+                                  [{"name_contains": "elementwise", "speedup": 2.0}],
+                                  [{"name_glob": "gemm_*", "speedup": 1.0}]])
+    assert r.graph.event_pairs_inferred == 1 and r.graph.event_pairs_dropped == 0
+    assert r.graph.edges["event_wait"] == 1 and r.graph.edges["sync_wait"] == 1
+    # the path runs A (stream 7) -> event -> C (stream 13)
+    assert [s.lane for s in r.segments] == ["host 3000/3000", "gpu 3000/0/7", "gpu 3000/0/13", "host 3000/3000"]
+    faster, off_path, unchanged = r.what_if
+    # gemm x4: re-evaluated, C now waits for B; 187 µs, not 330 - 150 = 180 µs
+    assert faster.rules[0].matched_ops == 1 and faster.rules[0].matched_on_path == 1
+    assert faster.path_ns == 187 * US and faster.change_ns == -143 * US
+    assert faster.change_pct == round(-100 * 143 / 330, 2)
+    assert faster.path_moved and "gpu 3000/0/7" not in faster.lanes_after and "gpu 3000/0/13" in faster.lanes_after
+    assert {s.kind: s.ns for s in faster.split if s.ns} == {"cpu": 22 * US, "launch_overhead": 10 * US,
+                                                            "gpu_compute": 150 * US, "sync_wait": 3 * US, "idle_gap": 2 * US}
+    # the add kernel B is off the path: nothing changes
+    assert off_path.rules[0].matched_on_path == 0 and off_path.path_ns == r.path_ns and off_path.change_ns == 0
+    assert not off_path.path_moved
+    # speedup 1.0 is the baseline
+    assert unchanged.path_ns == r.path_ns and not unchanged.path_moved
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_host_sync_what_if(opened, fmt):
+    r = critical_path(opened("cp_host_sync", fmt), what_if=[{"name_contains": "gemm", "speedup": 4.0}])
+    assert r.graph.sync_calls == 1 and r.graph.sync_calls_awaiting == 1
+    (w,) = r.what_if
+    assert w.path_ns == 160 * US and w.change_ns == -300 * US and not w.path_moved
+    top = r.top_contributors[0]
+    assert top.kind == "gpu_compute" and top.ns == 400 * US and "gemm" in top.name
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_host_bound_kernel_speedup_changes_nothing(opened, fmt):
+    r = critical_path(opened("cp_host_bound", fmt), what_if=[{"name_contains": "elementwise", "speedup": 10.0}])
+    (w,) = r.what_if
+    assert w.rules[0].matched_ops == 4 and w.rules[0].matched_on_path == 0
+    assert w.change_ns == 0 and not w.path_moved and w.lanes_after == ["host 3000/3000"]
+    assert r.end_event.lane == "host 3000/3000"
+    assert all(s.kind != "gpu_compute" or s.ns == 0 for s in r.split)
+
+
+def test_step_and_window_choices(opened):
+    t = opened("cp_gpu_bound", "nsys")
+    first = critical_path(t, step=0)
+    assert first.iteration.index == 0 and first.iteration.how == "caller (step=0)" and first.path_ns == 415 * US
+    ws = (T0 + 2 * STEP) * US
+    win = critical_path(t, start_ns=ws, end_ns=ws + 500 * US)
+    assert win.iteration is None and win.window.start_ns == ws and win.path_ns == 415 * US
+    with pytest.raises(ProfileError, match="steps 0..2"):
+        critical_path(t, step=7)
+    with pytest.raises(ProfileError, match="not both"):
+        critical_path(t, step=1, start_ns=ws)
+    with pytest.raises(ProfileError, match="speedup must be a positive"):
+        critical_path(t, what_if=[{"name_contains": "gemm", "speedup": 0}])
+    with pytest.raises(ProfileError, match="exactly one of"):
+        critical_path(t, what_if=[{"speedup": 2.0}])
+
+
+REAL = real_files("nsys/*streams*.sqlite", "pytorch/nv_a100_ddp_cnn_train_2rank_r0_hta.json.gz",
+                  "pytorch/nv_h100_bert-small_infer_tracelens.json.gz")
+
+
+@needs_data
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_real_multi_stream_consistency(path):
+    from gpuscope.tools.model.cache import open_trace
+
+    t = open_trace(path)
+    r = critical_path(t, what_if=[[{"name_glob": "*", "speedup": 1.0}], [{"name_glob": "*", "speedup": 2.0}]])
+    assert 0 < r.path_ns <= r.window.span_ns
+    assert sum(s.ns for s in r.split) == r.path_ns
+    assert all(s.ns >= 0 for s in r.split)
+    same, faster = r.what_if
+    assert same.path_ns == r.path_ns and same.change_ns == 0 and not same.path_moved
+    assert faster.path_ns <= r.path_ns
+    assert r.end_event.end_ns == r.window.end_ns
