@@ -86,41 +86,52 @@ def _data(chart: str, data: Any) -> str:
     return f'<script type="application/json" id="data-{chart}">{text}</script>'
 
 
+def _el(tag: str, content: str | None = None, **attrs: Any) -> str:
+    """One SVG/HTML element; attribute values escaped (names: python keywords end in _, '_' becomes '-')."""
+    rendered = "".join(" " + k.rstrip("_").replace("_", "-") + '="' + html.escape(str(v), quote=True) + '"'
+                       for k, v in attrs.items())
+    return f"<{tag}{rendered}/>" if content is None else f"<{tag}{rendered}>{content}</{tag}>"
+
+
+def _svg(chart: str, width: int, height: int, parts: list[str]) -> str:
+    return _el("svg", "".join(parts), class_="chart", id="chart-" + chart, viewBox=f"0 0 {width} {height}",
+               width=width, height=height, role="img")
+
+
 def _bars(chart: str, labels: list[str], values: list[int], unit: str) -> str:
     """Horizontal bars, one per label."""
     n = max(len(values), 1)
     h = 22 * n + 30
     top = max(values) if values and max(values) > 0 else 1
-    out = [f'<svg class="chart" id="chart-{chart}" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img">']
+    out = []
     for i, (label, v) in enumerate(zip(labels, values)):
         y = 10 + 22 * i
         w = int(round((W - 330) * v / top))
-        out.append(f'<text x="0" y="{y + 14}" class="lbl">{_shown(label[:48])}</text>'
-                   f'<rect x="300" y="{y}" width="{w}" height="16" fill="#4c78a8"><title>{_shown(label)}: {v:,} {unit}</title></rect>'
-                   f'<text x="{304 + w}" y="{y + 13}" class="val">{v:,}</text>')
-    out.append("</svg>")
-    return "".join(out)
+        out += [_el("text", _shown(label[:48]), x=0, y=y + 14, class_="lbl"),
+                _el("rect", _el("title", f"{_shown(label)}: {v:,} {unit}"), x=300, y=y, width=w, height=16, fill="#4c78a8"),
+                _el("text", f"{v:,}", x=304 + w, y=y + 13, class_="val")]
+    return _svg(chart, W, h, out)
 
 
 def _stacked(chart: str, rows: list[tuple[str, dict[str, int]]]) -> str:
     """One horizontal stacked bar per row (device), parts in COLORS order, widths as shares of the row's total."""
     h = 30 * len(rows) + 40
-    out = [f'<svg class="chart" id="chart-{chart}" viewBox="0 0 {W} {h}" width="{W}" height="{h}" role="img">']
+    out = []
     for i, (label, parts) in enumerate(rows):
         y = 10 + 30 * i
         total = sum(parts.values()) or 1
         x = 160.0
-        out.append(f'<text x="0" y="{y + 15}" class="lbl">{_shown(label[:24])}</text>')
+        out.append(_el("text", _shown(label[:24]), x=0, y=y + 15, class_="lbl"))
         for part, v in parts.items():
             w = (W - 170) * v / total
-            out.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="20" fill="{COLORS[part]}">'
-                       f'<title>{part}: {v:,} ns ({100 * v / total:.1f} %)</title></rect>')
+            out.append(_el("rect", _el("title", f"{part}: {v:,} ns ({100 * v / total:.1f} %)"), x=f"{x:.1f}", y=y,
+                           width=f"{w:.1f}", height=20, fill=COLORS[part]))
             x += w
     legend_y = 10 + 30 * len(rows) + 10
-    out += [f'<rect x="{160 + 150 * j}" y="{legend_y}" width="10" height="10" fill="{c}"/>'
-            f'<text x="{174 + 150 * j}" y="{legend_y + 10}" class="val">{p}</text>' for j, (p, c) in enumerate(COLORS.items())]
-    out.append("</svg>")
-    return "".join(out)
+    for j, (part, color) in enumerate(COLORS.items()):
+        out += [_el("rect", x=160 + 150 * j, y=legend_y, width=10, height=10, fill=color),
+                _el("text", part, x=174 + 150 * j, y=legend_y + 10, class_="val")]
+    return _svg(chart, W, h, out)
 
 
 def _scatter_loglog(chart: str, points: list[dict], roofs: dict) -> str:
@@ -136,20 +147,20 @@ def _scatter_loglog(chart: str, points: list[dict], roofs: dict) -> str:
     def py(y: float) -> float:
         return H - 30 - (H - 50) * (math.log10(y) - ly0) / (ly1 - ly0)
 
-    out = [f'<svg class="chart" id="chart-{chart}" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img">',
-           f'<line x1="50" y1="{H - 30}" x2="{W - 20}" y2="{H - 30}" stroke="#888"/><line x1="50" y1="20" x2="50" y2="{H - 30}" stroke="#888"/>',
-           f'<text x="{W // 2}" y="{H - 5}" class="val">FLOP/byte (log, 10^{lx0}..10^{lx1})</text>',
-           f'<text x="0" y="14" class="val">TFLOP/s (log, 10^{ly0}..10^{ly1})</text>']
+    out = [_el("line", x1=50, y1=H - 30, x2=W - 20, y2=H - 30, stroke="#888"),
+           _el("line", x1=50, y1=20, x2=50, y2=H - 30, stroke="#888"),
+           _el("text", f"FLOP/byte (log, 10^{lx0}..10^{lx1})", x=W // 2, y=H - 5, class_="val"),
+           _el("text", f"TFLOP/s (log, 10^{ly0}..10^{ly1})", x=0, y=14, class_="val")]
     # memory roof: y = bw(TB/s) * x up to the ridge, then the compute roof
     x_lo = 10 ** lx0
-    y_lo = roofs["memory_tb_per_s"] * x_lo
-    out.append(f'<polyline fill="none" stroke="#e45756" points="{px(x_lo):.1f},{py(max(y_lo, 10 ** ly0)):.1f} '
-               f'{px(roofs["ridge"]):.1f},{py(roofs["compute_tflops"]):.1f} {px(10 ** lx1):.1f},{py(roofs["compute_tflops"]):.1f}"/>')
+    y_lo = max(roofs["memory_tb_per_s"] * x_lo, 10 ** ly0)
+    roof = [(px(x_lo), py(y_lo)), (px(roofs["ridge"]), py(roofs["compute_tflops"])), (px(10 ** lx1), py(roofs["compute_tflops"]))]
+    out.append(_el("polyline", fill="none", stroke="#e45756", points=" ".join(f"{a:.1f},{b:.1f}" for a, b in roof)))
     for p in points:
-        out.append(f'<circle cx="{px(p["arithmetic_intensity"]):.1f}" cy="{py(p["achieved_tflops"]):.1f}" r="4" fill="#4c78a8">'
-                   f'<title>{_shown(p["name"])}: {p["achieved_tflops"]:.3g} TFLOP/s at {p["arithmetic_intensity"]:.3g} FLOP/B</title></circle>')
-    out.append("</svg>")
-    return "".join(out)
+        out.append(_el("circle", _el("title", f"{_shown(p['name'])}: {p['achieved_tflops']:.3g} TFLOP/s at "
+                                              f"{p['arithmetic_intensity']:.3g} FLOP/B"),
+                       cx=f"{px(p['arithmetic_intensity']):.1f}", cy=f"{py(p['achieved_tflops']):.1f}", r=4, fill="#4c78a8"))
+    return _svg(chart, W, H, out)
 
 
 # -- sections: (title, builder) -> (html, chart drawn?) --------------------------------------------------------------
@@ -277,7 +288,7 @@ def write_html(trace: Trace, out: str | Path) -> HtmlReportWritten:
             note = None
         except ProfileError as exc:
             content, chart, note = f"<p class=note>{_shown(exc)}</p>", False, str(exc)
-        body.append(f'<section id="{key}"><h2>{html.escape(title)}</h2>{content}</section>')
+        body.append(_el("section", _el("h2", html.escape(title)) + content, id=key))
         written.append(SectionWritten(section=key, chart=chart, note=note))
     head = (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>gpuscope report: {_shown(trace.path.name)}</title>"
             f"<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'\">"

@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError, shown_path
+from ..model.quote import quote_literal
 from ..model.trace import Trace
 from .files import atomic_output
 
@@ -39,7 +40,8 @@ def _us(x: str) -> str:
 
 
 def _event(cat: str, name: str, pid: str, tid: str, args: str) -> str:
-    return (f"""'{{"ph":"X","cat":"{cat}","name":' || to_json({name}) || ',"pid":' || ({pid}) || ',"tid":' || ({tid})"""
+    head = '{"ph":"X","cat":' + json.dumps(cat) + ',"name":'  # cat is one of ours, a plain word
+    return (f"""{quote_literal(head)} || to_json({name}) || ',"pid":' || ({pid}) || ',"tid":' || ({tid})"""
             f""" || ',"ts":' || {_us('start_ns - $origin')} || ',"dur":' || {_us('dur_ns')} || ',"args":' || to_json({args}) || '}}'""")
 
 
