@@ -217,7 +217,7 @@ async def memory_timeline(
     trace: TracePath,
     device: Device = None,
     points: Annotated[int, Field(ge=2, le=2000, description="Most points in each device's series (time buckets keeping "
-                                 "each bucket's highest level)")] = 200,
+                                 "each bucket's highest level; ~90 characters each)")] = 50,
     limit: Annotated[int, Field(ge=1, le=100, description="Sites listed per device in the live-at-peak and "
                                 "never-freed lists")] = 10,
     ctx: Context | None = None,

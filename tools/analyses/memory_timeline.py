@@ -126,7 +126,7 @@ def _ordered(device: int | None) -> tuple[str, list]:
                  FROM lvl WINDOW a AS (PARTITION BY device_id, addr ORDER BY pos))""", params
 
 
-def memory_timeline(trace: Trace, *, device: int | None = None, points: int = 200, limit: int = 10) -> MemoryTimelineResult:
+def memory_timeline(trace: Trace, *, device: int | None = None, points: int = 50, limit: int = 10) -> MemoryTimelineResult:
     require(trace, "memory_timeline")
     points = max(2, min(int(points), 2000))
     limit = max(1, min(int(limit), 100))
