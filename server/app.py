@@ -38,6 +38,7 @@ from gpuscope.tools.analyses.iterations import IterationsResult
 from gpuscope.tools.analyses.list_traces import ListTracesResult
 from gpuscope.tools.analyses.marker_summary import MarkerSummaryResult
 from gpuscope.tools.analyses.memcpy_summary import MemcpySummaryResult
+from gpuscope.tools.analyses.memory_timeline import MemoryTimelineResult
 from gpuscope.tools.analyses.ops_summary import OpsSummaryResult
 from gpuscope.tools.analyses.perf_summary import PerfSummaryResult
 from gpuscope.tools.analyses.phases import PhasesResult
@@ -70,7 +71,8 @@ findings with evidence, Amdahl bounds and the next measurement; confirm each wit
 profiles (before/after, NVIDIA vs AMD): compare_traces. Where GPU time goes: top_kernels, gpu_timeline \
 (compute / exposed communication / exposed copies / idle), phases; inside CUDA/HIP graphs and torch.compile \
 Triton kernels: graph_summary. Why GPUs idle: gap_histogram, api_summary \
-(host blocking, launch queueing vs latency), stream_summary, memcpy_summary. Steps and ranges: iterations, \
+(host blocking, launch queueing vs latency), stream_summary, memcpy_summary. Device memory use, peak and \
+leak suspects: memory_timeline. Steps and ranges: iterations, \
 marker_summary; what bounds a step and what-if speed-ups: critical_path. Communication and ranks: comm_summary, rank_summary (several profiles). PyTorch operators: \
 ops_summary, perf_summary, roofline, call_stack, replay_spec. Anything else: sql_query / list_tables / \
 describe_table. All times are integer nanoseconds on the profile's own timeline; every percentage names its \
@@ -209,6 +211,26 @@ async def graph_summary(
     inside the window. Profiles without graph replays are refused with the reason (e.g. Nsight traced graphs whole)."""
     return await _answer(ctx, "CUDA graphs", lambda: A.graph_summary(
         _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, limit=limit, kernel_limit=kernel_limit))
+
+
+@profile_tool("Device memory over time")
+async def memory_timeline(
+    trace: TracePath,
+    device: Device = None,
+    points: Annotated[int, Field(ge=2, le=2000, description="Most points in each device's series (time buckets keeping "
+                                 "each bucket's highest level; ~90 characters each)")] = 50,
+    limit: Annotated[int, Field(ge=1, le=100, description="Sites listed per device in the live-at-peak and "
+                                "never-freed lists")] = 10,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, MemoryTimelineResult]:
+    """Where device memory goes and whether it leaks, per device, from the profile's allocation and free events:
+    allocated bytes over time (a series of at most `points` points that never loses the peak; reserved bytes where
+    the profile states them), the peak (bytes, time, % of device memory) and what was live at it by allocation site
+    (PyTorch op, API call), churn (allocations, frees, bytes, per second of the capture span), and allocations never
+    freed within the capture by site (leak suspects). Needs memory events: PyTorch profile_memory=True, `nsys profile
+    --cuda-memory-usage=true`, `rocprofv3 --memory-allocation-trace`; other profiles are refused with that reason."""
+    return await _answer(ctx, "Device memory", lambda: A.memory_timeline(
+        _open(trace, ctx), device=device, points=points, limit=limit))
 
 
 @profile_tool("GPU idle gaps")

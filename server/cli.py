@@ -92,6 +92,9 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
         (("--depth",), {"type": int, "default": 30}), (("--limit",), {"type": int, "default": 20})]),
     "replay-spec": (_with_trace(A.replay_spec), "Replay spec", [
         (("op",), {}), (("--shapes-index",), {"type": int, "default": 0}), (("--limit",), {"type": int, "default": 10})]),
+    "memory-timeline": (_with_trace(A.memory_timeline), "Device memory", [
+        (("--device",), {"type": int}), (("--points",), {"type": int, "default": 50}),
+        (("--limit",), {"type": int, "default": 10})]),
     "phases": (_with_trace(A.phases), "Phases", [
         (("--device",), {"type": int}), *_WINDOW, (("--max-phases",), {"type": int, "default": 6}),
         (("--limit",), {"type": int, "default": 5})]),

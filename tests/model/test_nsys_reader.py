@@ -308,7 +308,7 @@ def test_runtime_only_and_kernel_less(tmp_path):
     sc.kernels, sc.memops, sc.markers = [], [], []
     t = roundtrip(sc, tmp_path)
     absent = {v.split(":")[0] for k, v in t.sql("SELECT key, value FROM trace_meta WHERE key = 'absent'")}
-    assert absent == {"kernels", "memops", "markers", "cpu_ops"}
+    assert absent == {"kernels", "memops", "markers", "cpu_ops", "memory_events"}
     assert t.count("api_calls") == len(sc.api_calls)
     # GPU-only (no RUNTIME table): kernels load, all unlinked, api_calls absent.
     sc = base_scenario()

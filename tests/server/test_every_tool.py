@@ -17,7 +17,7 @@ pytestmark = pytest.mark.anyio
 
 REAL = real_profiles()
 SINGLE_PROFILE_TOOLS = ["trace_info", "top_kernels", "gap_histogram", "memcpy_summary", "stream_summary",
-                        "marker_summary", "iterations", "critical_path", "api_summary", "gpu_timeline", "comm_summary", "phases", "graph_summary", "ops_summary", "perf_summary", "roofline", "diagnose",
+                        "marker_summary", "iterations", "critical_path", "api_summary", "gpu_timeline", "comm_summary", "phases", "graph_summary", "ops_summary", "perf_summary", "roofline", "diagnose", "memory_timeline",
                         "list_tables"]
 # A refusal must say what is missing or what to pass instead.
 MISSING_WORDS = ("no ", "not ", "lacks", "without", "absent", "cannot", "pass ")

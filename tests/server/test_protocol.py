@@ -33,7 +33,7 @@ TOOLS = {"list_traces", "trace_info", "top_kernels", "gap_histogram", "sql_query
          "phases", "api_summary", "marker_summary", "iterations", "critical_path",
          "memcpy_summary", "stream_summary", "gpu_timeline", "comm_summary", "rank_summary", "straggler_summary",
          "ops_summary", "perf_summary", "graph_summary", "call_stack", "replay_spec", "roofline", "get_guide",
-         "diagnose", "compare_traces", "check_regression"}
+         "diagnose", "compare_traces", "check_regression", "memory_timeline"}
 TOOLS |= {"remote_context"}
 MAX_RESULT_CHARS = 20_000
 FORMATS = ["nsys", "rocpd", "kineto", "kineto_gz"]

@@ -24,6 +24,7 @@
     marker_summary  NVTX/rocTX/annotation ranges + GPU projection marker_summary.py (projection.py)
     iterations      repeated steps, warm-up vs steady state      iterations.py
     critical_path   chain bounding a step, split by kind, what-if critical_path.py
+    memory_timeline device memory over time, peak, never freed   memory_timeline.py
     sql_query       read-only SQL; list_tables, describe_table   sql_query.py
 
 Which data each tool needs, and the capture flag that records it: requirements.py (trace_info, refusals).
@@ -42,6 +43,7 @@ from .iterations import iterations
 from .list_traces import list_traces
 from .marker_summary import marker_summary
 from .memcpy_summary import memcpy_summary
+from .memory_timeline import memory_timeline
 from .ops_summary import ops_summary
 from .perf_summary import perf_summary
 from .phases import phases
@@ -55,4 +57,4 @@ from .stream_summary import stream_summary
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["api_summary", "call_stack", "check_regression", "comm_summary", "compare_traces", "critical_path", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "graph_summary", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "save_baseline", "sql_query", "straggler_summary", "stream_summary", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "call_stack", "check_regression", "comm_summary", "compare_traces", "critical_path", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "graph_summary", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "memory_timeline", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "save_baseline", "sql_query", "straggler_summary", "stream_summary", "top_kernels", "trace_info"]

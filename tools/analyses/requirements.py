@@ -33,6 +33,7 @@ KINDS: dict[str, Kind] = {
     "api_calls": Kind("host runtime/driver API calls", ("api_calls",), "SELECT count(*) FROM api_calls"),
     "markers": Kind("annotation ranges (NVTX, rocTX, record_function)", ("markers",), f"SELECT count(*) FROM markers WHERE {_RANGES}"),
     "cpu_ops": Kind("PyTorch CPU operators", ("cpu_ops",), f"SELECT count(*) FROM cpu_ops WHERE {_OPS}"),
+    "memory_events": Kind("device memory allocation/free events", ("memory_events",), "SELECT count(*) FROM memory_events"),
     "op_shapes": Kind("PyTorch operator input shapes", ("cpu_ops",),
                       f"SELECT count(*) FROM cpu_ops WHERE {_OPS} AND input_dims IS NOT NULL AND input_dims NOT IN ('', '[]')"),
 }
@@ -46,6 +47,7 @@ SOURCES: dict[str, dict[str, tuple[str, str] | None]] = {
         "memops": ("tables CUPTI_ACTIVITY_KIND_MEMCPY / CUPTI_ACTIVITY_KIND_MEMSET", "`nsys profile --trace=cuda`"),
         "api_calls": ("table CUPTI_ACTIVITY_KIND_RUNTIME", "`nsys profile --trace=cuda`"),
         "markers": ("table NVTX_EVENTS", "`nsys profile --trace=cuda,nvtx`"),
+        "memory_events": ("table CUDA_GPU_MEMORY_USAGE_EVENTS", "`nsys profile --trace=cuda --cuda-memory-usage=true`"),
         "cpu_ops": None, "op_shapes": None,
     },
     "rocpd": {
@@ -53,6 +55,7 @@ SOURCES: dict[str, dict[str, tuple[str, str] | None]] = {
         "memops": ("rocpd_memory_copy", "`rocprofv3 --memory-copy-trace` (or --runtime-trace / --sys-trace)"),
         "api_calls": ("HIP API regions in rocpd_region", "`rocprofv3 --hip-trace` (or --runtime-trace / --sys-trace)"),
         "markers": ("rocTX regions in rocpd_region", "`rocprofv3 --marker-trace`"),
+        "memory_events": ("rocpd_memory_allocate", "`rocprofv3 --memory-allocation-trace`"),
         "cpu_ops": None, "op_shapes": None,
     },
     "rpd": {
@@ -60,6 +63,8 @@ SOURCES: dict[str, dict[str, tuple[str, str] | None]] = {
         "memops": ("copy rows of rocpd_op", "the RPD tracer with GPU ops recorded, or rocprofv3 --memory-copy-trace"),
         "api_calls": ("rocpd_api", "the RPD tracer with HIP API calls recorded, or rocprofv3 --hip-trace"),
         "markers": ("rocTX rows of rocpd_api", "roctxRangePush/Pop in the program, or rocprofv3 --marker-trace"),
+        "memory_events": ("no table of legacy RPD; rocpd_memory_allocate in rocprofv3 output",
+                          "rocprofv3 --memory-allocation-trace --output-format rocpd"),
         "cpu_ops": None, "op_shapes": None,
     },
     "kineto": {
@@ -70,6 +75,7 @@ SOURCES: dict[str, dict[str, tuple[str, str] | None]] = {
                     "torch.profiler.record_function('name') around steps, or prof.step() each iteration"),
         "cpu_ops": ("'cpu_op' events", _TORCH + ")"),
         "op_shapes": ("'Input Dims' of 'cpu_op' events", _TORCH + ", record_shapes=True)"),
+        "memory_events": ("'[memory]' instant events (cat cpu_instant_event)", _TORCH + ", profile_memory=True)"),
     },
 }
 
@@ -100,6 +106,7 @@ NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "roofline": (GPU, ("cpu_ops",)),
     "roofline.kernel_flops": (("kernels",),),
     "replay_spec": (("cpu_ops",),),
+    "memory_timeline": (("memory_events",),),
     "sql_query": (),
     "critical_path": (GPU,),
 }

@@ -158,6 +158,24 @@ CREATE TABLE nccl_calls (
     kernel_end_ns BIGINT             -- GPU end of the launched kernel (when kernels_launched = 1), ns
 );
 
+-- Device (and host) memory allocations and frees, one row per allocator event: PyTorch profile_memory=True
+-- ('[memory]' instant events), Nsight --cuda-memory-usage=true (CUDA_GPU_MEMORY_USAGE_EVENTS), rocprofv3
+-- --memory-allocation-trace (rocpd_memory_allocate). Events at equal ts_ns keep the profile's order (rowid).
+CREATE TABLE memory_events (
+    device_id INTEGER,               -- GPU whose memory it is (devices.device_id); NULL for host memory
+    memory_kind VARCHAR NOT NULL,    -- 'Device', 'Device Static', 'Managed', 'Pinned', 'Pageable', 'Host', 'Scratch', 'Virtual', 'Unknown'
+    pid BIGINT,                      -- OS process id
+    tid BIGINT,                      -- OS thread that allocated or freed (NULL when the profile does not say)
+    ts_ns BIGINT NOT NULL,           -- time of the event, ns
+    bytes BIGINT NOT NULL,           -- signed size: > 0 allocated, < 0 freed, bytes
+    addr BIGINT,                     -- address of the block (pairs a free with its allocation), NULL when not recorded
+    total_allocated_bytes BIGINT,    -- allocator's allocated total on this device after the event, when the profile states it (Kineto), bytes
+    total_reserved_bytes BIGINT,     -- allocator's reserved (cached) total after the event, when the profile states it (Kineto), bytes
+    kind VARCHAR NOT NULL,           -- 'alloc' or 'free'
+    site VARCHAR,                    -- where it was allocated or freed: innermost enclosing cpu_op on the thread (Kineto), the API call by correlation id or the variable name (Nsight), the HIP call (rocpd); NULL when unknown
+    correlation_id BIGINT            -- id of the API call that made it (Nsight correlationId, rocpd stack id), NULL when not recorded
+);
+
 -- Source rows a reader (or the model check) left out of a model table or kept with a corrected value.
 -- One row per (model table, action, reason); empty when every source row was used as written.
 CREATE TABLE data_issues (

@@ -21,7 +21,7 @@ from .store import NativeCatalog, Store, disk_problem, lock_down, open_store
 
 SCHEMA_SQL = (Path(__file__).parent / "schema.sql").read_text()
 MODEL_TABLES = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops",
-                "nccl_calls", "data_issues")
+                "nccl_calls", "memory_events", "data_issues")
 SQLITE_FORMATS = ("nsys", "rocpd", "rpd")
 
 Progress = Callable[[float, str], None]

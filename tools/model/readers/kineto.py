@@ -39,7 +39,7 @@ from ..errors import ProfileError, shown_path
 from ..limits import max_decompressed_bytes, memory_limit_bytes
 from ..names import create_short_names
 from ..quote import quote_literal
-from ..quality import record_query
+from ..quality import count_sql, record_query
 
 # Pre-2022 category names (and the 2022 gpu_user_Annotation typo) → current ActivityType names.
 CAT_ALIASES = {
@@ -100,12 +100,13 @@ def load(con, path: Path, progress, detected) -> None:
         _drop_temp(con)
 
 
-_FILLED = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops", "data_issues")
+_FILLED = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops",
+           "memory_events", "data_issues")
 
 
 def _drop_temp(con) -> None:
     con.execute("DROP VIEW IF EXISTS kin_ev")
-    for table in ("kin_gpu", "kin_rt", "kin_meta", "kin_names", "kin_pids", "kin_piddev", "kin_link"):
+    for table in ("kin_gpu", "kin_rt", "kin_meta", "kin_names", "kin_pids", "kin_piddev", "kin_link", "kin_mem"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
 
 
@@ -841,6 +842,7 @@ def _build(con, top: dict) -> None:
             ORDER BY idx"""
     )
     _issues(con, cat)
+    _memory(con)
     dist = top.get("distributedInfo") if isinstance(top.get("distributedInfo"), dict) else {}
     rank = _int_or_none(dist.get("rank"))
     n_cpu = con.execute("SELECT count(*) FROM kin_pids").fetchone()[0]
@@ -860,6 +862,55 @@ def _build(con, top: dict) -> None:
     )
     _devices(con, top)
     _meta(con, top, dist, rank, n_cpu)
+
+
+# c10::DeviceType of a '[memory]' event: 0 is host memory, every other type (1 CUDA, 6 HIP, 12 XPU, ...) a device's.
+HOST_DEVICE_TYPE = 0
+
+
+def _exact_int_sql(x: str) -> str:
+    """An args value (text of a JSON scalar) → BIGINT, exact for integers beyond 2^53 (addresses), else as _int_sql."""
+    return f"coalesce(TRY_CAST({x} AS BIGINT), {_int_sql(x)})"
+
+
+def _memory(con) -> None:
+    """memory_events from PyTorch's '[memory]' instant events (profile_memory=True): args Bytes (signed), Addr,
+    Total Allocated, Total Reserved, Device Type, Device Id. The site is the innermost cpu_op running on the
+    event's thread at its time (the allocation happens inside the op that asked for the tensor)."""
+    keys = _args_struct("Bytes", "Addr", "Total Allocated", "Total Reserved", "Device Type", "Device Id")
+    x = _exact_int_sql
+    con.execute(
+        f"""CREATE TEMP TABLE kin_mem AS
+            SELECT idx, pid, tid, ts_ns AS ts, {x('a."Bytes"')} AS bytes, {x('a."Addr"')} AS addr,
+                   {x('a."Total Allocated"')} AS total_alloc, {x('a."Total Reserved"')} AS total_res,
+                   {x('a."Device Type"')} AS dtype, {x('a."Device Id"')} AS dev
+            FROM (SELECT rowid AS idx, pid, tid, ts_ns, json_transform(args, {keys}) AS a
+                  FROM native.event_store WHERE ph IN ('i', 'I') AND name = '[memory]')"""
+    )
+
+    def host(a: str) -> str:
+        return f"({a}dtype = {HOST_DEVICE_TYPE} OR ({a}dtype IS NULL AND coalesce({a}dev, -1) < 0))"
+
+    checks = [("ts IS NULL", "skipped", "ts is missing or not a finite number"),
+              ("pid IS NULL", "skipped", "pid is not a number"),
+              ("bytes IS NULL", "skipped", "args.Bytes is missing or not an integer"),
+              (f"NOT {host('')} AND (dev IS NULL OR dev < 0)", "skipped",
+               "device memory event without a device: args.Device Id is missing, negative or not an integer")]
+    record_query(con, count_sql("memory_events", "kin_mem", checks))
+    con.execute(
+        f"""INSERT INTO memory_events
+            WITH site AS (
+                SELECT m.idx, o.name FROM kin_mem m JOIN cpu_ops o
+                  ON o.pid = m.pid AND o.tid = m.tid AND o.start_ns <= m.ts AND m.ts < o.end_ns
+                WHERE o.category = 'cpu_op' AND m.ts IS NOT NULL
+                QUALIFY row_number() OVER (PARTITION BY m.idx ORDER BY o.start_ns DESC, o.end_ns, o.name) = 1)
+            SELECT CASE WHEN {host('m.')} THEN NULL ELSE m.dev END::INTEGER, CASE WHEN {host('m.')} THEN 'Host' ELSE 'Device' END,
+                   m.pid, m.tid, m.ts, m.bytes, m.addr, m.total_alloc, m.total_res,
+                   CASE WHEN m.bytes < 0 THEN 'free' ELSE 'alloc' END, s.name, NULL
+            FROM kin_mem m LEFT JOIN site s USING (idx)
+            WHERE m.ts IS NOT NULL AND m.pid IS NOT NULL AND m.bytes IS NOT NULL AND ({host('m.')} OR m.dev >= 0)
+            ORDER BY m.idx"""
+    )
 
 
 def _table_of(cat: str) -> str:
@@ -995,12 +1046,13 @@ def _meta(con, top: dict, dist: dict, rank, n_cpu: int) -> None:
                 rows.append((meta_key, _text(dist[key])))
         if rank is not None and n_cpu > 1:
             rows.append(("warning", f"distributedInfo gives rank {rank} but the trace has {n_cpu} CPU processes; process ranks are left unset."))
-    (n_gpu, n_unlinked, n_kern, n_mem, n_rt, n_mark, n_cpu_ops, n_flows) = con.execute(
+    (n_gpu, n_unlinked, n_kern, n_mem, n_rt, n_mark, n_cpu_ops, n_flows, n_memory) = con.execute(
         f"""SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops),
                   (SELECT count(*) FILTER (WHERE NOT launched) FROM kernels) + (SELECT count(*) FILTER (WHERE NOT launched) FROM memops),
                   (SELECT count(*) FROM kernels), (SELECT count(*) FROM memops), (SELECT count(*) FROM api_calls),
                   (SELECT count(*) FROM markers), (SELECT count(*) FROM cpu_ops),
-                  (SELECT count(*) FROM native.event_store WHERE ph IN ('s', 'f', 't') AND cat IN {FLOW_CATS})"""
+                  (SELECT count(*) FROM native.event_store WHERE ph IN ('s', 'f', 't') AND cat IN {FLOW_CATS}),
+                  (SELECT count(*) FROM memory_events)"""
     ).fetchone()
     if n_unlinked:
         rows.append(("warning", f"{n_unlinked} of {n_gpu} GPU operations (kernels, copies, sets) have no launching runtime call in the trace "
@@ -1009,7 +1061,9 @@ def _meta(con, top: dict, dist: dict, rank, n_cpu: int) -> None:
         rows.append(("warning", "The trace has no flow (ac2g) events; GPU work was linked to runtime calls by args.correlation alone."))
     for count, what in ((n_kern, "kernels: no kernel events"), (n_mem, "memops: no gpu_memcpy/gpu_memset events"),
                         (n_rt, "api_calls: no cuda_runtime/cuda_driver events"), (n_mark, "markers: no user annotations"),
-                        (n_cpu_ops, "cpu_ops: no cpu_op/python_function events")):
+                        (n_cpu_ops, "cpu_ops: no cpu_op/python_function events"),
+                        (n_memory, "memory_events: no '[memory]' instant events (profile with "
+                                   "torch.profiler.profile(..., profile_memory=True))")):
         if not count:
             rows.append(("absent", what))
     rows.append(("absent", "device clocks and memory bandwidth: Kineto deviceProperties has no clock or bandwidth fields"))

@@ -24,6 +24,7 @@ from . import nccl_payloads
 
 KERNEL, MEMCPY, MEMSET, RUNTIME = (f"CUPTI_ACTIVITY_KIND_{t}" for t in ("KERNEL", "MEMCPY", "MEMSET", "RUNTIME"))
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"  # nsys profile --cuda-memory-usage=true
 BACKTRACE_CLASS = 67  # TRACE_PROCESS_EVENT_CUDABACKTRACE: duplicates of real API rows, carrying a callchain
 
 # Built-in maps (profile-schemas.md §1.4) for exports without ENUM tables (all 2022-era ones).
@@ -85,6 +86,7 @@ class _Reader:
         self._kernels()
         self.progress(0.7, "reading memory operations")
         self._memops()
+        self._memory()
         self.progress(0.8, "reading NVTX ranges")
         self._markers()
         self._devices()
@@ -223,6 +225,44 @@ class _Reader:
             self._gpu_rows(MEMSET, "memory sets", "memops", """
                 k.deviceId, k.streamId, k.start, k."end", k."end" - k.start, 'set', 'memset', k.bytes, NULL, mk.label, NULL, NULL""",
                 f"LEFT JOIN _memkind mk ON mk.id = {self.col(MEMSET, 'memKind', 'k')}")
+
+    # -- device memory --------------------------------------------------------------------------------
+    def _memory(self) -> None:
+        """memory_events from CUDA_GPU_MEMORY_USAGE_EVENTS: one row per allocation (memoryOperationType 0) or free (1),
+        bytes positive in both, so frees are negated; the site is the variable name when the export has one, else the
+        API call with the row's correlationId in its process."""
+        if not self.src.has(MEMORY_USAGE):
+            self.absent("memory_events", f"no {MEMORY_USAGE} table (capture with `nsys profile --cuda-memory-usage=true`)")
+            return
+        m = lambda c: self.col(MEMORY_USAGE, c, "m")  # noqa: E731
+        rel = f"(SELECT {m('start')} AS start, {m('globalPid')} AS globalPid, {m('deviceId')} AS deviceId, {m('address')} AS address, " \
+              f"{m('bytes')} AS bytes, {m('memKind')} AS memKind, {m('memoryOperationType')} AS op, " \
+              f"CAST({m('name')} AS VARCHAR) AS name, {m('correlationId')} AS correlationId " \
+              f"FROM {self.src.relation(MEMORY_USAGE, text=True)} m)"
+        record_query(self.con, count_sql("memory_events", rel, [
+            ("start IS NULL", "skipped", "start is missing or not an integer"),
+            ("deviceId IS NULL", "skipped", "deviceId is missing or not an integer"),
+            ("bytes IS NULL OR bytes < 0", "skipped", "bytes is missing, negative or not an integer"),
+            ("op IS NULL OR op NOT IN (0, 1)", "skipped", "memoryOperationType is not 0 (allocation) or 1 (deallocation)")]))
+        api = "_apiname" if self.src.has(RUNTIME) else "(SELECT NULL::BIGINT AS id, NULL::VARCHAR AS name)"
+        # Ties at one ns keep the export's order (rowid), which the analyses use as tie-break.
+        self.con.execute("SET preserve_insertion_order = true")
+        try:
+            self.con.execute(f"""
+                INSERT INTO memory_events
+                SELECT CASE WHEN k.label IN ('Pinned', 'Pageable') THEN NULL ELSE m.deviceId END, coalesce(k.label, 'Unknown'), {PID.format(g='m.globalPid')}, {TID.format(g='r.globalTid')},
+                       m.start, CASE WHEN m.op = 1 THEN -m.bytes ELSE m.bytes END, m.address, NULL, NULL,
+                       CASE WHEN m.op = 1 THEN 'free' ELSE 'alloc' END, coalesce(nullif(m.name, ''), a.name),
+                       nullif(m.correlationId, 0)
+                FROM (SELECT *, row_number() OVER () AS k FROM {rel}) m LEFT JOIN _memkind k ON k.id = m.memKind
+                LEFT JOIN (SELECT * FROM _rt WHERE correlationId <> 0
+                           QUALIFY row_number() OVER (PARTITION BY globalTid >> 24, correlationId ORDER BY start) = 1) r
+                       ON r.globalTid >> 24 = m.globalPid >> 24 AND r.correlationId = m.correlationId
+                LEFT JOIN {api} a ON a.id = r.nameId
+                WHERE m.start IS NOT NULL AND m.deviceId IS NOT NULL AND m.bytes >= 0 AND m.op IN (0, 1)
+                ORDER BY m.start, m.k""")
+        finally:
+            self.con.execute("SET preserve_insertion_order = false")
 
     # -- NVTX -----------------------------------------------------------------------------------------
     def _markers(self) -> None:

@@ -31,7 +31,7 @@ import pandas as pd
 from ..detect import ROCPD_SUFFIXED as _SUFFIXED, Detected
 from ..errors import ProfileError
 from ..names import create_short_names
-from ..quality import count_sql, record_query, time_checks
+from ..quality import TIME_MISSING, count_sql, record_query, time_checks
 from ..quote import quote_ident
 from ..sqlite_source import SqliteSource
 from ..trace import MODEL_TABLES
@@ -138,7 +138,7 @@ def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected: Detecte
 
 
 def _cleanup(con, tb: _Tables) -> None:
-    for t in ("_catmap", "_str", "_ev", "_api", "_link", "_sym", "_sym0", "_sym_names", "_copy", "_agent", "_proc", "_thr",
+    for t in ("_catmap", "_str", "_ev", "_api", "_link", "_mem", "_sym", "_sym0", "_sym_names", "_copy", "_agent", "_proc", "_thr",
               "_msg", "_samp", "_mk"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
     for v in tb.views:
@@ -210,7 +210,7 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
                FROM _api WHERE start IS NOT NULL AND "end" IS NOT NULL ORDER BY start"""
         )
     else:
-        con.execute("CREATE TEMP TABLE _api (guid VARCHAR, rpid BIGINT, tid BIGINT, start BIGINT, stack_id BIGINT)")
+        con.execute("CREATE TEMP TABLE _api (guid VARCHAR, rpid BIGINT, tid BIGINT, start BIGINT, stack_id BIGINT, name VARCHAR)")
     # One launcher per (process, stack id); arg_min keeps the join 1:1 even for odd files.
     con.execute(
         """CREATE TEMP TABLE _link AS SELECT guid, rpid, stack_id, arg_min(tid, start) AS tid
@@ -310,6 +310,8 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
     if not con.execute("SELECT count(*) FROM memops").fetchone()[0]:
         absent.append("memops: no memory copies recorded (rocprofv3 --memory-copy-trace or --sys-trace records them)")
 
+    _memory(con, rel("rocpd_memory_allocate"), absent)
+
     progress(0.8, "rocpd: markers")
     n_api_samples = _markers(con, tb, region)
     if n_api_samples:
@@ -323,6 +325,58 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
     rows = meta + [("warning", w) for w in warnings] + [("absent", a) for a in absent]
     con.executemany("INSERT INTO trace_meta VALUES (?, ?)", rows)
     progress(0.95, "rocpd: done")
+
+
+MEMORY_TYPES = ("ALLOC", "FREE")
+
+
+def _memory(con, mem: str | None, absent: list[str]) -> None:
+    """memory_events from rocpd_memory_allocate (rocprofv3 --memory-allocation-trace). rocprofv3 gives the agent only
+    on ALLOC rows, so a FREE takes the agent (and, when its own size is 0, the size) of the latest earlier ALLOC of
+    the same address in its process. Level REAL is device (or, on a CPU agent, host) memory; VIRTUAL address
+    reservations and SCRATCH keep their level as memory_kind. The site is the HIP call with the row's stack id."""
+    if not mem:
+        absent.append("memory_events: no rocpd_memory_allocate table (rocprofv3 --memory-allocation-trace records it)")
+        return
+    con.execute(
+        f"""CREATE TEMP TABLE _mem AS
+            SELECT *, CASE WHEN type = 'FREE' THEN -coalesce(nullif(size, 0), alloc_size) ELSE size END AS bytes,
+                   coalesce(agent_id, alloc_agent) AS agent
+            FROM (SELECT m.id AS k, m.guid, m.pid AS rpid, COALESCE(p.pid, m.pid) AS pid, COALESCE(t.tid, m.tid) AS tid,
+                         m.agent_id, m.type, m.level, m.start, m.address, m.size, e.stack_id,
+                         last_value(CASE WHEN m.type = 'ALLOC' THEN m.agent_id END IGNORE NULLS) OVER w AS alloc_agent,
+                         last_value(CASE WHEN m.type = 'ALLOC' THEN m.size END IGNORE NULLS) OVER w AS alloc_size
+                  FROM {mem} m
+                  LEFT JOIN _ev e ON e.id = m.event_id AND e.guid = m.guid
+                  LEFT JOIN _proc p ON p.id = m.pid AND p.guid = m.guid
+                  LEFT JOIN _thr t ON t.id = m.tid AND t.guid = m.guid
+                  WINDOW w AS (PARTITION BY m.guid, m.pid, m.address ORDER BY m.start, m.id
+                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))
+               LEFT JOIN (SELECT guid AS aguid, id AS aid, ordinal, type AS agent_type FROM _agent) a
+                      ON a.aid = coalesce(agent_id, alloc_agent) AND a.aguid = guid"""
+    )
+    types = ", ".join(f"'{t}'" for t in MEMORY_TYPES)
+    record_query(con, count_sql("memory_events", "_mem", [
+        ("start IS NULL", "skipped", TIME_MISSING),
+        (f"type IS NULL OR type NOT IN ({types})", "skipped", "type is not ALLOC or FREE (REALLOC, RECLAIM): not an allocation or a free"),
+        ("agent IS NULL", "skipped", "FREE of a block whose ALLOC is not in the profile: device unknown"),
+        ("aid IS NULL", "skipped", UNKNOWN_AGENT),
+        ("bytes IS NULL", "skipped", "size is missing or not an integer")]))
+    con.execute(
+        f"""INSERT INTO memory_events
+            SELECT CASE WHEN m.agent_type = 'GPU' THEN m.ordinal END,
+                   CASE m.level WHEN 'VIRTUAL' THEN 'Virtual' WHEN 'SCRATCH' THEN 'Scratch'
+                        ELSE CASE WHEN m.agent_type = 'GPU' THEN 'Device' ELSE 'Host' END END,
+                   m.pid, m.tid, m.start, m.bytes, m.address, NULL, NULL, CASE m.type WHEN 'FREE' THEN 'free' ELSE 'alloc' END,
+                   api.name, m.stack_id
+            FROM _mem m
+            LEFT JOIN (SELECT guid, rpid, stack_id, arg_min(name, start) AS name FROM _api WHERE stack_id IS NOT NULL GROUP BY ALL) api
+                   ON api.guid = m.guid AND api.rpid = m.rpid AND api.stack_id = m.stack_id
+            WHERE m.start IS NOT NULL AND m.type IN ({types}) AND m.aid IS NOT NULL AND m.bytes IS NOT NULL
+            ORDER BY m.start, m.k"""
+    )
+    if not con.execute("SELECT count(*) FROM memory_events").fetchone()[0]:
+        absent.append("memory_events: no memory allocations recorded (rocprofv3 --memory-allocation-trace records them)")
 
 
 def _schema_version(src: SqliteSource, tb: _Tables, path: Path) -> str:

@@ -1,0 +1,242 @@
+"""memory_timeline: where device memory goes over the capture, its peak, and what was never freed, per device.
+
+Semantics follow PyTorch's memory profiler (torch.profiler profile_memory=True, the '[memory]' events behind
+`prof.key_averages()` "Self CUDA Mem" and the memory_timeline export) and Nsight's CUDA memory-usage view
+(`--cuda-memory-usage=true`): the allocated level of a device is a step function that changes at every allocation
+(+bytes) and free (-bytes) in the model's memory_events, events at one time applied in the profile's order.
+Device memory is every memory_kind except host kinds ('Host', 'Pinned', 'Pageable') and address reservations
+('Virtual'); those rows are counted, never added in.
+
+level(t) = baseline_bytes + running sum of signed bytes up to t. baseline_bytes is what was allocated before the
+first captured event: the allocator's own total where the profile states it (Kineto 'Total Allocated' minus the
+first event's bytes), else the least the captured frees imply (max(0, -lowest running sum); 0 when every free
+has its allocation in the capture). Reserved bytes (the caching allocator's pool) exist only where the profile
+states them (Kineto 'Total Reserved'). A free pairs with the latest earlier allocation of the same address on the
+device; an allocation with no later free at its address is "never freed within the capture" (a leak suspect: it
+may be freed after the capture ended). "Live at the peak" is every captured allocation made at or before the peak
+event and not freed by it, grouped by site (the innermost PyTorch op, the API call, or the variable name).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from ..model.errors import ProfileError
+from ..model.trace import ROWS, Trace
+from .common import ToolResult, Window, capture_window, clip_name, data_issue_notes, data_issues_field, pct
+from .requirements import require
+
+NOT_DEVICE = ("Host", "Pinned", "Pageable", "Virtual")
+NO_SITE = "<site not recorded>"
+_DEV = f"device_id IS NOT NULL AND memory_kind NOT IN ({', '.join(repr(k) for k in NOT_DEVICE)})"
+
+
+class MemoryPoint(BaseModel):
+    ts_ns: int = Field(description="time the bucket's highest allocated level was reached (an event time), ns")
+    allocated_bytes: int = Field(description="highest allocated level within the bucket, bytes (the level right after "
+                                 "the event at ts_ns)")
+    reserved_bytes: int | None = Field(None, description="highest reserved (allocator pool) level the profile states "
+                                       "within the bucket, bytes; null where the profile states none")
+    events: int = Field(description="memory events in the bucket")
+
+
+class SiteBytes(BaseModel):
+    site: str = Field(description=f"allocation site (innermost PyTorch op, API call or variable name); '{NO_SITE}' when "
+                      "the profile does not say")
+    allocations: int = Field(description="allocations of this site in the set")
+    bytes: int = Field(description="their summed size, bytes")
+    pct_of_set_bytes: float | None = Field(description="bytes / the set's bytes (live at peak, or never freed), %")
+
+
+class DeviceMemory(BaseModel):
+    device_id: int
+    device_name: str | None
+    device_memory_bytes: int | None = Field(description="device memory size the profile states, bytes")
+    memory_kinds: list[str] = Field(description="memory_kind values counted as this device's memory")
+    level_source: str = Field(description="how the level's baseline is known: 'profile totals' (Total Allocated) or "
+                              "'captured events' (running sum; baseline = least memory the captured frees imply)")
+    events: int = Field(description="allocation and free events of this device")
+    first_event_ns: int
+    last_event_ns: int
+    baseline_bytes: int = Field(description="allocated before the first captured event, bytes (see level_source)")
+    peak_allocated_bytes: int = Field(description="highest allocated level, bytes")
+    peak_ts_ns: int = Field(description="first time the peak level was reached, ns")
+    pct_of_device_memory: float | None = Field(description="peak_allocated_bytes / device_memory_bytes, %; null when the "
+                                               "profile states no memory size")
+    final_allocated_bytes: int = Field(description="level after the last captured event, bytes")
+    net_change_bytes: int = Field(description="final_allocated_bytes - baseline_bytes: captured allocations minus frees, bytes")
+    peak_reserved_bytes: int | None = Field(description="highest reserved (pool) level the profile states, bytes; null "
+                                            "where it states none")
+    peak_reserved_ts_ns: int | None = Field(description="first time that reserved level was reached, ns")
+    allocations: int = Field(description="allocation events")
+    frees: int = Field(description="free events")
+    allocated_bytes: int = Field(description="bytes allocated (sum over allocation events)")
+    freed_bytes: int = Field(description="bytes freed (sum over free events, positive)")
+    allocations_per_s: float | None = Field(description="allocations / capture span (window.span_ns), per second")
+    allocated_bytes_per_s: float | None = Field(description="allocated_bytes / capture span (window.span_ns), bytes per second")
+    frees_without_allocation: int = Field(description="frees whose allocation is not in the capture (made earlier)")
+    live_at_peak_allocations: int = Field(description="captured allocations live at the peak event")
+    live_at_peak_bytes: int = Field(description="their bytes (= peak_allocated_bytes - baseline_bytes when every free "
+                                    "pairs with a captured allocation)")
+    live_at_peak_by_site: list[SiteBytes] = Field(description="live at the peak, by site, most bytes first (top `limit`)")
+    never_freed_allocations: int = Field(description="captured allocations with no later free at their address (leak suspects)")
+    never_freed_bytes: int = Field(description="their bytes")
+    never_freed_by_site: list[SiteBytes] = Field(description="never freed, by site, most bytes first (top `limit`)")
+    series: list[MemoryPoint] = Field(description="allocated level over time: the step function's change points, or at "
+                                      "most `points` time buckets keeping each bucket's highest level (the peak is "
+                                      "always a point)")
+    series_downsampled: bool = Field(description="true when the change points were more than `points` and were bucketed")
+    stated_total_mismatches: int | None = Field(description="events whose stated Total Allocated differs from baseline + "
+                                                "running sum (events missing from the profile); null without stated totals")
+
+
+class MemoryTimelineResult(ToolResult):
+    trace: str
+    window: Window = Field(description="capture span: the denominator of every per-second rate")
+    definitions: dict[str, str]
+    devices: list[DeviceMemory]
+    other_memory: dict[str, int] = Field(description="events left out of the device figures, by memory_kind (host "
+                                         "memory, pinned host buffers, virtual address reservations)")
+    truncated: bool = Field(description="true when some device had more sites than `limit` in a by-site list")
+    hint: str | None = None
+    data_issues: list[str] = data_issues_field()
+
+
+def _ordered(device: int | None) -> tuple[str, list]:
+    """Device-memory events with their position, level and pairing, as one SQL relation (CTE body)."""
+    where, params = _DEV, []
+    if device is not None:
+        where += " AND device_id = ?"
+        params.append(device)
+    return f"""
+        ev AS (SELECT device_id, ts_ns, bytes, addr, kind, site, total_allocated_bytes AS ta, total_reserved_bytes AS tr,
+                      row_number() OVER (PARTITION BY device_id ORDER BY ts_ns, rowid) AS pos
+               FROM memory_events WHERE {where}),
+        run AS (SELECT *, sum(bytes) OVER (PARTITION BY device_id ORDER BY pos ROWS UNBOUNDED PRECEDING) AS cum FROM ev),
+        base AS (SELECT device_id,
+                        coalesce(arg_min(ta - bytes, pos) FILTER (WHERE ta IS NOT NULL),
+                                 greatest(0, -min(cum)))::BIGINT AS baseline,
+                        count(ta) > 0 AS stated
+                 FROM run GROUP BY device_id),
+        lvl AS (SELECT r.*, b.baseline + r.cum AS level FROM run r JOIN base b USING (device_id)),
+        -- each event's next event at the same address: a free there ends an allocation
+        pair AS (SELECT *, CASE WHEN addr IS NOT NULL THEN lead(kind) OVER a END AS next_kind,
+                        CASE WHEN addr IS NOT NULL THEN lead(pos) OVER a END AS next_pos,
+                        CASE WHEN addr IS NOT NULL THEN lag(kind) OVER a END AS prev_kind
+                 FROM lvl WINDOW a AS (PARTITION BY device_id, addr ORDER BY pos))""", params
+
+
+def memory_timeline(trace: Trace, *, device: int | None = None, points: int = 50, limit: int = 10) -> MemoryTimelineResult:
+    require(trace, "memory_timeline")
+    points = max(2, min(int(points), 2000))
+    limit = max(1, min(int(limit), 100))
+    window = capture_window(trace)
+    if device is not None:
+        known = [d for (d,) in trace.sql(f"SELECT DISTINCT device_id FROM memory_events WHERE {_DEV} ORDER BY 1")]
+        if device not in known:
+            raise ProfileError(f"device {device} has no device-memory events in this profile; devices with memory events: "
+                               f"{known}. trace_info lists the devices.")
+    cte, params = _ordered(device)
+    summary_sql = f"""
+        WITH {cte},
+        pk AS (SELECT device_id, arg_min(pos, (-level, pos)) AS peak_pos, max(level) AS peak, arg_min(ts_ns, (-level, pos)) AS peak_ts,
+                      max(tr) AS peak_res, arg_min(ts_ns, (-tr, pos)) FILTER (WHERE tr IS NOT NULL) AS peak_res_ts
+               FROM lvl GROUP BY device_id)
+        SELECT p.device_id, b.baseline, b.stated, count(*) AS events, min(p.ts_ns) AS first_ns, max(p.ts_ns) AS last_ns,
+               pk.peak, pk.peak_ts, pk.peak_pos, pk.peak_res, pk.peak_res_ts, arg_max(p.level, p.pos) AS final,
+               count(*) FILTER (WHERE p.kind = 'alloc') AS allocs, count(*) FILTER (WHERE p.kind = 'free') AS frees,
+               coalesce(sum(p.bytes) FILTER (WHERE p.kind = 'alloc'), 0)::BIGINT AS alloc_bytes,
+               coalesce(-sum(p.bytes) FILTER (WHERE p.kind = 'free'), 0)::BIGINT AS freed_bytes,
+               count(*) FILTER (WHERE p.kind = 'free' AND p.prev_kind IS DISTINCT FROM 'alloc') AS orphan_frees,
+               CASE WHEN b.stated THEN count(*) FILTER (WHERE p.ta IS NOT NULL AND p.ta <> p.level) END AS mismatches,
+               any_value(m.kinds) AS kinds
+        FROM pair p JOIN base b USING (device_id) JOIN pk USING (device_id)
+        JOIN (SELECT device_id, list(DISTINCT memory_kind ORDER BY memory_kind) AS kinds FROM memory_events
+              WHERE {_DEV} GROUP BY device_id) m USING (device_id)
+        GROUP BY p.device_id, b.baseline, b.stated, pk.peak, pk.peak_ts, pk.peak_pos, pk.peak_res, pk.peak_res_ts
+        ORDER BY p.device_id"""
+    summary = trace.memo(("memory_timeline.summary", device), lambda: trace.sql_dicts(summary_sql, params), persist=ROWS)
+    sites_sql = f"""
+        WITH {cte},
+        pk AS (SELECT device_id, arg_min(pos, (-level, pos)) AS peak_pos FROM lvl GROUP BY device_id),
+        al AS (SELECT p.*, pk.peak_pos, CASE WHEN p.next_kind = 'free' THEN p.next_pos END AS freed_pos
+               FROM pair p JOIN pk USING (device_id) WHERE p.kind = 'alloc')
+        SELECT device_id, 'peak' AS what, coalesce(site, '{NO_SITE}') AS site, count(*) AS n, sum(bytes)::BIGINT AS bytes
+        FROM al WHERE pos <= peak_pos AND (freed_pos IS NULL OR freed_pos > peak_pos) GROUP BY ALL
+        UNION ALL
+        SELECT device_id, 'leak', coalesce(site, '{NO_SITE}'), count(*), sum(bytes)::BIGINT
+        FROM al WHERE freed_pos IS NULL GROUP BY ALL
+        ORDER BY device_id, what, bytes DESC, n DESC, site"""
+    sites = trace.memo(("memory_timeline.sites", device), lambda: trace.sql_dicts(sites_sql, params), persist=ROWS)
+    series_sql = f"""
+        WITH {cte},
+        span AS (SELECT device_id, min(ts_ns) AS lo, max(ts_ns) - min(ts_ns) + 1 AS width, count(*) AS n FROM lvl GROUP BY device_id),
+        b AS (SELECT l.*, CASE WHEN s.n <= ? THEN l.pos
+                               ELSE ((l.ts_ns - s.lo)::HUGEINT * ? // s.width)::BIGINT END AS bucket, s.n > ? AS down
+              FROM lvl l JOIN span s USING (device_id))
+        SELECT device_id, bucket, arg_min(ts_ns, (-level, pos)) AS ts_ns, max(level)::BIGINT AS allocated,
+               max(tr)::BIGINT AS reserved, count(*) AS events, any_value(down) AS down
+        FROM b GROUP BY device_id, bucket ORDER BY device_id, bucket"""
+    series = trace.memo(("memory_timeline.series", device, points),
+                        lambda: trace.sql_dicts(series_sql, params + [points, points, points]), persist=ROWS)
+    other = dict(trace.sql(f"SELECT memory_kind, count(*) FROM memory_events WHERE NOT ({_DEV}) GROUP BY 1 ORDER BY 1"))
+    devs = {d: (name, mem) for d, name, mem in trace.sql("SELECT device_id, name, memory_bytes FROM devices")}
+    span_s = window.span_ns / 1e9 if window.span_ns > 0 else None
+    out, truncated = [], False
+    for r in summary:
+        dev = r["device_id"]
+
+        def listed(what: str) -> tuple[list[SiteBytes], int, int]:
+            rows = [s for s in sites if s["device_id"] == dev and s["what"] == what]
+            total = sum(int(s["bytes"]) for s in rows)
+            return ([SiteBytes(site=clip_name(s["site"]), allocations=int(s["n"]), bytes=int(s["bytes"]),
+                               pct_of_set_bytes=pct(int(s["bytes"]), total)) for s in rows[:limit]],
+                    sum(int(s["n"]) for s in rows), total)
+
+        peak_sites, peak_n, peak_b = listed("peak")
+        leak_sites, leak_n, leak_b = listed("leak")
+        truncated |= len([s for s in sites if s["device_id"] == dev and s["what"] == "peak"]) > limit
+        truncated |= len([s for s in sites if s["device_id"] == dev and s["what"] == "leak"]) > limit
+        pts = [p for p in series if p["device_id"] == dev]
+        name, mem = devs.get(dev, (None, None))
+        out.append(DeviceMemory(
+            device_id=dev, device_name=name, device_memory_bytes=mem, memory_kinds=list(r["kinds"] or []),
+            level_source="profile totals (Total Allocated)" if r["stated"] else "captured events",
+            events=int(r["events"]), first_event_ns=int(r["first_ns"]), last_event_ns=int(r["last_ns"]),
+            baseline_bytes=int(r["baseline"]), peak_allocated_bytes=int(r["peak"]), peak_ts_ns=int(r["peak_ts"]),
+            pct_of_device_memory=pct(int(r["peak"]), mem),
+            final_allocated_bytes=int(r["final"]), net_change_bytes=int(r["final"]) - int(r["baseline"]),
+            peak_reserved_bytes=None if r["peak_res"] is None else int(r["peak_res"]),
+            peak_reserved_ts_ns=None if r["peak_res_ts"] is None else int(r["peak_res_ts"]),
+            allocations=int(r["allocs"]), frees=int(r["frees"]), allocated_bytes=int(r["alloc_bytes"]),
+            freed_bytes=int(r["freed_bytes"]),
+            allocations_per_s=None if span_s is None else round(int(r["allocs"]) / span_s, 3),
+            allocated_bytes_per_s=None if span_s is None else round(int(r["alloc_bytes"]) / span_s, 3),
+            frees_without_allocation=int(r["orphan_frees"]),
+            live_at_peak_allocations=peak_n, live_at_peak_bytes=peak_b, live_at_peak_by_site=peak_sites,
+            never_freed_allocations=leak_n, never_freed_bytes=leak_b, never_freed_by_site=leak_sites,
+            series=[MemoryPoint(ts_ns=int(p["ts_ns"]), allocated_bytes=int(p["allocated"]),
+                                reserved_bytes=None if p["reserved"] is None else int(p["reserved"]), events=int(p["events"]))
+                    for p in pts],
+            series_downsampled=bool(pts and pts[0]["down"]),
+            stated_total_mismatches=None if r["mismatches"] is None else int(r["mismatches"]),
+        ))
+    if not out:
+        raise ProfileError(f"{trace.path.name}: the profile's memory events are all host memory or address reservations "
+                           f"({', '.join(f'{k} {n}' for k, n in other.items())}); no device memory to chart.")
+    return MemoryTimelineResult(
+        trace=str(trace.path), window=window,
+        definitions={
+            "allocated level": "baseline_bytes + running sum of signed bytes (+ alloc, - free) in time order, per device",
+            "peak": "highest allocated level; peak_ts_ns is the first event that reached it",
+            "live at peak": "captured allocations at or before the peak event whose free (the next event at the same "
+                            "address) comes after it or never",
+            "never freed": "captured allocations with no later free at their address before the capture ended",
+            "site": "innermost PyTorch cpu_op on the allocating thread (Kineto), the variable name or API call by "
+                    "correlation id (Nsight), the HIP call by stack id (rocpd)",
+        },
+        devices=out, other_memory={k: int(n) for k, n in other.items()}, truncated=truncated,
+        hint=(f"more sites than limit={limit} in a by-site list; raise limit (max 100) or use sql_query on memory_events"
+              if truncated else None),
+        data_issues=data_issue_notes(trace, ("memory_events",)),
+    )
