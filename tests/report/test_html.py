@@ -148,3 +148,18 @@ def test_a_headless_browser_opens_it_without_console_errors(tmp_path):
     assert "<svg" in out.stdout
     assert not re.search(r"CONSOLE\(\d+\).*(Error|Refused)", out.stderr), out.stderr[-2000:]
     trace.close()
+
+
+def test_memory_chart_is_the_tool_s_series(tmp_path):
+    from gpuscope.fixtures.scenarios_memory import SCENARIOS as MEMORY
+
+    name = next(iter(MEMORY))
+    trace = load_trace(write_scenario(MEMORY[name](), "kineto", tmp_path / "m.pt.trace.json"))
+    res = write_html(trace, tmp_path / "r.html")
+    assert next(s for s in res.sections if s.section == "memory_timeline").chart
+    data = embedded_data((tmp_path / "r.html").read_text())
+    for d in A.memory_timeline(trace).devices:
+        got = data[f"memory_timeline_{d.device_id}"]
+        assert got["series"] == [p.model_dump() for p in d.series]
+        assert (got["peak_allocated_bytes"], got["peak_ts_ns"]) == (d.peak_allocated_bytes, d.peak_ts_ns)
+    trace.close()

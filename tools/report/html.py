@@ -247,13 +247,47 @@ def _roofline(trace: Trace) -> tuple[str, bool]:
             + _table(points, list(points[0]))), True
 
 
+def _steps_line(chart: str, series: list[dict], peak: tuple[int, int]) -> str:
+    """Allocated bytes over time as a step line (the level holds until the next point), the peak marked."""
+    t0, t1 = series[0]["ts_ns"], max(series[-1]["ts_ns"], series[0]["ts_ns"] + 1)
+    top = max(max(p["allocated_bytes"] for p in series), peak[1], 1)
+
+    def px(t: int) -> float:
+        return 60 + (W - 80) * (t - t0) / (t1 - t0)
+
+    def py(b: int) -> float:
+        return H - 30 - (H - 50) * b / top
+
+    pts = []
+    for a, b in zip(series, series[1:] + [series[-1]]):
+        pts += [(px(a["ts_ns"]), py(a["allocated_bytes"])), (px(b["ts_ns"]), py(a["allocated_bytes"]))]
+    out = [_el("line", x1=60, y1=H - 30, x2=W - 20, y2=H - 30, stroke="#888"),
+           _el("line", x1=60, y1=20, x2=60, y2=H - 30, stroke="#888"),
+           _el("text", f"{top:,} B", x=0, y=24, class_="val"),
+           _el("text", f"time, ns ({t1 - t0:,} ns shown)", x=W // 2, y=H - 5, class_="val"),
+           _el("polyline", fill="none", stroke="#4c78a8", points=" ".join(f"{a:.1f},{b:.1f}" for a, b in pts)),
+           _el("circle", _el("title", f"peak {peak[1]:,} B at {peak[0]:,} ns"), cx=f"{px(peak[0]):.1f}",
+               cy=f"{py(peak[1]):.1f}", r=4, fill="#e45756")]
+    return _svg(chart, W, H, out)
+
+
 def _memory(trace: Trace) -> tuple[str, bool]:
-    try:
-        from ..analyses.memory_timeline import memory_timeline  # type: ignore[import-not-found]
-    except ImportError:
-        raise ProfileError("this gpuscope has no memory_timeline tool") from None
+    from ..analyses.memory_timeline import memory_timeline
+
     mt = memory_timeline(trace).model_dump(mode="json")
-    return _data("memory_timeline", mt) + f"<pre>{_shown(json.dumps(mt, indent=1)[:4000])}</pre>", False
+    out = []
+    for d in mt["devices"]:
+        chart = f"memory_timeline_{d['device_id']}"
+        data = {"series": d["series"], "peak_allocated_bytes": d["peak_allocated_bytes"], "peak_ts_ns": d["peak_ts_ns"],
+                "never_freed_bytes": d["never_freed_bytes"], "live_at_peak_by_site": d["live_at_peak_by_site"]}
+        facts = [{"peak_allocated_bytes": d["peak_allocated_bytes"], "peak_ts_ns": d["peak_ts_ns"],
+                  "pct_of_device_memory": d["pct_of_device_memory"], "allocations": d["allocations"], "frees": d["frees"],
+                  "never_freed_allocations": d["never_freed_allocations"], "never_freed_bytes": d["never_freed_bytes"]}]
+        out.append(_el("h3", f"GPU {d['device_id']}: {_shown(d['device_name'] or '')}")
+                   + (_steps_line(chart, d["series"], (d["peak_ts_ns"], d["peak_allocated_bytes"])) if d["series"] else "")
+                   + _data(chart, data) + _table(facts, list(facts[0]))
+                   + _table(d["live_at_peak_by_site"], list(d["live_at_peak_by_site"][0]) if d["live_at_peak_by_site"] else []))
+    return "".join(out), any(d["series"] for d in mt["devices"])
 
 
 SECTIONS: dict[str, tuple[str, Callable[[Trace], tuple[str, bool]]]] = {
