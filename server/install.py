@@ -1,6 +1,6 @@
 """`gpuscope install claude|cursor`: register the MCP server with a host and copy the skills.
 
-Claude Code: through `claude mcp add` when `claude` is on PATH, else by merging the JSON file
+Claude Code: through `claude mcp add-json` when `claude` is on PATH, else by merging the JSON file
 Claude Code reads (`<project>/.mcp.json` for project scope, `~/.claude.json` for user scope).
 Cursor: merge `<project>/.cursor/mcp.json` (or `~/.cursor/mcp.json`) and copy the skills into the
 `skills/` folder beside it. Every merge keeps the user's other servers and keys, is idempotent, and
@@ -93,6 +93,14 @@ def _run_claude(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+def claude_entry(cmd: str) -> dict:
+    """Our server's entry in a Claude Code config. alwaysLoad: since 2.1.144 headless sessions (`claude -p`, the SDK)
+    wait only ~2 s for stdio servers before the first turn, and gpuscope imports DuckDB, numpy and pandas before it
+    can list its tools (2.5 s on a quiet 2-core machine): without it a first prompt often runs with no gpuscope tool.
+    alwaysLoad makes Claude Code wait for the server (up to its 5 s connect limit) and list our tools up front."""
+    return {"type": "stdio", "command": cmd, "args": ["serve"], "env": {}, "alwaysLoad": True}
+
+
 def install_claude(scope: str = "project", project: str | Path = ".", claude: str | None = None,
                    use_cli: bool = True) -> list[str]:
     if scope not in ("project", "user"):
@@ -119,13 +127,13 @@ def install_claude(scope: str = "project", project: str | Path = ".", claude: st
         # Remove our own earlier registration (if any) so `add` is idempotent; other servers are untouched.
         cwd = project if project.is_dir() else Path.home()
         _run_claude([claude, "mcp", "remove", "--scope", scope, SERVER_NAME], cwd)
-        add = [claude, "mcp", "add", "--scope", scope, SERVER_NAME, "--", cmd, "serve"]
+        add = [claude, "mcp", "add-json", "--scope", scope, SERVER_NAME, json.dumps(claude_entry(cmd))]
         res = _run_claude(add, cwd)
         if res.returncode != 0:
             raise ProfileError(f"`{' '.join(add)}` failed ({res.returncode}): {(res.stderr or res.stdout).strip()}")
         lines.append(f"ran: {' '.join(add)}" + (f"  (in {project})" if scope == "project" else ""))
     else:
-        lines.append(merge_server(config, {"type": "stdio", "command": cmd, "args": ["serve"], "env": {}}))
+        lines.append(merge_server(config, claude_entry(cmd)))
         lines.append(note)
     dest = project / ".claude" / "skills" if scope == "project" else Path.home() / ".claude" / "skills"
     lines += copy_skills(dest)

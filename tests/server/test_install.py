@@ -32,6 +32,7 @@ def test_claude_project_merge_twice(tmp_path, monkeypatch, capsys):
     assert data["mcpServers"]["mine"] == USER["mcpServers"]["mine"] and data["other"] == {"keep": True}
     entry = data["mcpServers"]["gpuscope"]
     assert entry["args"] == ["serve"] and Path(entry["command"]).is_absolute() and entry["command"].endswith("gpuscope")
+    assert entry["alwaysLoad"] is True  # headless sessions wait for the server instead of starting without it
     skills = sorted(p.name for p in (REPO / "skills").iterdir() if (p / "SKILL.md").is_file())
     for name in skills:
         assert (tmp_path / ".claude" / "skills" / name / "SKILL.md").is_file()
@@ -105,7 +106,8 @@ def test_unusable_config_refused_and_untouched(tmp_path, monkeypatch, capsys, co
 
 
 def test_claude_on_path_is_used(tmp_path, monkeypatch):
-    """With a (fake) `claude` on PATH, install runs `claude mcp remove` then `claude mcp add --scope project`."""
+    """With a (fake) `claude` on PATH, install runs `claude mcp remove` then `claude mcp add-json --scope project` (add
+    cannot set alwaysLoad)."""
     log = tmp_path / "calls.log"
     fake = tmp_path / "bin" / "claude"
     fake.parent.mkdir()
@@ -114,7 +116,9 @@ def test_claude_on_path_is_used(tmp_path, monkeypatch):
     lines = install.install_claude("project", tmp_path, claude=str(fake))
     calls = log.read_text().splitlines()
     assert calls[0] == "mcp remove --scope project gpuscope"
-    assert calls[1].startswith("mcp add --scope project gpuscope -- /") and calls[1].endswith("gpuscope serve")
+    assert calls[1].startswith("mcp add-json --scope project gpuscope {")
+    entry = json.loads(calls[1].split(" gpuscope ", 1)[1])
+    assert entry["args"] == ["serve"] and entry["command"].endswith("gpuscope") and entry["alwaysLoad"] is True
     assert lines[0].startswith("ran:")
 
 
@@ -141,7 +145,7 @@ def test_claude_hang_is_a_clear_error(tmp_path, monkeypatch, capsys):
 
 
 def test_claude_failure_and_missing_binary_are_clear(tmp_path):
-    fake = _fake_claude(tmp_path, 'case "$2" in add) echo "boom: no such scope" >&2; exit 3;; esac\n')
+    fake = _fake_claude(tmp_path, 'case "$2" in add-json) echo "boom: no such scope" >&2; exit 3;; esac\n')
     with pytest.raises(install.ProfileError, match="failed \\(3\\): boom"):
         install.install_claude("project", tmp_path, claude=str(fake))
     with pytest.raises(install.ProfileError, match="Cannot run"):
