@@ -129,6 +129,19 @@ def anyio_backend():
     return "asyncio"
 
 
+def run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    """The gpuscope CLI in this process: (exit code, stdout, stderr)."""
+    from gpuscope.server.cli import main
+
+    code = 0
+    try:
+        main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     import socket

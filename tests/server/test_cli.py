@@ -9,23 +9,13 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from gpuscope.server.cli import main
+from conftest import run_main
 from gpuscope.tools import analyses as A
 from gpuscope.tools.model.cache import open_trace
 
 
 from gpuscope.fixtures import samples as H
 GPUSCOPE = H.VENV_BIN / "gpuscope"
-
-
-def run_main(capsys, *argv: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def _expected(profile: Path, command: str, **kw) -> dict:

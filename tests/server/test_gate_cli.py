@@ -14,19 +14,10 @@ from gpuscope.fixtures import samples as H
 from gpuscope.fixtures import scenarios_regression as R
 from gpuscope.server.app import server
 from gpuscope.server.cli import main
+from conftest import run_main
 
 GATE = R.SCENARIOS
 GPUSCOPE = H.VENV_BIN / "gpuscope"
-
-
-def run_main(capsys, *argv: str) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")
