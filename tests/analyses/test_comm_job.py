@@ -28,7 +28,7 @@ def _truth(n: int, straggler: int, silent: tuple[int, ...] = ()) -> dict[int, di
     """Per rank, in ns, from the generator's constants: per step i a gemm of C(r, i) µs and (unless silent) one
     all-reduce of max_{q not silent} C(q, i) + TAIL - C(r, i) µs; the two never overlap, so the all-reduce is all
     exposed and its wall time is its summed time."""
-    slowest = [max(compute_us(q, i, straggler) for q in range(n) if q not in silent) for i in range(STEPS)]
+    slowest = [max((compute_us(q, i, straggler) for q in range(n) if q not in silent), default=0) for i in range(STEPS)]
     out = {}
     for r in range(n):
         durs = [] if r in silent else [(slowest[i] + TAIL_US - compute_us(r, i, straggler)) * US for i in range(STEPS)]
