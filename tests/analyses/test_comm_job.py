@@ -133,3 +133,30 @@ def test_statements_do_not_grow_with_the_ranks(tmp_path, monkeypatch):
         monkeypatch.undo()
     assert counts[4] == counts[16], f"statements (stacked, per trace) for 4 vs 16 ranks: {counts}"
     assert counts[16][0] <= 8, counts
+
+
+def test_cli_and_mcp_over_a_folder_and_a_glob(tmp_path, capsys):
+    import anyio
+    import json
+
+    from mcp import Client
+
+    from gpuscope.server.app import server
+    from gpuscope.server.cli import main
+
+    n, straggler = 8, 5
+    _write(tmp_path / "run", n, straggler)
+    want = A.comm_job_summary(jobs.open_job([tmp_path / "run"])).model_dump(mode="json")
+    assert main(["comm-job-summary", str(tmp_path / "run" / "rank*.pt.trace.json"), "--json"]) in (None, 0)
+    assert json.loads(capsys.readouterr().out) == want
+    assert main(["comm-job-summary", str(tmp_path / "run")]) in (None, 0)
+    assert capsys.readouterr().out.startswith("## Communication across ranks")
+
+    async def call():
+        async with Client(server) as client:
+            return await client.call_tool("comm_job_summary", {"traces": [str(tmp_path / "run")]})
+
+    res = anyio.run(call)
+    assert not res.is_error, res.content[0].text
+    assert res.structured_content["collectives"][0]["min_rank"] == straggler
+    assert res.structured_content == want
