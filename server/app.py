@@ -25,6 +25,7 @@ from gpuscope import __version__
 from gpuscope.tools import analyses as A
 from gpuscope.tools.analyses.api_summary import ApiSummaryResult
 from gpuscope.tools.analyses.call_stack import CallStackResult
+from gpuscope.tools.analyses.comm_job import CommJobSummaryResult
 from gpuscope.tools.analyses.comm_summary import CommSummaryResult
 from gpuscope.tools.analyses.compare_traces import CompareResult
 from gpuscope.tools.analyses.compare_traces import compare_traces as _compare_traces
@@ -73,7 +74,7 @@ profiles (before/after, NVIDIA vs AMD): compare_traces. Where GPU time goes: top
 Triton kernels: graph_summary. Why GPUs idle: gap_histogram, api_summary \
 (host blocking, launch queueing vs latency), stream_summary, memcpy_summary. Device memory use, peak and \
 leak suspects: memory_timeline. Steps and ranges: iterations, \
-marker_summary; what bounds a step and what-if speed-ups: critical_path. Communication and ranks: comm_summary, rank_summary (several profiles). PyTorch operators: \
+marker_summary; what bounds a step and what-if speed-ups: critical_path. Communication and ranks: comm_summary, rank_summary, comm_job_summary (several profiles). PyTorch operators: \
 ops_summary, perf_summary, roofline, call_stack, replay_spec. Anything else: sql_query / list_tables / \
 describe_table. All times are integer nanoseconds on the profile's own timeline; every percentage names its \
 denominator (e.g. pct_of_device_busy_time). Figures are per device; never add devices together unless a tool \
@@ -445,6 +446,21 @@ async def rank_summary(
     and step time; imbalance (max - min) / mean per metric and per iteration; the straggler rank with the evidence."""
     return await _answer(ctx, "Ranks", lambda: A.rank_summary(
         _open_job(traces, ctx), marker=marker, comm_patterns=comm_patterns, limit=limit))
+
+
+@profile_tool("Communication across ranks")
+async def comm_job_summary(
+    traces: RankProfiles,
+    comm_patterns: CommPatterns = None,
+    limit: Annotated[int, Field(ge=1, le=1024, description="Rank rows shown")] = 64,
+    ctx: Context | None = None,
+) -> Annotated[CallToolResult, CommJobSummaryResult]:
+    """comm_summary over a job: per rank and collective type (AllReduce, AllGather, ...) the communication kernels and
+    their summed time; per rank communication wall time and exposed communication (not overlapped by compute); per
+    collective type across ranks min / median / max summed time and the rank holding each. A fixed number of SQL
+    statements over all ranks' stores, stores built in parallel."""
+    return await _answer(ctx, "Communication across ranks", lambda: A.comm_job_summary(
+        _open_job(traces, ctx), comm_patterns=comm_patterns, limit=limit))
 
 
 @profile_tool("Collectives: who arrives last")

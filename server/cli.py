@@ -108,6 +108,10 @@ def _rank_summary(trace: list[str], cluster: str | None = None, **kw) -> BaseMod
     return A.rank_summary(open_job(trace, _stderr_progress, cluster), **kw)
 
 
+def _comm_job_summary(trace: list[str], cluster: str | None = None, **kw) -> BaseModel:
+    return A.comm_job_summary(open_job(trace, _stderr_progress, cluster), **kw)
+
+
 def _straggler_summary(trace: list[str], cluster: str | None = None, **kw) -> BaseModel:
     return A.straggler_summary(open_job(trace, _stderr_progress, cluster), **kw)
 
@@ -355,7 +359,10 @@ COMMANDS["rank-summary"] = (_rank_summary, "Ranks", [
 COMMANDS["straggler-summary"] = (_straggler_summary, "Stragglers", [
     (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}), (("--limit",), {"type": int, "default": 20}),
     _CLUSTER])
-MULTI_PROFILE = {"rank-summary", "straggler-summary"}
+COMMANDS["comm-job-summary"] = (_comm_job_summary, "Communication across ranks", [
+    (("--comm-pattern",), {"dest": "comm_patterns", "action": "append"}), (("--limit",), {"type": int, "default": 64}),
+    _CLUSTER])
+MULTI_PROFILE = {"rank-summary", "straggler-summary", "comm-job-summary"}
 
 
 def _report(trace: str, xlsx: str | None = None, html: str | None = None, **kw) -> BaseModel:

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.anyio
 
 TOOLS = {"list_traces", "trace_info", "top_kernels", "gap_histogram", "sql_query", "list_tables", "describe_table",
          "phases", "api_summary", "marker_summary", "iterations", "critical_path",
-         "memcpy_summary", "stream_summary", "gpu_timeline", "comm_summary", "rank_summary", "straggler_summary",
+         "memcpy_summary", "stream_summary", "gpu_timeline", "comm_summary", "rank_summary", "straggler_summary", "comm_job_summary",
          "ops_summary", "perf_summary", "graph_summary", "call_stack", "replay_spec", "roofline", "get_guide",
          "diagnose", "compare_traces", "check_regression", "memory_timeline"}
 TOOLS |= {"remote_context"}
@@ -86,10 +86,10 @@ async def test_tool_list_annotations_and_schemas(client):
         assert t.description and len(t.description.encode()) <= 2048, name
         if name == "remote_context":
             continue  # every argument is optional: settings come from clusters.toml and/or arguments
-        first = {"list_traces": "path", "rank_summary": "traces", "straggler_summary": "traces", "get_guide": "topic",
+        first = {"list_traces": "path", "rank_summary": "traces", "straggler_summary": "traces", "comm_job_summary": "traces", "get_guide": "topic",
                  "compare_traces": "baseline"}.get(name, "trace")
         assert first in t.input_schema.get("required", []), name
-        assert props[first]["type"] == ("array" if name in ("rank_summary", "straggler_summary") else "string")
+        assert props[first]["type"] == ("array" if name in ("rank_summary", "straggler_summary", "comm_job_summary") else "string")
     tk = tools["top_kernels"].input_schema["properties"]
     assert tk["limit"]["maximum"] == 200 and tk["limit"]["minimum"] == 1
     assert set(tk["sort_by"]["enum"]) == {"total", "count", "avg", "max"}

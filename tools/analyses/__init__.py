@@ -11,6 +11,7 @@
     api_summary     host API calls, blocked time, launch delays  api_summary.py
     gpu_timeline    compute / exposed comm / exposed copy / idle gpu_timeline.py
     comm_summary    NCCL/RCCL/MPI communication and overlap      comm_summary.py (comm_patterns.py)
+    comm_job_summary  a job's communication per rank and collective  comm_job.py (stacked.py)
     rank_summary    per-rank comparison, imbalance, straggler    rank_summary.py
     straggler_summary  per collective: who arrived last, skew     straggler_summary.py (tools/model/job.py)
     ops_summary     GPU time per launching operator (TraceLens)  ops_summary.py (op_tree.py)
@@ -32,6 +33,7 @@ Which data each tool needs, and the capture flag that records it: requirements.p
 
 from .api_summary import api_summary
 from .call_stack import call_stack
+from .comm_job import comm_job_summary
 from .comm_summary import comm_summary
 from .compare_traces import compare_traces
 from .critical_path import critical_path
@@ -57,4 +59,4 @@ from .stream_summary import stream_summary
 from .top_kernels import top_kernels
 from .trace_info import trace_info
 
-__all__ = ["api_summary", "call_stack", "check_regression", "comm_summary", "compare_traces", "critical_path", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "graph_summary", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "memory_timeline", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "save_baseline", "sql_query", "straggler_summary", "stream_summary", "top_kernels", "trace_info"]
+__all__ = ["api_summary", "call_stack", "check_regression", "comm_job_summary", "comm_summary", "compare_traces", "critical_path", "describe_table", "diagnose", "gap_histogram", "gpu_timeline", "graph_summary", "iterations", "list_tables", "list_traces", "marker_summary", "memcpy_summary", "memory_timeline", "ops_summary", "perf_summary", "phases", "rank_summary", "replay_spec", "roofline", "save_baseline", "sql_query", "straggler_summary", "stream_summary", "top_kernels", "trace_info"]

@@ -99,6 +99,7 @@ NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "iterations": (("markers",),),
     "comm_summary": (("kernels",),),
     "straggler_summary": (("kernels",),),
+    "comm_job_summary": (("kernels",),),
     "ops_summary": (GPU,),
     "call_stack": (("kernels",),),
     "call_stack.op": (("cpu_ops",),),

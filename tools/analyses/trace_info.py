@@ -175,6 +175,8 @@ def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
                  "comm_patterns for custom ones)"),
              cap("straggler_summary", None if comm else "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass "
                  "comm_patterns for custom ones)"),
+             cap("comm_job_summary", None if comm else "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass "
+                 "comm_patterns for custom ones)"),
              cap("graph_summary", graph_absent(trace)),
              cap("ops_summary"), cap("call_stack"), cap("call_stack.op"), cap("perf_summary"),
              cap("roofline"), cap("replay_spec"), cap("critical_path"), cap("memory_timeline"), cap("sql_query")]

@@ -1,0 +1,162 @@
+"""comm_job_summary over a job of many per-rank profiles: exact figures from the generator (fixtures/scenarios_job.py),
+a rank without communication kernels as a row of zeros, and a fixed number of SQL statements however many ranks."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from gpuscope.fixtures.scenarios_job import PID0, TAIL_US, US, compute_us, job
+from gpuscope.fixtures.writers import kineto
+from gpuscope.tools import analyses as A
+from gpuscope.tools.model import hub as hubs
+from gpuscope.tools.model import job as jobs
+from gpuscope.tools.model.errors import ProfileError
+from gpuscope.tools.model.trace import load_trace
+
+STEPS = 3
+
+
+def _write(folder, n: int, straggler: int, silent: tuple[int, ...] = ()):
+    folder.mkdir(parents=True, exist_ok=True)
+    s = job(n, straggler, STEPS, silent)
+    return [kineto.write(s, folder / f"rank{r:03d}.pt.trace.json", pid=PID0 + r) for r in range(n)]
+
+
+def _truth(n: int, straggler: int, silent: tuple[int, ...] = ()) -> dict[int, dict]:
+    """Per rank, in ns, from the generator's constants: per step i a gemm of C(r, i) µs and (unless silent) one
+    all-reduce of max_{q not silent} C(q, i) + TAIL - C(r, i) µs; the two never overlap, so the all-reduce is all
+    exposed and its wall time is its summed time."""
+    slowest = [max((compute_us(q, i, straggler) for q in range(n) if q not in silent), default=0) for i in range(STEPS)]
+    out = {}
+    for r in range(n):
+        durs = [] if r in silent else [(slowest[i] + TAIL_US - compute_us(r, i, straggler)) * US for i in range(STEPS)]
+        out[r] = {"comm_kernels": len(durs), "comm_summed_ns": sum(durs), "comm_wall_ns": sum(durs),
+                  "exposed_comm_ns": sum(durs), "compute_ns": sum(compute_us(r, i, straggler) for i in range(STEPS)) * US,
+                  "durs": durs}
+    return out
+
+
+def _check(res, n: int, straggler: int, silent: tuple[int, ...] = ()):
+    truth = _truth(n, straggler, silent)
+    assert res.ranks_found == n and res.traces == n and not res.truncated
+    assert res.ranks_with_comm == n - len(silent)
+    assert [r.rank for r in res.ranks] == list(range(n))
+    for row in res.ranks:
+        want = truth[row.rank]
+        assert {k: getattr(row, k) for k in ("comm_kernels", "comm_summed_ns", "comm_wall_ns", "exposed_comm_ns",
+                                               "compute_ns")} == {k: v for k, v in want.items() if k != "durs"}, row.rank
+        assert row.pid == PID0 + row.rank and row.devices == [row.rank % 8] and row.rank_source == "profile"
+        if row.rank in silent:
+            assert row.collectives == [] and row.exposed_comm_pct_of_comm_wall is None
+            assert any("no communication kernel" in x for x in row.notes)
+        else:
+            (c,) = row.collectives
+            assert (c.collective, c.count, c.total_ns, c.min_ns, c.max_ns, c.pct_of_rank_comm_summed) == (
+                "AllReduce", STEPS, want["comm_summed_ns"], min(want["durs"]), max(want["durs"]), 100.0)
+            assert row.exposed_comm_pct_of_comm_wall == 100.0
+    totals = [truth[r]["comm_summed_ns"] for r in range(n)]  # silent ranks count 0
+    (spread,) = res.collectives
+    assert spread.collective == "AllReduce"
+    assert (spread.ranks_with, spread.ranks_counted, spread.count, spread.total_ns) == (
+        n - len(silent), n, STEPS * (n - len(silent)), sum(totals))
+    assert (spread.min_ns, spread.max_ns, spread.median_ns) == (min(totals), max(totals), statistics.median(totals))
+    assert spread.max_rank == totals.index(max(totals)) and spread.min_rank == totals.index(min(totals))
+    return spread
+
+
+@pytest.mark.parametrize("n, straggler", [(2, 1), (8, 5)])
+def test_every_rank_and_collective_exact(tmp_path, n, straggler):
+    res = A.comm_job_summary([load_trace(p) for p in _write(tmp_path, n, straggler)])
+    spread = _check(res, n, straggler)
+    # the straggler arrives last at every all-reduce: the shortest kernels, the least time in it
+    assert spread.min_rank == straggler
+    assert spread.max_rank == 0  # a rank of the least compute (r % 3 == 0) waits longest; rank 0 on ties
+    assert res.ranks[straggler].comm_summed_ns == min(r.comm_summed_ns for r in res.ranks)
+
+
+def test_32_ranks_with_a_silent_rank_and_the_limit(tmp_path):
+    n, straggler, silent = 32, 11, (30,)
+    traces = [load_trace(p) for p in _write(tmp_path, n, straggler, silent)]
+    res = A.comm_job_summary(traces)
+    spread = _check(res, n, straggler, silent)
+    assert spread.min_rank == 30 and spread.min_ns == 0 and spread.max_rank == 0
+    assert any("1 of 32 ranks ran no communication kernel" in x for x in res.notes)
+    cut = A.comm_job_summary(traces, limit=3)
+    assert cut.truncated and "32 ranks" in cut.hint
+    assert [r.rank for r in cut.ranks] == [0, 1, 30]  # the max and min ranks first, then the lowest
+    assert cut.collectives == res.collectives  # spreads cover all ranks
+
+
+def test_one_profile_and_refusals(tmp_path):
+    (p,) = _write(tmp_path, 1, 0)
+    res = A.comm_job_summary([load_trace(p)])
+    assert res.ranks_found == 1 and res.ranks[0].comm_kernels == STEPS and res.ranks[0].comm_summed_ns == STEPS * TAIL_US * US
+    with pytest.raises(ProfileError, match="given twice"):
+        A.comm_job_summary([load_trace(p), load_trace(p)])
+    with pytest.raises(ProfileError, match="no profiles"):
+        A.comm_job_summary([])
+
+
+def test_no_communication_anywhere(tmp_path):
+    res = A.comm_job_summary([load_trace(p) for p in _write(tmp_path, 2, 1, silent=(0, 1))])
+    assert res.ranks_with_comm == 0 and res.collectives == []
+    assert all(r.comm_summed_ns == 0 and r.comm_wall_ns == 0 and r.exposed_comm_ns == 0 and r.collectives == []
+               for r in res.ranks)
+    assert [r.compute_ns for r in res.ranks] == [_truth(2, 1, (0, 1))[r]["compute_ns"] for r in range(2)]
+    assert any("no rank has communication kernels" in x for x in res.notes)
+
+
+def test_statements_do_not_grow_with_the_ranks(tmp_path, monkeypatch):
+    counts = {}
+    for n in (4, 16):
+        traces = [load_trace(p) for p in _write(tmp_path / f"job{n}", n, 1)]  # fresh: nothing memoized yet
+        stacked = per_trace = 0
+        real_job_sql, real_cursor = jobs.job_sql, hubs.ModelConnection.cursor
+
+        def job_sql(*a, **k):
+            nonlocal stacked
+            stacked += 1
+            return real_job_sql(*a, **k)
+
+        def cursor(con):
+            nonlocal per_trace
+            per_trace += 1
+            return real_cursor(con)
+
+        monkeypatch.setattr(jobs, "job_sql", job_sql)
+        monkeypatch.setattr(hubs.ModelConnection, "cursor", cursor)
+        res = A.comm_job_summary(traces)
+        assert res.collectives[0].min_rank == 1
+        counts[n] = (stacked, per_trace)
+        monkeypatch.undo()
+    assert counts[4] == counts[16], f"statements (stacked, per trace) for 4 vs 16 ranks: {counts}"
+    assert counts[16][0] == 7, counts  # prime 2, ranks 2, figures 3 (README)
+
+
+def test_cli_and_mcp_over_a_folder_and_a_glob(tmp_path, capsys):
+    import anyio
+    import json
+
+    from mcp import Client
+
+    from gpuscope.server.app import server
+    from gpuscope.server.cli import main
+
+    n, straggler = 8, 5
+    _write(tmp_path / "run", n, straggler)
+    want = A.comm_job_summary(jobs.open_job([tmp_path / "run"])).model_dump(mode="json")
+    assert main(["comm-job-summary", str(tmp_path / "run" / "rank*.pt.trace.json"), "--json"]) in (None, 0)
+    assert json.loads(capsys.readouterr().out) == want
+    assert main(["comm-job-summary", str(tmp_path / "run")]) in (None, 0)
+    assert capsys.readouterr().out.startswith("## Communication across ranks")
+
+    async def call():
+        async with Client(server) as client:
+            return await client.call_tool("comm_job_summary", {"traces": [str(tmp_path / "run")]})
+
+    res = anyio.run(call)
+    assert not res.is_error, res.content[0].text
+    assert res.structured_content["collectives"][0]["min_rank"] == straggler
+    assert res.structured_content == want
