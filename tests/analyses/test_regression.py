@@ -256,8 +256,25 @@ def test_unusable_baselines_say_what_to_do(tmp_path, content, words):
     with pytest.raises(ProfileError, match="Re-create it with `gpuscope baseline save PROFILE -o FILE`") as exc:
         G.load_baseline(path)
     assert words in str(exc.value)
-    with pytest.raises(ProfileError, match="baseline file not found"):
+    with pytest.raises(ProfileError, match="baseline: No such file"):
         G.load_baseline(tmp_path / "missing.json")
+
+
+def test_a_profile_or_a_pipe_given_as_the_baseline_is_refused_without_a_class_name(tmp_path):
+    """The corpus passes every argument a profile path: a SQLite file is not UTF-8; a FIFO must not block."""
+    import os
+    import re
+
+    sqlite = tmp_path / "trace.sqlite"
+    sqlite.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 8)
+    with pytest.raises(ProfileError) as exc:
+        G.load_baseline(sqlite)
+    assert "not a gpuscope baseline" in str(exc.value) and "Re-create" in str(exc.value)
+    assert not re.search(r"\b[A-Z][A-Za-z0-9]*(Error|Exception)\b", str(exc.value))
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ProfileError, match="named pipe"):
+        G.load_baseline(fifo)
 
 
 @pytest.mark.parametrize("spec,parsed", [

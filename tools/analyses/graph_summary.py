@@ -255,13 +255,16 @@ def absent_reason(trace: Trace) -> str | None:
                          f"{'' if rows is None else f'{rows} '}graph launches are in {table} without the kernels inside "
                          "them; recapture with `nsys profile --trace=cuda --cuda-graph-trace=node`")
         else:
-            parts.append("graph kernels would carry graphId in CUPTI_ACTIVITY_KIND_KERNEL (nsys 2025+ exports, "
-                         "`--cuda-graph-trace=node`) or share the correlation id of their cudaGraphLaunch call")
+            parts.append("graph kernels would carry graphId in CUPTI_ACTIVITY_KIND_KERNEL (nsys 2025+ exports) or share "
+                         "the correlation id of their cudaGraphLaunch call; re-capture with "
+                         "`nsys profile --trace=cuda --cuda-graph-trace=node` to see inside graphs")
     elif trace.format == "rocpd":
         parts.append("graph kernels would carry graph_exec_id in rocpd_kernel_dispatch (rocpd schema 3.0.2+) or share "
-                     "the correlation id of their hipGraphLaunch region (`rocprofv3 --kernel-trace --hip-trace`)")
+                     "the correlation id of their hipGraphLaunch region; re-capture with "
+                     "`rocprofv3 --kernel-trace --hip-trace --output-format rocpd` to see inside graphs")
     elif trace.format == "rpd":
-        parts.append("legacy RPD records no graph ids; kernels would need their hipGraphLaunch call in rocpd_api")
+        parts.append("legacy RPD records no graph ids; kernels would need their hipGraphLaunch call in rocpd_api: "
+                     "re-capture with `rocprofv3 --kernel-trace --hip-trace --output-format rocpd`")
     elif trace.format == "kineto":
         parts.append("kernels would carry 'graph id' (recent PyTorch) or share the correlation id of a "
                      "cudaGraphLaunch/hipGraphLaunch 'cuda_runtime' event; capture the graph replays inside the "

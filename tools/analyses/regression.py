@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from gpuscope import __version__
 
+from ..model.detect import regular_file
 from ..model.errors import ProfileError
 from ..model.store import content_key
 from ..model.trace import Trace
@@ -208,16 +209,26 @@ def save_baseline(trace: Trace, *, marker: str | None = None, pid: int | None = 
     return base
 
 
+MAX_BASELINE_BYTES = 64 * 2**20  # a baseline is kB: per-step figures of a few kernel groups
+
+
 def load_baseline(path: str | Path) -> Baseline:
     """A saved baseline, or a ProfileError saying why it cannot be used and what to do."""
-    p = Path(path)
     redo = "Re-create it with `gpuscope baseline save PROFILE -o FILE`."
     try:
+        p = regular_file(path)  # a FIFO or device named as the baseline would block the read for ever
+    except ProfileError as exc:
+        raise ProfileError(f"baseline: {exc} {redo}") from None
+    if p.stat().st_size > MAX_BASELINE_BYTES:
+        raise ProfileError(f"{clip_name(str(p), 200)} is {p.stat().st_size:,} bytes, far more than a baseline holds "
+                           f"(they are kB); it is not a gpuscope baseline. {redo}")
+    try:
         text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError(f"baseline file not found: {clip_name(str(p), 200)}. {redo}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"cannot read the baseline {clip_name(str(p), 200)} ({type(exc).__name__}). {redo}") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{clip_name(str(p), 200)} is not a gpuscope baseline (not UTF-8 JSON text; a profile "
+                           f"goes in `trace`, the saved baseline file in `baseline`). {redo}") from None
+    except OSError as exc:
+        raise ProfileError(f"cannot read the baseline {clip_name(str(p), 200)}: {exc.strerror or exc}. {redo}") from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
