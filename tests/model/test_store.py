@@ -249,3 +249,23 @@ def test_a_later_process_reads_top_kernels_from_the_store_and_a_damaged_answer_i
     assert A.top_kernels(third).model_dump() == expected
     third.close()
     assert all(json.loads(f.read_text())["key"] != "damaged" for f in saved)  # rewritten whole
+
+
+def test_saved_answers_are_tied_to_the_analysis_code(tmp_path, monkeypatch):
+    """An answer saved by other analysis code (same store, same query text) is not read: part of it was computed in
+    Python, which the key's query text does not show."""
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    path = _sample(tmp_path, "nsys")
+    first = load_trace(path)
+    expected = A.top_kernels(first).model_dump()
+    first.close()
+    monkeypatch.setattr(store, "ANSWERS_VERSION", "other-code")
+    again = load_trace(path)
+    from gpuscope.tools.analyses import intervals
+
+    computed = []
+    original = intervals._compute
+    monkeypatch.setattr(intervals, "_compute", lambda *a: computed.append(1) or original(*a))
+    assert A.top_kernels(again).model_dump() == expected
+    assert computed  # recomputed, not read
+    again.close()

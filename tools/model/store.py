@@ -84,6 +84,18 @@ def _code_version() -> str:
 STORE_VERSION = _code_version()
 
 
+def _answers_version() -> str:
+    """A hash of all of gpuscope's analysis code: a saved answer is computed partly in Python (an interval union, a
+    post-processing step) that its query text does not show, so any change to tools/ leaves old answers unread."""
+    h = hashlib.sha1(STORE_VERSION.encode())
+    for f in sorted(Path(__file__).parent.parent.rglob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+ANSWERS_VERSION = _answers_version()
+
+
 def stores_root() -> Path:
     return cache_root() / "stores"
 
@@ -220,7 +232,8 @@ class Store:
     def _answer_file(self, key: str) -> Path | None:
         if self.folder is None:
             return None
-        return self.folder / ANSWERS_DIR / (hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest() + ".json")
+        digest = hashlib.sha256(f"{ANSWERS_VERSION}:{key}".encode("utf-8", "surrogatepass")).hexdigest()
+        return self.folder / ANSWERS_DIR / (digest + ".json")
 
     def load_answer(self, key: str) -> tuple[bool, Any]:
         """(True, value) when an answer to `key` was saved, else (False, None)."""
