@@ -97,3 +97,22 @@ def test_statements_do_not_grow_with_the_ranks(tmp_path, monkeypatch, tool):
         monkeypatch.undo()
     assert counts[4] == counts[16], f"statements (stacked, per trace) for 4 vs 16 ranks: {counts}"
     assert counts[16][0] <= 10, counts
+
+
+@pytest.mark.parametrize("leased", [False, True])
+def test_a_job_larger_than_the_trace_cache_stays_open(tmp_path, monkeypatch, leased):
+    """More ranks than GPUSCOPE_CACHE_TRACES: outside a lease (library use) the caller owns every trace, inside one
+    (MCP, CLI) the lease holds them; either way no rank is closed before the query over all of them runs."""
+    from gpuscope.tools.model import cache
+
+    monkeypatch.setattr(cache, "MAX_TRACES", 2)
+    paths = _write(tmp_path / "job", 6, 4)
+    if leased:
+        with cache.leases():
+            res = A.rank_summary(jobs.open_job(paths))
+    else:
+        traces = jobs.open_job(paths)
+        res = A.rank_summary(traces)
+        for t in traces:
+            t.close()
+    assert res.ranks_found == 6 and res.straggler is not None and res.straggler.rank == 4

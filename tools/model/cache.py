@@ -65,6 +65,11 @@ def leases() -> Iterator[None]:
                         retired.close()
 
 
+def in_lease() -> bool:
+    """True inside a `leases()` block on this thread (profiles opened now are held until it ends)."""
+    return getattr(_scope, "held", None) is not None
+
+
 def _hold(trace: Trace) -> Trace:
     held = getattr(_scope, "held", None)
     if held is not None:

@@ -173,14 +173,17 @@ def build_stores(paths: list[Path], progress: Progress = lambda f, m: None, work
 
 def open_job(items: Iterable[str | Path], progress: Progress = lambda f, m: None, cluster: str | None = None) -> list[Trace]:
     """Every rank's trace, stores built in parallel first (on `cluster`, default env GPUSCOPE_DASK_CLUSTER, else local
-    worker processes); opened through the cache (held by the caller's lease)."""
-    from .cache import open_trace
+    worker processes). Inside `cache.leases()` (every MCP and CLI call) they come through the cache and are held by the
+    lease; outside one, the caller owns them (Trace.close, or garbage collection): through the cache, a job of more
+    ranks than GPUSCOPE_CACHE_TRACES would have its first ranks closed while the last ones open."""
+    from .cache import in_lease, open_trace
+    from .trace import load_trace
 
     paths = expand(items)
     if not paths:
         raise ProfileError("no profiles given: pass one profile per rank, a folder of them, or a glob pattern.")
     build_stores(paths, progress, cluster=cluster or os.environ.get("GPUSCOPE_DASK_CLUSTER") or None)
-    return [open_trace(p) for p in paths]
+    return [open_trace(p) for p in paths] if in_lease() else [load_trace(p) for p in paths]
 
 
 def union_sql(traces: list[Trace], table: str, columns: str, where: str = "TRUE") -> str:
