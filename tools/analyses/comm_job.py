@@ -27,8 +27,8 @@ from .comm_patterns import COLLECTIVES, collective_index_sql, is_comm_sql
 from .comm_patterns import comm_patterns as active_patterns
 from .common import data_issue_notes, data_issues_field, pct, ToolResult
 from .gpu_timeline import COMM, COMP, MEMCPY, ROCM_COPY_KERNEL
-from .rank_summary import _number, _units
-from .stacked import prime, run, stack, union_measures_sql, values
+from .rank_summary import job_ranks
+from .stacked import run, stack, union_measures_sql, values
 
 MAX_LIMIT = 1024
 LABELS = [label for label, _ in COLLECTIVES] + ["Other"]
@@ -105,21 +105,10 @@ DEFINITIONS = (
 
 
 def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = None, limit: int = 64) -> CommJobSummaryResult:
-    if not traces:
-        raise ProfileError("no profiles given: pass one profile per rank (or a folder or glob of them), or one profile "
-                           "holding several ranks.")
     limit = max(1, min(int(limit), MAX_LIMIT))
     patterns = active_patterns(comm_patterns)  # a bad user pattern is refused here, before any work
-    seen: dict[str, int] = {}
-    for i, t in enumerate(traces):
-        if str(t.path) in seen:
-            raise ProfileError(f"{t.path.name} is given twice (positions {seen[str(t.path)] + 1} and {i + 1}); pass each "
-                               "rank's profile once.")
-        seen[str(t.path)] = i
     notes: list[str] = []
-    prime(traces)  # row counts and data issues of every profile: two statements for the job
-    units = _units(traces, notes)
-    _number(units, notes)
+    units = job_ranks(traces, notes)
 
     comm = is_comm_sql("name", comm_patterns)
     unit_rows = values([(u.order, u.pid, u.whole or u.pid is None, u.rank) for u in units],

@@ -194,19 +194,9 @@ def rank_summary(
     comm_patterns: list[str] | None = None,
     limit: int = 64,
 ) -> RankSummaryResult:
-    if not traces:
-        raise ProfileError("no profiles given: pass one profile per rank, or one profile holding several processes.")
     limit = max(1, min(int(limit), MAX_LIMIT))
-    seen: dict[str, int] = {}
-    for i, t in enumerate(traces):
-        key = str(t.path)
-        if key in seen:
-            raise ProfileError(f"{t.path.name} is given twice (positions {seen[key] + 1} and {i + 1}); pass each rank's profile once.")
-        seen[key] = i
     notes: list[str] = []
-    prime(traces)  # row counts and data issues of every profile: two statements for the job
-    units = _units(traces, notes)
-    _number(units, notes)
+    units = job_ranks(traces, notes)
     world = {t.meta.get("world_size") for t in traces} - {None, ""}
     world_size = int(next(iter(world))) if len(world) == 1 else None
     if len(world) > 1:
@@ -262,6 +252,25 @@ def rank_summary(
 
 
 # -- ranks -----------------------------------------------------------------------------------------
+
+def job_ranks(traces: list[Trace], notes: list[str]) -> list[_Unit]:
+    """The ranks of a job, numbered (the tools over many ranks share this): refuses an empty job and a profile given
+    twice, primes every profile's counts in two statements, and adds numbering notes to `notes`."""
+    if not traces:
+        raise ProfileError("no profiles given: pass one profile per rank (or a folder or glob of them), or one profile "
+                           "holding several ranks.")
+    seen: dict[str, int] = {}
+    for i, t in enumerate(traces):
+        key = str(t.path)
+        if key in seen:
+            raise ProfileError(f"{t.path.name} is given twice (positions {seen[key] + 1} and {i + 1}); pass each rank's "
+                               "profile once.")
+        seen[key] = i
+    prime(traces)  # row counts and data issues of every profile: two statements for the job
+    units = _units(traces, notes)
+    _number(units, notes)
+    return units
+
 
 def _units(traces: list[Trace], notes: list[str]) -> list[_Unit]:
     """The ranks every profile holds (three statements for the whole job): per profile, processes with a stated rank

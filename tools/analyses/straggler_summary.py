@@ -27,8 +27,8 @@ from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import data_issue_notes, data_issues_field, pct, ToolResult
 from .intervals import unions
-from .rank_summary import _number, _units
-from .stacked import prime, run, stack
+from .rank_summary import job_ranks
+from .stacked import run, stack
 
 MAX_LIMIT = 1024
 
@@ -103,21 +103,10 @@ DEFINITIONS = (
 
 
 def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = None, limit: int = 20) -> StragglerSummaryResult:
-    if not traces:
-        raise ProfileError("no profiles given: pass one profile per rank (or a folder or glob of them), or one profile "
-                           "holding several ranks.")
     limit = max(1, min(int(limit), MAX_LIMIT))
     active_patterns(comm_patterns)
-    seen: dict[str, int] = {}
-    for i, t in enumerate(traces):
-        if str(t.path) in seen:
-            raise ProfileError(f"{t.path.name} is given twice (positions {seen[str(t.path)] + 1} and {i + 1}); pass each "
-                               "rank's profile once.")
-        seen[str(t.path)] = i
     notes: list[str] = []
-    prime(traces)  # row counts and data issues of every profile: two statements for the job
-    units = _units(traces, notes)
-    _number(units, notes)
+    units = job_ranks(traces, notes)
     rows_sql = ", ".join(f"({u.order}, {'NULL' if u.pid is None else int(u.pid)}, {str(u.whole or u.pid is None).upper()}, "
                          f"{int(u.rank)})" for u in units)
     comm = stack(traces, "kernels", "pid, name, start_ns, dur_ns", is_comm_sql("name", comm_patterns))
