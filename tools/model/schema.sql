@@ -62,7 +62,8 @@ CREATE TABLE kernels (
     graph_id BIGINT,                 -- CUDA/HIP graph the kernel belongs to, when known
     pid BIGINT,                      -- process that owns the work
     tid BIGINT,                      -- thread that launched it (NULL when the launch is not in the profile)
-    launched BOOLEAN NOT NULL        -- true when the launching API call is in the profile
+    launched BOOLEAN NOT NULL,       -- true when the launching API call is in the profile
+    whole_graph BOOLEAN NOT NULL DEFAULT false -- true: the row is one whole CUDA graph execution, not a kernel (Nsight --cuda-graph-trace=graph, the default, records graph launches in CUPTI_ACTIVITY_KIND_GRAPH_TRACE without the kernels inside); name 'CUDA graph <graph_id>', no launch configuration
 );
 
 -- GPU memory copies and memory sets.

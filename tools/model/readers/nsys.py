@@ -23,6 +23,7 @@ from ..sqlite_source import SqliteSource
 from . import nccl_payloads
 
 KERNEL, MEMCPY, MEMSET, RUNTIME = (f"CUPTI_ACTIVITY_KIND_{t}" for t in ("KERNEL", "MEMCPY", "MEMSET", "RUNTIME"))
+GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"  # one row per graph launch under --cuda-graph-trace=graph (the default)
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"  # nsys profile --cuda-memory-usage=true
 BACKTRACE_CLASS = 67  # TRACE_PROCESS_EVENT_CUDABACKTRACE: duplicates of real API rows, carrying a callchain
@@ -84,6 +85,7 @@ class _Reader:
         self._runtime()
         self.progress(0.3, "reading kernels")
         self._kernels()
+        self._graphs()
         self.progress(0.7, "reading memory operations")
         self._memops()
         self._memory()
@@ -161,14 +163,15 @@ class _Reader:
     def _gpu_rows(self, table: str, what: str, model: str, select: str, joins: str = "") -> None:
         """INSERT GPU activity rows linked to their launching call (same correlationId and process)."""
         graph = "" if model == "memops" else f"{self.col(table, 'graphId', 'k')},"
-        mine = "true" if model == "kernels" else ("op = 'set'" if table == MEMSET else "op = 'copy'")
+        whole = {KERNEL: ", false", GRAPH_TRACE: ", true"}.get(table, "")
+        mine = {KERNEL: "NOT whole_graph", GRAPH_TRACE: "whole_graph", MEMSET: "op = 'set'"}.get(table, "op = 'copy'")
         rel = self.src.relation(table)
 
         def insert(launch: str) -> int:
             return self.con.execute(
                 f"""INSERT INTO {model}
                     SELECT {select}, k.correlationId, {graph} {PID.format(g='k.globalPid')}, {TID.format(g='l.globalTid')},
-                           l.globalTid IS NOT NULL
+                           l.globalTid IS NOT NULL{whole}
                     FROM {rel} k LEFT JOIN {launch} l ON l.globalTid >> 24 = k.globalPid >> 24 AND l.correlationId = k.correlationId
                     {joins} WHERE k.start IS NOT NULL AND k."end" IS NOT NULL AND k.deviceId IS NOT NULL""").fetchone()[0]
 
@@ -208,6 +211,22 @@ class _Reader:
             {k('gridX')}, {k('gridY')}, {k('gridZ')}, {k('blockX')}, {k('blockY')}, {k('blockZ')},
             {k('registersPerThread')}, {k('staticSharedMemory')}, {k('dynamicSharedMemory')}""",
             f"LEFT JOIN {self.strings} dn ON dn.id = k.demangledName LEFT JOIN {self.strings} sn ON sn.id = k.shortName")
+
+    def _graphs(self) -> None:
+        """Whole-graph executions (GRAPH_TRACE: Nsight's default --cuda-graph-trace=graph) as kernels rows with
+        whole_graph = true, so every GPU-time figure counts them as GPU work; the kernels inside are not in the export."""
+        if not self.src.has(GRAPH_TRACE):
+            return
+        self._gpu_rows(GRAPH_TRACE, "CUDA graph executions", "kernels", f"""
+            k.deviceId, k.streamId, k.start, k."end", k."end" - k.start,
+            'CUDA graph ' || coalesce(CAST({self.col(GRAPH_TRACE, 'graphId', 'k')} AS VARCHAR), '?'),
+            'CUDA graph ' || coalesce(CAST({self.col(GRAPH_TRACE, 'graphId', 'k')} AS VARCHAR), '?'),
+            NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL""")
+        n = self.scalar("SELECT count(*) FROM kernels WHERE whole_graph")
+        if n:
+            self.warn(f"{n} CUDA graph launches were traced whole ({GRAPH_TRACE}, nsys --cuda-graph-trace=graph): each is "
+                      "one kernels row named 'CUDA graph <id>' (whole_graph = true) without the kernels inside; "
+                      "re-capture with `nsys profile --cuda-graph-trace=node` for per-kernel detail")
 
     def _memops(self) -> None:
         if not (self.src.has(MEMCPY) or self.src.has(MEMSET)):
