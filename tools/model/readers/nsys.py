@@ -26,6 +26,7 @@ KERNEL, MEMCPY, MEMSET, RUNTIME = (f"CUPTI_ACTIVITY_KIND_{t}" for t in ("KERNEL"
 GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"  # one row per graph launch under --cuda-graph-trace=graph (the default)
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"  # nsys profile --cuda-memory-usage=true
+MEMORY_POOL = "CUDA_GPU_MEMORY_POOL_EVENTS"  # created / destroyed / trimmed CUDA memory pools (same option)
 BACKTRACE_CLASS = 67  # TRACE_PROCESS_EVENT_CUDABACKTRACE: duplicates of real API rows, carrying a callchain
 
 # Built-in maps (profile-schemas.md §1.4) for exports without ENUM tables (all 2022-era ones).
@@ -249,37 +250,82 @@ class _Reader:
     def _memory(self) -> None:
         """memory_events from CUDA_GPU_MEMORY_USAGE_EVENTS: one row per allocation (memoryOperationType 0) or free (1),
         bytes positive in both, so frees are negated; the site is the variable name when the export has one, else the
-        API call with the row's correlationId in its process."""
+        API call with the row's correlationId in its process.
+
+        Reserved memory is what the device's CUDA memory pools (stream-ordered allocator) hold: each pool's size is
+        known at its CUDA_GPU_MEMORY_POOL_EVENTS rows (created / trimmed: localMemoryPoolSize; destroyed: 0) and at
+        every allocation or free made from it (localMemoryPoolAddress / localMemoryPoolSize). total_reserved_bytes is
+        the sum over the device's pools of their latest size, carried forward to every later row of the device; pool
+        rows are memory_events rows of kind 'pool' (bytes 0). Memory allocated outside pools (cudaMalloc) is in no pool."""
         if not self.src.has(MEMORY_USAGE):
             self.absent("memory_events", f"no {MEMORY_USAGE} table (capture with `nsys profile --cuda-memory-usage=true`)")
             return
         m = lambda c: self.col(MEMORY_USAGE, c, "m")  # noqa: E731
         rel = f"(SELECT {m('start')} AS start, {m('globalPid')} AS globalPid, {m('deviceId')} AS deviceId, {m('address')} AS address, " \
               f"{m('bytes')} AS bytes, {m('memKind')} AS memKind, {m('memoryOperationType')} AS op, " \
-              f"CAST({m('name')} AS VARCHAR) AS name, {m('correlationId')} AS correlationId " \
+              f"CAST({m('name')} AS VARCHAR) AS name, {m('correlationId')} AS correlationId, " \
+              f"{m('localMemoryPoolAddress')} AS pool, {m('localMemoryPoolSize')} AS pool_size " \
               f"FROM {self.src.relation(MEMORY_USAGE, text=True)} m)"
         record_query(self.con, count_sql("memory_events", rel, [
             ("start IS NULL", "skipped", "start is missing or not an integer"),
             ("deviceId IS NULL", "skipped", "deviceId is missing or not an integer"),
             ("bytes IS NULL OR bytes < 0", "skipped", "bytes is missing, negative or not an integer"),
             ("op IS NULL OR op NOT IN (0, 1)", "skipped", "memoryOperationType is not 0 (allocation) or 1 (deallocation)")]))
+        if self.src.has(MEMORY_POOL):
+            p = lambda c: self.col(MEMORY_POOL, c, "p")  # noqa: E731
+            pools = f"(SELECT {p('start')} AS start, {p('globalPid')} AS globalPid, {p('deviceId')} AS deviceId, " \
+                    f"{p('address')} AS pool, {p('operationType')} AS op, {p('localMemoryPoolSize')} AS pool_size, " \
+                    f"{p('correlationId')} AS correlationId FROM {self.src.relation(MEMORY_POOL, text=True)} p)"
+            record_query(self.con, count_sql("memory_events", pools, [
+                ("start IS NULL", "skipped", f"{MEMORY_POOL}: start is missing or not an integer"),
+                ("deviceId IS NULL OR pool IS NULL", "skipped", f"{MEMORY_POOL}: deviceId or address is missing or not an integer"),
+                ("op IS NULL OR op NOT IN (1, 2, 3)", "skipped", f"{MEMORY_POOL}: operationType is not 1 (created), 2 (destroyed) or 3 (trimmed)"),
+                ("op <> 2 AND (pool_size IS NULL OR pool_size < 0)", "skipped",
+                 f"{MEMORY_POOL}: localMemoryPoolSize is missing or negative on a create or trim")]))
+        else:
+            pools = "(SELECT NULL::BIGINT AS start, NULL::BIGINT AS globalPid, NULL::BIGINT AS deviceId, NULL::BIGINT AS pool, " \
+                    "NULL::BIGINT AS op, NULL::BIGINT AS pool_size, NULL::BIGINT AS correlationId WHERE false)"
         api = "_apiname" if self.src.has(RUNTIME) else "(SELECT NULL::BIGINT AS id, NULL::VARCHAR AS name)"
-        # Ties at one ns keep the export's order (rowid), which the analyses use as tie-break.
+        # Ties at one ns keep the export's order (rowid), which the analyses use as tie-break; a pool event goes before
+        # an allocation at the same ns (a pool exists before memory is taken from it).
         self.con.execute("SET preserve_insertion_order = true")
         try:
             self.con.execute(f"""
                 INSERT INTO memory_events
-                SELECT CASE WHEN k.label IN ('Pinned', 'Pageable') THEN NULL ELSE m.deviceId END, coalesce(k.label, 'Unknown'), {PID.format(g='m.globalPid')}, {TID.format(g='r.globalTid')},
-                       m.start, CASE WHEN m.op = 1 THEN -m.bytes ELSE m.bytes END, m.address, NULL, NULL,
-                       CASE WHEN m.op = 1 THEN 'free' ELSE 'alloc' END, coalesce(nullif(m.name, ''), a.name),
+                WITH ev AS (
+                    SELECT start, globalPid, deviceId, address, bytes, memKind, op, name, correlationId,
+                           nullif(pool, 0) AS pool, pool_size, 1 AS src, row_number() OVER () AS k
+                    FROM {rel} WHERE start IS NOT NULL AND deviceId IS NOT NULL AND bytes >= 0 AND op IN (0, 1)
+                    UNION ALL
+                    SELECT start, globalPid, deviceId, NULL, 0, NULL, 10 + op, NULL, correlationId, pool,
+                           CASE WHEN op = 2 THEN 0 ELSE pool_size END, 0, row_number() OVER ()
+                    FROM {pools} WHERE start IS NOT NULL AND deviceId IS NOT NULL AND pool IS NOT NULL AND op IN (1, 2, 3)
+                          AND (op = 2 OR pool_size >= 0)),
+                -- a pool's size change at each row that states it, summed per device in time order
+                sized AS (
+                    SELECT *, CASE WHEN pool IS NOT NULL AND pool_size IS NOT NULL THEN
+                                   pool_size - coalesce(lag(pool_size) OVER (PARTITION BY deviceId, globalPid >> 24, pool,
+                                                                             pool_size IS NULL ORDER BY start, src, k), 0)
+                              END AS delta
+                    FROM ev),
+                lv AS (
+                    SELECT *, CASE WHEN count(delta) OVER w > 0 THEN sum(delta) OVER w END AS reserved
+                    FROM sized WINDOW w AS (PARTITION BY deviceId ORDER BY start, src, k ROWS UNBOUNDED PRECEDING))
+                SELECT CASE WHEN k.label IN ('Pinned', 'Pageable') THEN NULL ELSE m.deviceId END,
+                       CASE WHEN m.src = 0 THEN 'Device' ELSE coalesce(k.label, 'Unknown') END,
+                       {PID.format(g='m.globalPid')}, {TID.format(g='r.globalTid')},
+                       m.start, CASE WHEN m.op = 1 THEN -m.bytes ELSE m.bytes END, m.address, NULL,
+                       CASE WHEN k.label IN ('Pinned', 'Pageable') THEN NULL ELSE m.reserved END,
+                       CASE m.op WHEN 0 THEN 'alloc' WHEN 1 THEN 'free' ELSE 'pool' END,
+                       CASE m.op WHEN 11 THEN 'memory pool created' WHEN 12 THEN 'memory pool destroyed'
+                                 WHEN 13 THEN 'memory pool trimmed' ELSE coalesce(nullif(m.name, ''), a.name) END,
                        nullif(m.correlationId, 0)
-                FROM (SELECT *, row_number() OVER () AS k FROM {rel}) m LEFT JOIN _memkind k ON k.id = m.memKind
+                FROM lv m LEFT JOIN _memkind k ON k.id = m.memKind
                 LEFT JOIN (SELECT * FROM _rt WHERE correlationId <> 0
                            QUALIFY row_number() OVER (PARTITION BY globalTid >> 24, correlationId ORDER BY start) = 1) r
                        ON r.globalTid >> 24 = m.globalPid >> 24 AND r.correlationId = m.correlationId
                 LEFT JOIN {api} a ON a.id = r.nameId
-                WHERE m.start IS NOT NULL AND m.deviceId IS NOT NULL AND m.bytes >= 0 AND m.op IN (0, 1)
-                ORDER BY m.start, m.k""")
+                ORDER BY m.start, m.src, m.k""")
         finally:
             self.con.execute("SET preserve_insertion_order = false")
 
