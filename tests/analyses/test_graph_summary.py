@@ -246,6 +246,24 @@ def test_graphs_traced_whole(open_profile):
     assert any("traced whole" in w and "--cuda-graph-trace=node" in w for w in t.warnings)
 
 
+def test_graph_trace_rows_next_to_their_kernels_are_left_out(tmp_path):
+    """An export holding both a launch's GRAPH_TRACE row and its kernels keeps the kernels: GPU time counted once."""
+    from dataclasses import replace
+
+    from gpuscope.fixtures.writers import nsys
+
+    s = G.graph_replays()
+    path = nsys.write(replace(s, options={**s.options, "nsys_graph_trace": "both"}), tmp_path / "both.sqlite")
+    t = load_trace(path)
+    try:
+        assert int(t.scalar("SELECT count(*) FROM kernels WHERE whole_graph")) == 0
+        assert int(t.scalar("SELECT count(*) FROM kernels")) == len(s.kernels)
+        assert any("5 rows of CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in w for w in t.warnings)
+        assert {g.graph: g.kernels for g in A.graph_summary(t).graphs} == {"graph 1": 15, "graph 2": 4}
+    finally:
+        t.close()
+
+
 def test_graphs_traced_whole_are_gpu_work(open_profile):
     """Whole-graph executions count as GPU work in gpu_timeline's busy time and in top_kernels / ops_summary, named as
     graph time; exact against the union of the scenario's intervals."""

@@ -223,6 +223,14 @@ class _Reader:
             'CUDA graph ' || coalesce(CAST({self.col(GRAPH_TRACE, 'graphId', 'k')} AS VARCHAR), '?'),
             'CUDA graph ' || coalesce(CAST({self.col(GRAPH_TRACE, 'graphId', 'k')} AS VARCHAR), '?'),
             NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL""")
+        # A launch whose kernels are also in the KERNEL table would count its GPU time twice: the kernels win.
+        both = self.con.execute("""
+            DELETE FROM kernels g WHERE g.whole_graph AND EXISTS (
+                SELECT 1 FROM kernels k WHERE NOT k.whole_graph AND k.device_id = g.device_id
+                AND k.pid IS NOT DISTINCT FROM g.pid AND k.correlation_id = g.correlation_id)""").fetchone()[0]
+        if both:
+            self.warn(f"{both} rows of {GRAPH_TRACE} repeat graph launches whose kernels are in {KERNEL}: left out, "
+                      "the kernels kept")
         n = self.scalar("SELECT count(*) FROM kernels WHERE whole_graph")
         if n:
             self.warn(f"{n} CUDA graph launches were traced whole ({GRAPH_TRACE}, nsys --cuda-graph-trace=graph): each is "
