@@ -209,7 +209,8 @@ async def graph_summary(
     set of kernels sharing the graph-launch call's correlation id; a graph is a graph id (else the replays' kernel-name
     multiset), as `definitions` states. Also lists torch.compile Triton kernels (triton_poi/red/per/tem...) with their
     kind, the fused ops their name spells and time inside graphs. Replays are selected when their first kernel starts
-    inside the window. Profiles without graph replays are refused with the reason (e.g. Nsight traced graphs whole)."""
+    inside the window. Nsight graphs traced whole (--cuda-graph-trace=graph) give launches and replay wall time only.
+    Profiles without graph replays are refused with the reason."""
     return await _answer(ctx, "CUDA graphs", lambda: A.graph_summary(
         _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, limit=limit, kernel_limit=kernel_limit))
 
@@ -218,6 +219,10 @@ async def graph_summary(
 async def memory_timeline(
     trace: TracePath,
     device: Device = None,
+    start_ns: StartNs = None,
+    end_ns: EndNs = None,
+    step: Annotated[int | None, Field(ge=0, description="Look at one step of the iterations series (0-based index) "
+                                      "instead of start_ns/end_ns")] = None,
     points: Annotated[int, Field(ge=2, le=2000, description="Most points in each device's series (time buckets keeping "
                                  "each bucket's highest level; ~90 characters each)")] = 50,
     limit: Annotated[int, Field(ge=1, le=100, description="Sites listed per device in the live-at-peak and "
@@ -228,10 +233,13 @@ async def memory_timeline(
     allocated bytes over time (a series of at most `points` points that never loses the peak; reserved bytes where
     the profile states them), the peak (bytes, time, % of device memory) and what was live at it by allocation site
     (PyTorch op, API call), churn (allocations, frees, bytes, per second of the capture span), and allocations never
-    freed within the capture by site (leak suspects). Needs memory events: PyTorch profile_memory=True, `nsys profile
-    --cuda-memory-usage=true`, `rocprofv3 --memory-allocation-trace`; other profiles are refused with that reason."""
+    freed within the capture by site (leak suspects). Reserved bytes: Kineto's Total Reserved, or Nsight's CUDA
+    memory-pool sizes. A window (start_ns/end_ns, or step=) looks at one step: it starts at the level every earlier
+    event left, and live-at-peak includes allocations made before it. Needs memory events: PyTorch
+    profile_memory=True, `nsys profile --cuda-memory-usage=true`, `rocprofv3 --memory-allocation-trace`; other
+    profiles are refused with that reason."""
     return await _answer(ctx, "Device memory", lambda: A.memory_timeline(
-        _open(trace, ctx), device=device, points=points, limit=limit))
+        _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, step=step, points=points, limit=limit))
 
 
 @profile_tool("GPU idle gaps")

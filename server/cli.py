@@ -93,7 +93,7 @@ COMMANDS: dict[str, tuple[Callable[..., BaseModel], str, list]] = {
     "replay-spec": (_with_trace(A.replay_spec), "Replay spec", [
         (("op",), {}), (("--shapes-index",), {"type": int, "default": 0}), (("--limit",), {"type": int, "default": 10})]),
     "memory-timeline": (_with_trace(A.memory_timeline), "Device memory", [
-        (("--device",), {"type": int}), (("--points",), {"type": int, "default": 50}),
+        (("--device",), {"type": int}), *_WINDOW, (("--step",), {"type": int}), (("--points",), {"type": int, "default": 50}),
         (("--limit",), {"type": int, "default": 10})]),
     "phases": (_with_trace(A.phases), "Phases", [
         (("--device",), {"type": int}), *_WINDOW, (("--max-phases",), {"type": int, "default": 6}),

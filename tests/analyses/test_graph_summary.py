@@ -16,7 +16,7 @@ from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
 
 US = 1_000
-CASES = [pytest.param(name, fmt, id=f"{name}-{fmt}") for name in G.SCENARIOS for fmt in FORMATS]
+CASES = [pytest.param(name, fmt, id=f"{name}-{fmt}") for name in ("graph_replays", "graph_replays_no_ids") for fmt in FORMATS]
 
 
 def _scenario(name: str, fmt: str):
@@ -200,6 +200,92 @@ def test_catalog_graph_launch_is_one_replay(open_profile):
         (g,) = res.graphs
         assert (g.replays, g.kernels, g.replay_wall_std_ns) == (1, 20, None)
         assert g.busy_ns + g.gap_ns == g.wall_ns and g.work_ns == res.devices[0].graph_kernel_time_ns
+
+
+def _whole_truth():
+    """Replays of graph_replays as Nsight traces them whole: one interval per (device, process, launch), from the
+    scenario alone; and the kernels launched one by one."""
+    s = G.graph_replays()
+    graph = {id(k) for k in G.graph_kernels(s)}
+    execs: dict[tuple, list] = {}
+    for k in G.graph_kernels(s):
+        execs.setdefault((k.device_id, k.pid, k.correlation_id), []).append(k)
+    spans = {key: (min(k.start_ns for k in ks), max(k.end_ns for k in ks), min(k.graph_id for k in ks))
+             for key, ks in execs.items()}
+    return s, [k for k in s.kernels if id(k) not in graph], spans
+
+
+def test_graphs_traced_whole(open_profile):
+    """nsys --cuda-graph-trace=graph: GRAPH_TRACE rows become replays with launches, wall time and its variance exact
+    to the ns; the per-kernel figures are null and the hint names the re-capture."""
+    s, _, spans = _whole_truth()
+    shift = time_shift(s, "nsys")
+    t = open_profile("graph_replays_whole", "nsys", None, G.SCENARIOS)
+    assert int(t.scalar("SELECT count(*) FROM kernels WHERE whole_graph")) == len(spans) == 5
+    res = A.graph_summary(t)
+    truth = {(dev, w["graph_id"]): w for (dev, _), w in G.graph_truth(s).items()}
+    assert {(g.device_id, g.graph_id) for g in res.graphs} == set(truth) == {(0, 1), (1, 2)}
+    for g in res.graphs:
+        w = truth[(g.device_id, g.graph_id)]
+        assert g.traced_whole and g.graph == f"graph {g.graph_id}" and g.launch_api == "cudaGraphLaunch"
+        assert (g.replays, g.wall_ns, g.replay_wall_min_ns, g.replay_wall_median_ns, g.replay_wall_max_ns) == \
+            (w["replays"], w["wall"], w["w_min"], w["w_median"], w["w_max"])
+        assert g.replay_wall_std_ns == (None if w["w_std"] is None else pytest.approx(w["w_std"], abs=0.1))
+        assert g.launch_to_first_kernel_median_ns == w["launch_median"]
+        assert (g.first_replay_start_ns, g.last_replay_end_ns) == (w["first"] + shift, w["last"] + shift)
+        assert (g.kernels, g.kernels_per_replay_median, g.work_ns, g.busy_ns, g.gap_ns, g.replay_gap_max_ns) == (None,) * 6
+        assert g.top_kernels == [] and not g.kernels_truncated
+    # by hand (µs): graph A replays 93 / 106 / 119 wall; graph B 25 / 35
+    a, b = sorted(res.graphs, key=lambda g: g.device_id)
+    assert (a.replays, a.wall_ns, b.replays, b.wall_ns) == (3, 318 * US, 2, 60 * US)
+    for d in res.devices:
+        mine = [v for (dev, _, _), v in spans.items() if dev == d.device_id]
+        assert (d.whole_graph_executions, d.whole_graph_time_ns) == (len(mine), sum(e - b for b, e, _ in mine))
+        assert (d.graph_kernels, d.graph_kernel_time_ns) == (d.whole_graph_executions, d.whole_graph_time_ns)
+    assert "--cuda-graph-trace=node" in res.hint and "per-kernel detail" in res.hint
+    assert any("traced whole" in w and "--cuda-graph-trace=node" in w for w in t.warnings)
+
+
+def test_graph_trace_rows_next_to_their_kernels_are_left_out(tmp_path):
+    """An export holding both a launch's GRAPH_TRACE row and its kernels keeps the kernels: GPU time counted once."""
+    from dataclasses import replace
+
+    from gpuscope.fixtures.writers import nsys
+
+    s = G.graph_replays()
+    path = nsys.write(replace(s, options={**s.options, "nsys_graph_trace": "both"}), tmp_path / "both.sqlite")
+    t = load_trace(path)
+    try:
+        assert int(t.scalar("SELECT count(*) FROM kernels WHERE whole_graph")) == 0
+        assert int(t.scalar("SELECT count(*) FROM kernels")) == len(s.kernels)
+        assert any("5 rows of CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in w for w in t.warnings)
+        assert {g.graph: g.kernels for g in A.graph_summary(t).graphs} == {"graph 1": 15, "graph 2": 4}
+    finally:
+        t.close()
+
+
+def test_graphs_traced_whole_are_gpu_work(open_profile):
+    """Whole-graph executions count as GPU work in gpu_timeline's busy time and in top_kernels / ops_summary, named as
+    graph time; exact against the union of the scenario's intervals."""
+    from gpuscope.fixtures.truth import merge
+
+    s, plain, spans = _whole_truth()
+    t = open_profile("graph_replays_whole", "nsys", None, G.SCENARIOS)
+    tl = A.gpu_timeline(t)
+    for row in tl.timelines:
+        iv = [(k.start_ns, k.end_ns) for k in plain if k.device_id == row.device_id]
+        iv += [(b, e) for (dev, _, _), (b, e, _) in spans.items() if dev == row.device_id]
+        assert row.busy_ns == sum(e - b for b, e in merge(iv)), row.device_id
+    tk = A.top_kernels(t, limit=50)
+    graph_rows = {(k.device_id, k.name): k for k in tk.kernels if k.name.startswith("CUDA graph ")}
+    assert set(graph_rows) == {(0, "CUDA graph 1"), (1, "CUDA graph 2")}
+    for (dev, name), k in graph_rows.items():
+        mine = [e - b for (d, _, _), (b, e, gid) in spans.items() if d == dev and f"CUDA graph {gid}" == name]
+        assert (k.count, k.total_ns, k.in_graph_count, k.graph_ns) == (len(mine), sum(mine), len(mine), sum(mine))
+    assert all(k.in_graph_count == 0 for k in tk.kernels if not k.name.startswith("CUDA graph "))
+    ops = A.ops_summary(t, limit=100)
+    whole = sum(e - b for b, e, _ in spans.values())
+    assert (ops.totals.graph_kernels, ops.totals.graph_kernel_time_ns) == (len(spans), whole)
 
 
 def test_cli_and_json(capsys, write_profile):

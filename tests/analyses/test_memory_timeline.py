@@ -133,6 +133,98 @@ def test_kineto_bad_memory_events_are_counted(tmp_path):
     assert any("memory_events" in n for n in A.memory_timeline(t).data_issues)
 
 
+def _check_window(d, w, shift):
+    assert (d.start_allocated_bytes, d.final_allocated_bytes) == (w["start"], w["final"])
+    assert (d.peak_allocated_bytes, d.peak_ts_ns) == (w["peak"], w["peak_ts"] + shift)
+    assert {x.site: x.bytes for x in d.live_at_peak_by_site} == w["live"]
+    assert (d.events, d.allocations, d.frees, d.allocated_bytes, d.freed_bytes) == \
+        (w["events"], w["allocations"], w["frees"], w["allocated"], w["freed"])
+    assert d.net_change_bytes == w["final"] - w["start"] == w["allocated"] - w["freed"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_window_starts_at_the_level_left_before_it(open_profile, fmt):
+    """A window over one step: the level at its start counts every earlier allocation and free; the peak, live set
+    (allocations made before the window included) and churn are the window's; exact against window_truth."""
+    s = expressed(M.memory_pools(), fmt)
+    shift = time_shift(s, fmt)
+    t = open_profile("memory_pools", fmt, None, M.SCENARIOS)
+    lo, hi = M.POOL_WINDOW
+    res = A.memory_timeline(t, start_ns=lo + shift, end_ns=hi + shift)
+    assert (res.window.start_ns, res.window.span_ns) == (lo + shift, hi - lo)
+    truth = M.window_truth(s, fmt, lo, hi)
+    assert [d.device_id for d in res.devices] == sorted(truth)
+    for d in res.devices:
+        _check_window(d, truth[d.device_id], shift)
+        assert d.allocations_per_s == round(truth[d.device_id]["allocations"] / ((hi - lo) / 1e9), 3)
+    dev0 = res.devices[0]
+    # by hand: 4 + 2 + 1 - 4 = 3 MiB carried in; 9 MiB at 60 us with the 2 MiB pool block, the 1 MiB cudaMalloc block
+    # (both made before the window) and the 6 MiB pool B block live
+    assert (dev0.start_allocated_bytes, dev0.peak_allocated_bytes, dev0.peak_ts_ns) == (3 * MiB, 9 * MiB, 60_100 + shift)
+    assert dev0.live_at_peak_allocations == 3 and dev0.live_at_peak_bytes == 9 * MiB
+    assert (dev0.never_freed_allocations, dev0.never_freed_bytes) == (1, 6 * MiB)
+    # the series starts at the window start with the carried level
+    assert (dev0.series[0].ts_ns, dev0.series[0].allocated_bytes) == (lo + shift, 3 * MiB)
+    # no window: the whole capture, levels from the first event
+    whole = A.memory_timeline(t)
+    truth = M.window_truth(s, fmt, -(1 << 62), 1 << 62)
+    for d in whole.devices:
+        _check_window(d, truth[d.device_id], shift)
+        assert d.start_allocated_bytes == d.baseline_bytes == 0
+
+
+def test_nsys_memory_pools_give_reserved_memory(open_profile):
+    """Nsight CUDA_GPU_MEMORY_POOL_EVENTS and the pool sizes on cudaMallocAsync rows: reserved = Σ of the device's
+    pool sizes, at the window start and at its peak, exact."""
+    s = M.memory_pools()
+    shift = time_shift(s, "nsys")
+    t = open_profile("memory_pools", "nsys", None, M.SCENARIOS)
+    rows = t.sql("SELECT kind, site, bytes, total_reserved_bytes FROM memory_events WHERE kind = 'pool' ORDER BY ts_ns")
+    assert rows == [("pool", "memory pool created", 0, 0), ("pool", "memory pool trimmed", 0, 2 * MiB),
+                    ("pool", "memory pool created", 0, 10 * MiB), ("pool", "memory pool destroyed", 0, 8 * MiB)]
+    lo, hi = M.POOL_WINDOW
+    for window in [(lo, hi), (-(1 << 62), 1 << 62)]:
+        truth = M.window_truth(s, "nsys", *window)
+        kw = {} if window[0] < 0 else {"start_ns": lo + shift, "end_ns": hi + shift}
+        res = A.memory_timeline(t, **kw)
+        for d in res.devices:
+            w = truth[d.device_id]
+            assert (d.start_reserved_bytes, d.peak_reserved_bytes) == (w["start_reserved"], w["peak_reserved"])
+            assert d.peak_reserved_ts_ns == (None if w["peak_reserved_ts"] is None else w["peak_reserved_ts"] + shift)
+            assert d.pool_events == w["pool_events"]
+    whole = A.memory_timeline(t)
+    dev0, dev1 = whole.devices
+    # by hand: pool A grows to 32 MiB at the first cudaMallocAsync (20 us); device 1 has no pool
+    assert (dev0.peak_reserved_bytes, dev0.peak_reserved_ts_ns, dev0.pool_events) == (32 * MiB, 20_100 + shift, 4)
+    assert dev1.peak_reserved_bytes is None and dev1.start_reserved_bytes is None
+    win = A.memory_timeline(t, start_ns=lo + shift, end_ns=hi + shift).devices[0]
+    # the window carries 32 MiB in (pool A, before its trim at 50 us): the peak is at the window start
+    assert (win.start_reserved_bytes, win.peak_reserved_bytes, win.peak_reserved_ts_ns) == (32 * MiB, 32 * MiB, lo + shift)
+    assert [p.reserved_bytes for p in win.series] == [32 * MiB, 2 * MiB, 10 * MiB, 10 * MiB, 10 * MiB]
+
+
+def test_step_window(open_profile):
+    """step= picks an iterations step as the window: the same figures as its start_ns/end_ns."""
+    t = open_profile("memory_pools", "nsys", None, M.SCENARIOS)
+    steps = A.iterations(t).steps
+    one = A.memory_timeline(t, step=1)
+    by_time = A.memory_timeline(t, start_ns=steps[1].start_ns, end_ns=steps[1].end_ns)
+    assert one.window.start_ns == steps[1].start_ns and "step 1" in one.window.source
+    assert one.devices == by_time.devices
+    with pytest.raises(ProfileError, match="step=9 does not exist"):
+        A.memory_timeline(t, step=9)
+    with pytest.raises(ProfileError, match="not both"):
+        A.memory_timeline(t, step=0, start_ns=0)
+
+
+def test_window_before_any_memory_event_is_refused(open_profile):
+    s = M.memory_pools()
+    t = open_profile("memory_pools", "nsys", None, M.SCENARIOS)
+    shift = time_shift(s, "nsys")
+    with pytest.raises(ProfileError, match="no device-memory event lies in or before the window"):
+        A.memory_timeline(t, start_ns=shift + 1_000, end_ns=shift + 2_000)
+
+
 REAL = real_files("pytorch/*.json.gz", "nsys/*.sqlite")
 
 

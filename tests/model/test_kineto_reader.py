@@ -186,7 +186,7 @@ def _check_round_trip(s: Scenario, path: Path, pid: int | None = None, legacy: b
 
     want = sorted((k.device_id, k.stream_id, k.start_ns, k.end_ns, k.end_ns - k.start_ns, k.name, short_name(k.name), *launch_cfg(i, k),
                    k.registers_per_thread, k.static_shared_bytes + k.dynamic_shared_bytes, None, k.correlation_id, k.graph_id,
-                   *launch(k)) for i, k in enumerate(kernels))
+                   *launch(k), False) for i, k in enumerate(kernels))
     assert sorted(trace.sql("SELECT * FROM kernels")) == want
     want = sorted((m.device_id, m.stream_id, m.start_ns, m.end_ns, m.end_ns - m.start_ns, m.op, m.kind, m.bytes,
                    m.src_kind if m.op == "copy" else None, m.dst_kind, m.src_device_id, m.dst_device_id, m.correlation_id, *launch(m))

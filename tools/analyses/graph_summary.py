@@ -26,8 +26,14 @@ name prefix (poi pointwise, red reduction, per persistent-reduction, tem templat
 the name spells after `fused_`; `launching_op` is the PyTorch CPU op whose External id the launching call carries
 (Kineto only).
 
-No graph replay in the profile is an explicit refusal naming why (graphs traced whole by Nsight, a format or schema
-without graph ids, no API calls to link launches), never a table of zeros.
+Graphs traced whole: Nsight's default `--cuda-graph-trace=graph` records each graph launch as one
+CUPTI_ACTIVITY_KIND_GRAPH_TRACE row (first node start to last node end) and no kernel inside it; the model holds
+it as one kernels row with whole_graph = true. Such a replay has its launch, wall time, variance across replays and
+launch-to-start delay, but no kernels, work, busy time or gaps: those figures are null and the result says to
+re-capture with `--cuda-graph-trace=node`.
+
+No graph replay in the profile is an explicit refusal naming why (a format or schema without graph ids, no API calls
+to link launches), never a table of zeros.
 """
 
 from __future__ import annotations
@@ -61,7 +67,10 @@ DEFINITIONS = {
     "replay": "the graph kernels of one device sharing (process, correlation id): the kernels one graph-launch call ran",
     "graph": "replays of one device and process with the same graph id (smallest among the replay's kernels); without "
              "graph ids, replays running the same multiset of kernel base names (identified_by='kernel_names')",
-    "replay_wall_ns": "last kernel end - first kernel start of a replay, ns",
+    "replay_wall_ns": "last kernel end - first kernel start of a replay (a whole-graph trace row: its end - start), ns",
+    "traced_whole": "Nsight --cuda-graph-trace=graph: each replay is one CUPTI_ACTIVITY_KIND_GRAPH_TRACE row without the "
+                    "kernels inside; kernel counts, work, busy and gap figures are null (re-capture with "
+                    "--cuda-graph-trace=node)",
     "replay_work_ns": "summed kernel durations of a replay (concurrent kernels counted twice), ns",
     "replay_busy_ns": "union of a replay's kernel intervals, ns",
     "replay_gap_ns": "replay_wall_ns - replay_busy_ns: GPU idle time inside the replay, ns",
@@ -93,26 +102,29 @@ class GraphRow(BaseModel):
     graph_id: int | None = Field(description="graph id from the profile; null when identified by kernel names")
     identified_by: str = Field(description="'graph_id' or 'kernel_names'")
     launch_api: str | None = Field(description="the graph-launch call's name (most frequent), null when not in the profile")
+    traced_whole: bool = Field(description="true when the profile holds each replay only as one whole-graph execution "
+                               "(Nsight --cuda-graph-trace=graph): the kernel, work, busy and gap figures are then null")
     replays: int = Field(description="graph launches (replays) with kernels on this device")
-    kernels: int = Field(description="kernel executions over all replays")
-    kernels_per_replay_min: int
-    kernels_per_replay_median: float
-    kernels_per_replay_max: int
+    kernels: int | None = Field(description="kernel executions over all replays; null when traced_whole")
+    kernels_per_replay_min: int | None
+    kernels_per_replay_median: float | None
+    kernels_per_replay_max: int | None
     wall_ns: int = Field(description="Σ replay wall time (first kernel start to last kernel end per replay), ns")
-    work_ns: int = Field(description="Σ kernel durations over the replays, ns")
-    busy_ns: int = Field(description="Σ per replay of the union of its kernel intervals, ns")
-    gap_ns: int = Field(description="wall_ns - busy_ns: idle time inside replays, ns")
+    work_ns: int | None = Field(description="Σ kernel durations over the replays, ns; null when traced_whole")
+    busy_ns: int | None = Field(description="Σ per replay of the union of its kernel intervals, ns; null when traced_whole")
+    gap_ns: int | None = Field(description="wall_ns - busy_ns: idle time inside replays, ns; null when traced_whole")
     gap_pct_of_wall: float | None = Field(description="gap_ns / wall_ns, %")
     work_pct_of_wall: float | None = Field(description="work_ns / wall_ns, %; > 100 when kernels of a replay overlap")
-    pct_of_device_kernel_time: float | None = Field(description="work_ns / summed kernel time of the device (all kernels), %")
+    pct_of_device_kernel_time: float | None = Field(description="work_ns (wall_ns when traced_whole) / summed kernel time "
+                                                    "of the device (all kernels rows, whole-graph executions included), %")
     replay_wall_min_ns: int
     replay_wall_median_ns: float
     replay_wall_max_ns: int
     replay_wall_std_ns: float | None = Field(description="sample std-dev (n-1) of replay wall time, ns; null for one replay")
     replay_wall_cv_pct: float | None = Field(description="replay_wall_std_ns / mean replay wall time, %")
-    replay_gap_min_ns: int
-    replay_gap_median_ns: float
-    replay_gap_max_ns: int
+    replay_gap_min_ns: int | None
+    replay_gap_median_ns: float | None
+    replay_gap_max_ns: int | None
     launch_to_first_kernel_median_ns: float | None = Field(description="median over replays of first kernel start - "
                                                                        "launch call start, ns; null without the calls")
     first_replay_start_ns: int = Field(description="first kernel start of the first replay, ns on the profile timeline")
@@ -126,15 +138,19 @@ class GraphRow(BaseModel):
 class DeviceGraphTotals(BaseModel):
     device_id: int
     device_name: str | None
-    kernels: int = Field(description="kernels on the device in the selection (graph or not)")
-    summed_kernel_time_ns: int = Field(description="Σ durations of those kernels, ns")
-    graph_kernels: int = Field(description="kernels that ran in graph replays")
+    kernels: int = Field(description="kernels rows on the device in the selection (graph or not; whole-graph executions "
+                                     "included)")
+    summed_kernel_time_ns: int = Field(description="Σ durations of those rows, ns")
+    graph_kernels: int = Field(description="kernels rows that ran in graph replays (whole-graph executions included)")
     graph_kernel_time_ns: int = Field(description="Σ durations of the graph kernels, ns")
     graph_pct_of_device_kernel_time: float | None = Field(description="graph_kernel_time_ns / summed_kernel_time_ns, %")
     graphs: int = Field(description="distinct graphs")
     replays: int = Field(description="replays of all graphs")
     graph_kernels_without_replay: int = Field(description="graph kernels without a correlation id: in the graph totals, "
                                                           "in no replay")
+    whole_graph_executions: int = Field(description="of graph_kernels, whole-graph executions (Nsight "
+                                                    "--cuda-graph-trace=graph rows, no kernels inside recorded)")
+    whole_graph_time_ns: int = Field(description="their summed duration (part of graph_kernel_time_ns), ns")
 
 
 class TritonKernel(BaseModel):
@@ -248,16 +264,10 @@ def absent_reason(trace: Trace) -> str | None:
     parts = [f"no CUDA/HIP graph replay in this {trace.format_name}: no kernel carries a graph id and no kernel was "
              "launched by a cudaGraphLaunch/hipGraphLaunch call"]
     if trace.format == "nsys":
-        table = trace.native.resolve("CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
-        rows = trace.native.rows.get(table) if table else None
-        if table and rows != 0:
-            parts.append(f"graphs were traced whole (nsys --cuda-graph-trace=graph, the default): "
-                         f"{'' if rows is None else f'{rows} '}graph launches are in {table} without the kernels inside "
-                         "them; recapture with `nsys profile --trace=cuda --cuda-graph-trace=node`")
-        else:
-            parts.append("graph kernels would carry graphId in CUPTI_ACTIVITY_KIND_KERNEL (nsys 2025+ exports) or share "
-                         "the correlation id of their cudaGraphLaunch call; re-capture with "
-                         "`nsys profile --trace=cuda --cuda-graph-trace=node` to see inside graphs")
+        parts.append("graph kernels would carry graphId in CUPTI_ACTIVITY_KIND_KERNEL (nsys 2025+ exports) or share "
+                     "the correlation id of their cudaGraphLaunch call, and graphs traced whole would be rows of "
+                     "CUPTI_ACTIVITY_KIND_GRAPH_TRACE; re-capture with "
+                     "`nsys profile --trace=cuda --cuda-graph-trace=node` to see inside graphs")
     elif trace.format == "rocpd":
         parts.append("graph kernels would carry graph_exec_id in rocpd_kernel_dispatch (rocpd schema 3.0.2+) or share "
                      "the correlation id of their hipGraphLaunch region; re-capture with "
@@ -304,7 +314,7 @@ def graph_summary(
             FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL GROUP BY pid, correlation_id),
         gk AS (
             SELECT k.rowid AS kid, k.device_id, k.start_ns, k.end_ns, k.dur_ns, k.short_name, k.pid, k.correlation_id,
-                   k.graph_id, l.call_name, l.call_start
+                   k.graph_id, k.whole_graph, l.call_name, l.call_start
             FROM kernels k SEMI JOIN graph_kids g ON g.kid = k.rowid
             LEFT JOIN launch l ON l.pid = k.pid AND l.correlation_id = k.correlation_id
             WHERE k.correlation_id IS NOT NULL),
@@ -314,7 +324,7 @@ def graph_summary(
             FROM gk),
         r0 AS (
             SELECT device_id, pid, correlation_id, min(graph_id) AS graph_id, any_value(call_name) AS call_name,
-                   min(call_start) AS call_start, count(*) AS n, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
+                   min(call_start) AS call_start, count(*) AS n, bool_or(whole_graph) AS whole, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
                    sum(dur_ns)::BIGINT AS work,
                    sum(greatest(0, end_ns - greatest(start_ns, coalesce(reach, start_ns))))::BIGINT AS busy,
                    md5(string_agg(short_name, chr(31) ORDER BY short_name)) AS sig
@@ -331,6 +341,7 @@ def graph_summary(
                min(wall) AS w_min, median(wall) AS w_med, max(wall) AS w_max, stddev_samp(wall) AS w_std, avg(wall) AS w_avg,
                min(wall - busy) AS g_min, median(wall - busy) AS g_med, max(wall - busy) AS g_max,
                median(start_ns - call_start) AS l_med, min(start_ns) AS first_start, max(end_ns) AS last_end,
+               bool_or(whole) AS whole,
                row_number() OVER (PARTITION BY device_id ORDER BY sum(wall) DESC, gkey, pid) AS rnk
         FROM rs GROUP BY device_id, pid, gkey
         ORDER BY device_id, rnk"""
@@ -348,7 +359,9 @@ def graph_summary(
         WITH {GRAPH_KERNELS_CTE}
         SELECT k.device_id, count(*) AS n, sum(k.dur_ns)::BIGINT AS total,
                count(g.kid) AS gn, coalesce(sum(k.dur_ns) FILTER (WHERE g.kid IS NOT NULL), 0)::BIGINT AS gtotal,
-               count(g.kid) FILTER (WHERE k.correlation_id IS NULL) AS orphan
+               count(g.kid) FILTER (WHERE k.correlation_id IS NULL) AS orphan,
+               count(g.kid) FILTER (WHERE k.whole_graph) AS whole_n,
+               coalesce(sum(k.dur_ns) FILTER (WHERE g.kid IS NOT NULL AND k.whole_graph), 0)::BIGINT AS whole_total
         FROM kernels k LEFT JOIN graph_kids g ON g.kid = k.rowid
         WHERE {where} GROUP BY k.device_id ORDER BY k.device_id"""
     dev_rows = trace.memo(("graph_summary.devices", dq, tuple(params)), lambda: trace.sql_dicts(dq, params))
@@ -365,20 +378,26 @@ def graph_summary(
         if g["rnk"] > limit:
             truncated, rem_n, rem_wall = True, rem_n + 1, rem_wall + int(g["wall"])
             continue
-        ks = sorted(by_graph.get((g["device_id"], g["pid"], g["gkey"]), []), key=lambda r: r["rnk"])
+        whole = bool(g["whole"])
+        # A whole-graph row is the replay's only record: no kernel inside it, so nothing to count or take a union of.
+        ks = [] if whole else sorted(by_graph.get((g["device_id"], g["pid"], g["gkey"]), []), key=lambda r: r["rnk"])
         shown, rest = ks[:kernel_limit], ks[kernel_limit:]
         wall, work, busy = int(g["wall"]), int(g["work"]), int(g["busy"])
         std = None if g["w_std"] is None else round(float(g["w_std"]), 1)
+        inner = (lambda v: None) if whole else (lambda v: v)  # noqa: E731
         rows.append(GraphRow(
             device_id=g["device_id"], pid=g["pid"], graph=g["gkey"], graph_id=g["graph_id"],
             identified_by="graph_id" if g["graph_id"] is not None else "kernel_names", launch_api=g["call_name"],
-            replays=int(g["replays"]), kernels=int(g["kernels"]), kernels_per_replay_min=int(g["n_min"]),
-            kernels_per_replay_median=float(g["n_med"]), kernels_per_replay_max=int(g["n_max"]),
-            wall_ns=wall, work_ns=work, busy_ns=busy, gap_ns=wall - busy, gap_pct_of_wall=pct(wall - busy, wall),
-            work_pct_of_wall=pct(work, wall), pct_of_device_kernel_time=pct(work, dev_total.get(g["device_id"])),
+            traced_whole=whole, replays=int(g["replays"]), kernels=inner(int(g["kernels"])),
+            kernels_per_replay_min=inner(int(g["n_min"])), kernels_per_replay_median=inner(float(g["n_med"])),
+            kernels_per_replay_max=inner(int(g["n_max"])),
+            wall_ns=wall, work_ns=inner(work), busy_ns=inner(busy), gap_ns=inner(wall - busy),
+            gap_pct_of_wall=inner(pct(wall - busy, wall)), work_pct_of_wall=inner(pct(work, wall)),
+            pct_of_device_kernel_time=pct(wall if whole else work, dev_total.get(g["device_id"])),
             replay_wall_min_ns=int(g["w_min"]), replay_wall_median_ns=float(g["w_med"]), replay_wall_max_ns=int(g["w_max"]),
             replay_wall_std_ns=std, replay_wall_cv_pct=pct(std, g["w_avg"]) if std is not None else None,
-            replay_gap_min_ns=int(g["g_min"]), replay_gap_median_ns=float(g["g_med"]), replay_gap_max_ns=int(g["g_max"]),
+            replay_gap_min_ns=inner(int(g["g_min"])), replay_gap_median_ns=inner(float(g["g_med"])),
+            replay_gap_max_ns=inner(int(g["g_max"])),
             launch_to_first_kernel_median_ns=None if g["l_med"] is None else float(g["l_med"]),
             first_replay_start_ns=int(g["first_start"]), last_replay_end_ns=int(g["last_end"]),
             top_kernels=[GraphKernel(
@@ -398,9 +417,15 @@ def graph_summary(
         summed_kernel_time_ns=int(d["total"]), graph_kernels=int(d["gn"]), graph_kernel_time_ns=int(d["gtotal"]),
         graph_pct_of_device_kernel_time=pct(d["gtotal"], d["total"]),
         graphs=per_dev.get(d["device_id"], {}).get("graphs", 0), replays=per_dev.get(d["device_id"], {}).get("replays", 0),
-        graph_kernels_without_replay=int(d["orphan"])) for d in dev_rows]
+        graph_kernels_without_replay=int(d["orphan"]), whole_graph_executions=int(d["whole_n"]),
+        whole_graph_time_ns=int(d["whole_total"])) for d in dev_rows]
     triton, triton_truncated = _triton(trace, where, params, dev_total, limit)
     hints = []
+    whole_n = sum(d.whole_graph_executions for d in devices)
+    if whole_n:
+        hints.append(f"{whole_n} graph launches were traced whole (nsys --cuda-graph-trace=graph, the default): per-kernel "
+                     "detail inside graphs (kernels per replay, work, busy time, gaps, top kernels) is absent; re-capture "
+                     "with `nsys profile --trace=cuda --cuda-graph-trace=node` to see inside them")
     if truncated:
         hints.append(f"{rem_n} more graphs beyond limit={limit}; raise limit (max 100) or filter by device/time window")
     if any(r.kernels_truncated for r in rows):

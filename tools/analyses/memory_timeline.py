@@ -10,11 +10,19 @@ Device memory is every memory_kind except host kinds ('Host', 'Pinned', 'Pageabl
 level(t) = baseline_bytes + running sum of signed bytes up to t. baseline_bytes is what was allocated before the
 first captured event: the allocator's own total where the profile states it (Kineto 'Total Allocated' minus the
 first event's bytes), else the least the captured frees imply (max(0, -lowest running sum); 0 when every free
-has its allocation in the capture). Reserved bytes (the caching allocator's pool) exist only where the profile
-states them (Kineto 'Total Reserved'). A free pairs with the latest earlier allocation of the same address on the
+has its allocation in the capture). Reserved bytes exist only where the profile states them: the caching allocator's
+pool (Kineto 'Total Reserved'), or the sum of the device's CUDA memory-pool sizes (Nsight CUDA_GPU_MEMORY_POOL_EVENTS
+and the pool sizes on cudaMallocAsync rows; pool create/trim/destroy rows are memory events of kind 'pool' that move
+no allocated bytes). A free pairs with the latest earlier allocation of the same address on the
 device; an allocation with no later free at its address is "never freed within the capture" (a leak suspect: it
 may be freed after the capture ended). "Live at the peak" is every captured allocation made at or before the peak
 event and not freed by it, grouped by site (the innermost PyTorch op, the API call, or the variable name).
+
+A window (start_ns/end_ns, or step = an iterations step) looks at part of the capture. Levels are always computed
+over the whole capture, so the window starts at the level every earlier event left (start_allocated_bytes,
+start_reserved_bytes: a point of the series at the window start, and a candidate for the peak, whose time is then the
+window start); live at the peak includes allocations made before the window. Churn (allocations, frees, bytes,
+rates over the window's span), never-freed allocations and frees without allocation count the window's events only.
 """
 
 from __future__ import annotations
@@ -23,12 +31,13 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import ROWS, Trace
-from .common import ToolResult, Window, capture_window, clip_name, data_issue_notes, data_issues_field, pct
+from .common import ToolResult, Window, capture_window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection
 from .requirements import require
 
 NOT_DEVICE = ("Host", "Pinned", "Pageable", "Virtual")
 NO_SITE = "<site not recorded>"
 _DEV = f"device_id IS NOT NULL AND memory_kind NOT IN ({', '.join(repr(k) for k in NOT_DEVICE)})"
+_ALL = (-(1 << 63), (1 << 63) - 1)  # no window: every event is inside
 
 
 class MemoryPoint(BaseModel):
@@ -37,7 +46,7 @@ class MemoryPoint(BaseModel):
                                  "the event at ts_ns)")
     reserved_bytes: int | None = Field(None, description="highest reserved (allocator pool) level the profile states "
                                        "within the bucket, bytes; null where the profile states none")
-    events: int = Field(description="memory events in the bucket")
+    events: int = Field(description="allocation and free events in the bucket")
 
 
 class SiteBytes(BaseModel):
@@ -55,16 +64,23 @@ class DeviceMemory(BaseModel):
     memory_kinds: list[str] = Field(description="memory_kind values counted as this device's memory")
     level_source: str = Field(description="how the level's baseline is known: 'profile totals' (Total Allocated) or "
                               "'captured events' (running sum; baseline = least memory the captured frees imply)")
-    events: int = Field(description="allocation and free events of this device")
-    first_event_ns: int
-    last_event_ns: int
+    events: int = Field(description="allocation and free events of this device in the window")
+    pool_events: int = Field(description="memory-pool events (created, trimmed, destroyed: Nsight) in the window")
+    first_event_ns: int | None = Field(description="first memory event in the window, ns; null when none")
+    last_event_ns: int | None = Field(description="last memory event in the window, ns; null when none")
     baseline_bytes: int = Field(description="allocated before the first captured event, bytes (see level_source)")
+    start_allocated_bytes: int = Field(description="allocated level at the window start: baseline_bytes plus every "
+                                       "captured event before it, bytes (= baseline_bytes without a window)")
+    start_reserved_bytes: int | None = Field(description="reserved level at the window start (the last stated before "
+                                             "it), bytes; null when none is stated before it")
     peak_allocated_bytes: int = Field(description="highest allocated level, bytes")
-    peak_ts_ns: int = Field(description="first time the peak level was reached, ns")
+    peak_ts_ns: int = Field(description="first time the peak level was reached in the window, ns (the window start "
+                            "when the level carried in is the peak)")
     pct_of_device_memory: float | None = Field(description="peak_allocated_bytes / device_memory_bytes, %; null when the "
                                                "profile states no memory size")
     final_allocated_bytes: int = Field(description="level after the last captured event, bytes")
-    net_change_bytes: int = Field(description="final_allocated_bytes - baseline_bytes: captured allocations minus frees, bytes")
+    net_change_bytes: int = Field(description="final_allocated_bytes - start_allocated_bytes: the window's allocations "
+                                  "minus frees, bytes")
     peak_reserved_bytes: int | None = Field(description="highest reserved (pool) level the profile states, bytes; null "
                                             "where it states none")
     peak_reserved_ts_ns: int | None = Field(description="first time that reserved level was reached, ns")
@@ -79,7 +95,8 @@ class DeviceMemory(BaseModel):
     live_at_peak_bytes: int = Field(description="their bytes (= peak_allocated_bytes - baseline_bytes when every free "
                                     "pairs with a captured allocation)")
     live_at_peak_by_site: list[SiteBytes] = Field(description="live at the peak, by site, most bytes first (top `limit`)")
-    never_freed_allocations: int = Field(description="captured allocations with no later free at their address (leak suspects)")
+    never_freed_allocations: int = Field(description="allocations of the window with no later free at their address "
+                                         "before the capture ended (leak suspects)")
     never_freed_bytes: int = Field(description="their bytes")
     never_freed_by_site: list[SiteBytes] = Field(description="never freed, by site, most bytes first (top `limit`)")
     series: list[MemoryPoint] = Field(description="allocated level over time: the step function's change points, or at "
@@ -92,7 +109,8 @@ class DeviceMemory(BaseModel):
 
 class MemoryTimelineResult(ToolResult):
     trace: str
-    window: Window = Field(description="capture span: the denominator of every per-second rate")
+    window: Window = Field(description="capture span, the caller's window or the step's: the denominator of every "
+                           "per-second rate")
     definitions: dict[str, str]
     devices: list[DeviceMemory]
     other_memory: dict[str, int] = Field(description="events left out of the device figures, by memory_kind (host "
@@ -102,8 +120,10 @@ class MemoryTimelineResult(ToolResult):
     data_issues: list[str] = data_issues_field()
 
 
-def _ordered(device: int | None) -> tuple[str, list]:
-    """Device-memory events with their position, level and pairing, as one SQL relation (CTE body)."""
+def _ordered(device: int | None, lo: int, hi: int) -> tuple[str, list]:
+    """Device-memory events with their position, level and pairing over the whole capture, the window [lo, hi)'s
+    events (win) and its step function (pts: the level carried in at lo, then its events), as CTE bodies."""
+    lo, hi = int(lo), int(hi)  # inlined: integers only
     where, params = _DEV, []
     if device is not None:
         where += " AND device_id = ?"
@@ -123,61 +143,99 @@ def _ordered(device: int | None) -> tuple[str, list]:
         pair AS (SELECT *, CASE WHEN addr IS NOT NULL THEN lead(kind) OVER a END AS next_kind,
                         CASE WHEN addr IS NOT NULL THEN lead(pos) OVER a END AS next_pos,
                         CASE WHEN addr IS NOT NULL THEN lag(kind) OVER a END AS prev_kind
-                 FROM lvl WINDOW a AS (PARTITION BY device_id, addr ORDER BY pos))""", params
+                 FROM lvl WINDOW a AS (PARTITION BY device_id, addr ORDER BY pos)),
+        -- the level every event before the window left, as a point at the window start
+        carry AS (SELECT device_id, max(pos) AS pos, arg_max(level, pos) AS level,
+                         arg_max(tr, pos) FILTER (WHERE tr IS NOT NULL) AS tr
+                  FROM lvl WHERE ts_ns < {lo} GROUP BY device_id),
+        win AS (SELECT * FROM pair WHERE ts_ns >= {lo} AND ts_ns < {hi}),
+        pts AS (SELECT device_id, pos, ts_ns, level, tr, kind FROM win
+                UNION ALL SELECT device_id, pos, {lo}, level, tr, 'start' FROM carry)""", params
 
 
-def memory_timeline(trace: Trace, *, device: int | None = None, points: int = 50, limit: int = 10) -> MemoryTimelineResult:
+def _window(trace: Trace, start_ns: int | None, end_ns: int | None, step: int | None) -> tuple[Window, tuple[int, int]]:
+    """The window analysed and its [lo, hi) bounds for the SQL (all events without a window)."""
+    if step is None:
+        if start_ns is None and end_ns is None:
+            return capture_window(trace), _ALL
+        _, w = resolve_selection(trace, None, None, start_ns, end_ns)
+        return w, (w.start_ns, w.end_ns)
+    if start_ns is not None or end_ns is not None:
+        raise ProfileError("give either a step (step=) or a time window (start_ns/end_ns), not both.")
+    from .iterations import iterations  # local: iterations is only needed for a step
+
+    it = iterations(trace, limit=None)
+    s0 = it.summaries[0]
+    series = [x for x in it.steps if (x.pid, x.tid) == (s0.pid, s0.tid)]
+    if not 0 <= step < len(series):
+        raise ProfileError(f"step={step} does not exist: the series '{it.choice.pattern}' (process {s0.pid}, thread "
+                           f"{s0.tid}) has steps 0..{len(series) - 1}; iterations lists them.")
+    x = series[step]
+    return (Window(start_ns=x.start_ns, end_ns=x.end_ns, span_ns=x.end_ns - x.start_ns,
+                   source=f"iteration step {step} of '{it.choice.pattern}' (iterations)"), (x.start_ns, x.end_ns))
+
+
+def memory_timeline(trace: Trace, *, device: int | None = None, start_ns: int | None = None, end_ns: int | None = None,
+                    step: int | None = None, points: int = 50, limit: int = 10) -> MemoryTimelineResult:
     require(trace, "memory_timeline")
     points = max(2, min(int(points), 2000))
     limit = max(1, min(int(limit), 100))
-    window = capture_window(trace)
+    window, (lo, hi) = _window(trace, start_ns, end_ns, step)
     if device is not None:
         known = [d for (d,) in trace.sql(f"SELECT DISTINCT device_id FROM memory_events WHERE {_DEV} ORDER BY 1")]
         if device not in known:
             raise ProfileError(f"device {device} has no device-memory events in this profile; devices with memory events: "
                                f"{known}. trace_info lists the devices.")
-    cte, params = _ordered(device)
+    cte, params = _ordered(device, lo, hi)
     summary_sql = f"""
         WITH {cte},
         pk AS (SELECT device_id, arg_min(pos, (-level, pos)) AS peak_pos, max(level) AS peak, arg_min(ts_ns, (-level, pos)) AS peak_ts,
                       max(tr) AS peak_res, arg_min(ts_ns, (-tr, pos)) FILTER (WHERE tr IS NOT NULL) AS peak_res_ts
-               FROM lvl GROUP BY device_id)
-        SELECT p.device_id, b.baseline, b.stated, count(*) AS events, min(p.ts_ns) AS first_ns, max(p.ts_ns) AS last_ns,
-               pk.peak, pk.peak_ts, pk.peak_pos, pk.peak_res, pk.peak_res_ts, arg_max(p.level, p.pos) AS final,
-               count(*) FILTER (WHERE p.kind = 'alloc') AS allocs, count(*) FILTER (WHERE p.kind = 'free') AS frees,
-               coalesce(sum(p.bytes) FILTER (WHERE p.kind = 'alloc'), 0)::BIGINT AS alloc_bytes,
-               coalesce(-sum(p.bytes) FILTER (WHERE p.kind = 'free'), 0)::BIGINT AS freed_bytes,
-               count(*) FILTER (WHERE p.kind = 'free' AND p.prev_kind IS DISTINCT FROM 'alloc') AS orphan_frees,
-               CASE WHEN b.stated THEN count(*) FILTER (WHERE p.ta IS NOT NULL AND p.ta <> p.level) END AS mismatches,
-               any_value(m.kinds) AS kinds
-        FROM pair p JOIN base b USING (device_id) JOIN pk USING (device_id)
+               FROM pts GROUP BY device_id),
+        agg AS (
+            SELECT p.device_id, count(*) FILTER (WHERE p.kind <> 'pool') AS events, count(*) FILTER (WHERE p.kind = 'pool') AS pools,
+                   min(p.ts_ns) AS first_ns, max(p.ts_ns) AS last_ns, arg_max(p.level, p.pos) AS final,
+                   count(*) FILTER (WHERE p.kind = 'alloc') AS allocs, count(*) FILTER (WHERE p.kind = 'free') AS frees,
+                   coalesce(sum(p.bytes) FILTER (WHERE p.kind = 'alloc'), 0)::BIGINT AS alloc_bytes,
+                   coalesce(-sum(p.bytes) FILTER (WHERE p.kind = 'free'), 0)::BIGINT AS freed_bytes,
+                   count(*) FILTER (WHERE p.kind = 'free' AND p.prev_kind IS DISTINCT FROM 'alloc') AS orphan_frees,
+                   count(*) FILTER (WHERE p.ta IS NOT NULL AND p.ta <> p.level) AS mismatches
+            FROM win p GROUP BY p.device_id)
+        SELECT pk.device_id, b.baseline, b.stated, coalesce(c.level, b.baseline) AS start_level, c.tr AS start_res,
+               coalesce(a.events, 0) AS events, coalesce(a.pools, 0) AS pools, a.first_ns, a.last_ns,
+               pk.peak, pk.peak_ts, pk.peak_pos, pk.peak_res, pk.peak_res_ts, coalesce(a.final, c.level) AS final,
+               coalesce(a.allocs, 0) AS allocs, coalesce(a.frees, 0) AS frees, coalesce(a.alloc_bytes, 0) AS alloc_bytes,
+               coalesce(a.freed_bytes, 0) AS freed_bytes, coalesce(a.orphan_frees, 0) AS orphan_frees,
+               CASE WHEN b.stated THEN coalesce(a.mismatches, 0) END AS mismatches, m.kinds
+        FROM pk JOIN base b USING (device_id) LEFT JOIN carry c USING (device_id) LEFT JOIN agg a USING (device_id)
         JOIN (SELECT device_id, list(DISTINCT memory_kind ORDER BY memory_kind) AS kinds FROM memory_events
               WHERE {_DEV} GROUP BY device_id) m USING (device_id)
-        GROUP BY p.device_id, b.baseline, b.stated, pk.peak, pk.peak_ts, pk.peak_pos, pk.peak_res, pk.peak_res_ts
-        ORDER BY p.device_id"""
-    summary = trace.memo(("memory_timeline.summary", device), lambda: trace.sql_dicts(summary_sql, params), persist=ROWS)
+        ORDER BY pk.device_id"""
+    key = (device, lo, hi)
+    summary = trace.memo(("memory_timeline.summary", *key), lambda: trace.sql_dicts(summary_sql, params), persist=ROWS)
+    # Live at the peak: every captured allocation up to the peak event not freed by it, those before the window included.
     sites_sql = f"""
         WITH {cte},
-        pk AS (SELECT device_id, arg_min(pos, (-level, pos)) AS peak_pos FROM lvl GROUP BY device_id),
+        pk AS (SELECT device_id, arg_min(pos, (-level, pos)) AS peak_pos FROM pts GROUP BY device_id),
         al AS (SELECT p.*, pk.peak_pos, CASE WHEN p.next_kind = 'free' THEN p.next_pos END AS freed_pos
                FROM pair p JOIN pk USING (device_id) WHERE p.kind = 'alloc')
         SELECT device_id, 'peak' AS what, coalesce(site, '{NO_SITE}') AS site, count(*) AS n, sum(bytes)::BIGINT AS bytes
         FROM al WHERE pos <= peak_pos AND (freed_pos IS NULL OR freed_pos > peak_pos) GROUP BY ALL
         UNION ALL
         SELECT device_id, 'leak', coalesce(site, '{NO_SITE}'), count(*), sum(bytes)::BIGINT
-        FROM al WHERE freed_pos IS NULL GROUP BY ALL
+        FROM al WHERE freed_pos IS NULL AND ts_ns >= {int(lo)} AND ts_ns < {int(hi)} GROUP BY ALL
         ORDER BY device_id, what, bytes DESC, n DESC, site"""
-    sites = trace.memo(("memory_timeline.sites", device), lambda: trace.sql_dicts(sites_sql, params), persist=ROWS)
+    sites = trace.memo(("memory_timeline.sites", *key), lambda: trace.sql_dicts(sites_sql, params), persist=ROWS)
     series_sql = f"""
         WITH {cte},
-        span AS (SELECT device_id, min(ts_ns) AS lo, max(ts_ns) - min(ts_ns) + 1 AS width, count(*) AS n FROM lvl GROUP BY device_id),
+        span AS (SELECT device_id, min(ts_ns) AS lo, max(ts_ns) - min(ts_ns) + 1 AS width, count(*) AS n FROM pts GROUP BY device_id),
         b AS (SELECT l.*, CASE WHEN s.n <= ? THEN l.pos
                                ELSE ((l.ts_ns - s.lo)::HUGEINT * ? // s.width)::BIGINT END AS bucket, s.n > ? AS down
-              FROM lvl l JOIN span s USING (device_id))
+              FROM pts l JOIN span s USING (device_id))
         SELECT device_id, bucket, arg_min(ts_ns, (-level, pos)) AS ts_ns, max(level)::BIGINT AS allocated,
-               max(tr)::BIGINT AS reserved, count(*) AS events, any_value(down) AS down
+               max(tr)::BIGINT AS reserved, count(*) FILTER (WHERE kind IN ('alloc', 'free')) AS events, any_value(down) AS down
         FROM b GROUP BY device_id, bucket ORDER BY device_id, bucket"""
-    series = trace.memo(("memory_timeline.series", device, points),
+    series = trace.memo(("memory_timeline.series", *key, points),
                         lambda: trace.sql_dicts(series_sql, params + [points, points, points]), persist=ROWS)
     other = dict(trace.sql(f"SELECT memory_kind, count(*) FROM memory_events WHERE NOT ({_DEV}) GROUP BY 1 ORDER BY 1"))
     devs = {d: (name, mem) for d, name, mem in trace.sql("SELECT device_id, name, memory_bytes FROM devices")}
@@ -202,10 +260,13 @@ def memory_timeline(trace: Trace, *, device: int | None = None, points: int = 50
         out.append(DeviceMemory(
             device_id=dev, device_name=name, device_memory_bytes=mem, memory_kinds=list(r["kinds"] or []),
             level_source="profile totals (Total Allocated)" if r["stated"] else "captured events",
-            events=int(r["events"]), first_event_ns=int(r["first_ns"]), last_event_ns=int(r["last_ns"]),
-            baseline_bytes=int(r["baseline"]), peak_allocated_bytes=int(r["peak"]), peak_ts_ns=int(r["peak_ts"]),
-            pct_of_device_memory=pct(int(r["peak"]), mem),
-            final_allocated_bytes=int(r["final"]), net_change_bytes=int(r["final"]) - int(r["baseline"]),
+            events=int(r["events"]), pool_events=int(r["pools"]),
+            first_event_ns=None if r["first_ns"] is None else int(r["first_ns"]),
+            last_event_ns=None if r["last_ns"] is None else int(r["last_ns"]),
+            baseline_bytes=int(r["baseline"]), start_allocated_bytes=int(r["start_level"]),
+            start_reserved_bytes=None if r["start_res"] is None else int(r["start_res"]),
+            peak_allocated_bytes=int(r["peak"]), peak_ts_ns=int(r["peak_ts"]), pct_of_device_memory=pct(int(r["peak"]), mem),
+            final_allocated_bytes=int(r["final"]), net_change_bytes=int(r["final"]) - int(r["start_level"]),
             peak_reserved_bytes=None if r["peak_res"] is None else int(r["peak_res"]),
             peak_reserved_ts_ns=None if r["peak_res_ts"] is None else int(r["peak_res_ts"]),
             allocations=int(r["allocs"]), frees=int(r["frees"]), allocated_bytes=int(r["alloc_bytes"]),
@@ -221,6 +282,9 @@ def memory_timeline(trace: Trace, *, device: int | None = None, points: int = 50
             series_downsampled=bool(pts and pts[0]["down"]),
             stated_total_mismatches=None if r["mismatches"] is None else int(r["mismatches"]),
         ))
+    if not out and (lo, hi) != _ALL:
+        raise ProfileError(f"no device-memory event lies in or before the window [{window.start_ns}, {window.end_ns}) ns; "
+                           "widen it or call memory_timeline without a window (trace_info lists the capture span).")
     if not out:
         raise ProfileError(f"{trace.path.name}: the profile's memory events are all host memory or address reservations "
                            f"({', '.join(f'{k} {n}' for k, n in other.items())}); no device memory to chart.")
@@ -231,7 +295,11 @@ def memory_timeline(trace: Trace, *, device: int | None = None, points: int = 50
             "peak": "highest allocated level; peak_ts_ns is the first event that reached it",
             "live at peak": "captured allocations at or before the peak event whose free (the next event at the same "
                             "address) comes after it or never",
-            "never freed": "captured allocations with no later free at their address before the capture ended",
+            "never freed": "allocations of the window with no later free at their address before the capture ended",
+            "window start": "start_allocated_bytes / start_reserved_bytes: the levels every event before the window left; "
+                            "a series point at the window start and a peak candidate",
+            "reserved": "Kineto: the caching allocator's Total Reserved; Nsight: the sum of the device's CUDA memory-pool "
+                        "sizes (CUDA_GPU_MEMORY_POOL_EVENTS and cudaMallocAsync rows), memory outside pools not included",
             "site": "innermost PyTorch cpu_op on the allocating thread (Kineto), the variable name or API call by "
                     "correlation id (Nsight), the HIP call by stack id (rocpd)",
         },

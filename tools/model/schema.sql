@@ -62,7 +62,8 @@ CREATE TABLE kernels (
     graph_id BIGINT,                 -- CUDA/HIP graph the kernel belongs to, when known
     pid BIGINT,                      -- process that owns the work
     tid BIGINT,                      -- thread that launched it (NULL when the launch is not in the profile)
-    launched BOOLEAN NOT NULL        -- true when the launching API call is in the profile
+    launched BOOLEAN NOT NULL,       -- true when the launching API call is in the profile
+    whole_graph BOOLEAN NOT NULL DEFAULT false -- true: the row is one whole CUDA graph execution, not a kernel (Nsight --cuda-graph-trace=graph, the default, records graph launches in CUPTI_ACTIVITY_KIND_GRAPH_TRACE without the kernels inside); name 'CUDA graph <graph_id>', no launch configuration
 );
 
 -- GPU memory copies and memory sets.
@@ -170,8 +171,8 @@ CREATE TABLE memory_events (
     bytes BIGINT NOT NULL,           -- signed size: > 0 allocated, < 0 freed, bytes
     addr BIGINT,                     -- address of the block (pairs a free with its allocation), NULL when not recorded
     total_allocated_bytes BIGINT,    -- allocator's allocated total on this device after the event, when the profile states it (Kineto), bytes
-    total_reserved_bytes BIGINT,     -- allocator's reserved (cached) total after the event, when the profile states it (Kineto), bytes
-    kind VARCHAR NOT NULL,           -- 'alloc' or 'free'
+    total_reserved_bytes BIGINT,     -- reserved total after the event, bytes, when the profile states it: the caching allocator's (Kineto 'Total Reserved'), or the sum of the device's CUDA memory-pool sizes (Nsight, carried forward from the last row stating a pool size)
+    kind VARCHAR NOT NULL,           -- 'alloc', 'free', or 'pool' (Nsight CUDA_GPU_MEMORY_POOL_EVENTS: a pool created, trimmed or destroyed; bytes 0, site names the operation)
     site VARCHAR,                    -- where it was allocated or freed: innermost enclosing cpu_op on the thread (Kineto), the API call by correlation id or the variable name (Nsight), the HIP call (rocpd); NULL when unknown
     correlation_id BIGINT            -- id of the API call that made it (Nsight correlationId, rocpd stack id), NULL when not recorded
 );

@@ -795,7 +795,7 @@ def _build(con, top: dict) -> None:
         f"""INSERT INTO kernels
             SELECT coalesce(g.device, p.dev, g.pid), g.stream, g.ts, g.ts + g.dur, g.dur, g.name, coalesce(n.short, g.name),
                    g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z, g.regs, g.shmem, NULL, g.corr, g.graph_id,
-                   coalesce(l.pid, {one_cpu}), l.tid, l.pid IS NOT NULL
+                   coalesce(l.pid, {one_cpu}), l.tid, l.pid IS NOT NULL, false
             {gpu_from} LEFT JOIN kin_names n ON n.name = g.name
             WHERE g.cat = 'kernel' AND g.name IS NOT NULL AND coalesce(g.device, p.dev, g.pid) IS NOT NULL ORDER BY g.idx"""
     )

@@ -23,8 +23,10 @@ from ..sqlite_source import SqliteSource
 from . import nccl_payloads
 
 KERNEL, MEMCPY, MEMSET, RUNTIME = (f"CUPTI_ACTIVITY_KIND_{t}" for t in ("KERNEL", "MEMCPY", "MEMSET", "RUNTIME"))
+GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"  # one row per graph launch under --cuda-graph-trace=graph (the default)
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"  # nsys profile --cuda-memory-usage=true
+MEMORY_POOL = "CUDA_GPU_MEMORY_POOL_EVENTS"  # created / destroyed / trimmed CUDA memory pools (same option)
 BACKTRACE_CLASS = 67  # TRACE_PROCESS_EVENT_CUDABACKTRACE: duplicates of real API rows, carrying a callchain
 
 # Built-in maps (profile-schemas.md §1.4) for exports without ENUM tables (all 2022-era ones).
@@ -84,6 +86,7 @@ class _Reader:
         self._runtime()
         self.progress(0.3, "reading kernels")
         self._kernels()
+        self._graphs()
         self.progress(0.7, "reading memory operations")
         self._memops()
         self._memory()
@@ -161,14 +164,15 @@ class _Reader:
     def _gpu_rows(self, table: str, what: str, model: str, select: str, joins: str = "") -> None:
         """INSERT GPU activity rows linked to their launching call (same correlationId and process)."""
         graph = "" if model == "memops" else f"{self.col(table, 'graphId', 'k')},"
-        mine = "true" if model == "kernels" else ("op = 'set'" if table == MEMSET else "op = 'copy'")
+        whole = {KERNEL: ", false", GRAPH_TRACE: ", true"}.get(table, "")
+        mine = {KERNEL: "NOT whole_graph", GRAPH_TRACE: "whole_graph", MEMSET: "op = 'set'"}.get(table, "op = 'copy'")
         rel = self.src.relation(table)
 
         def insert(launch: str) -> int:
             return self.con.execute(
                 f"""INSERT INTO {model}
                     SELECT {select}, k.correlationId, {graph} {PID.format(g='k.globalPid')}, {TID.format(g='l.globalTid')},
-                           l.globalTid IS NOT NULL
+                           l.globalTid IS NOT NULL{whole}
                     FROM {rel} k LEFT JOIN {launch} l ON l.globalTid >> 24 = k.globalPid >> 24 AND l.correlationId = k.correlationId
                     {joins} WHERE k.start IS NOT NULL AND k."end" IS NOT NULL AND k.deviceId IS NOT NULL""").fetchone()[0]
 
@@ -209,6 +213,30 @@ class _Reader:
             {k('registersPerThread')}, {k('staticSharedMemory')}, {k('dynamicSharedMemory')}""",
             f"LEFT JOIN {self.strings} dn ON dn.id = k.demangledName LEFT JOIN {self.strings} sn ON sn.id = k.shortName")
 
+    def _graphs(self) -> None:
+        """Whole-graph executions (GRAPH_TRACE: Nsight's default --cuda-graph-trace=graph) as kernels rows with
+        whole_graph = true, so every GPU-time figure counts them as GPU work; the kernels inside are not in the export."""
+        if not self.src.has(GRAPH_TRACE):
+            return
+        self._gpu_rows(GRAPH_TRACE, "CUDA graph executions", "kernels", f"""
+            k.deviceId, k.streamId, k.start, k."end", k."end" - k.start,
+            'CUDA graph ' || coalesce(CAST({self.col(GRAPH_TRACE, 'graphId', 'k')} AS VARCHAR), '?'),
+            'CUDA graph ' || coalesce(CAST({self.col(GRAPH_TRACE, 'graphId', 'k')} AS VARCHAR), '?'),
+            NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL""")
+        # A launch whose kernels are also in the KERNEL table would count its GPU time twice: the kernels win.
+        both = self.con.execute("""
+            DELETE FROM kernels g WHERE g.whole_graph AND EXISTS (
+                SELECT 1 FROM kernels k WHERE NOT k.whole_graph AND k.device_id = g.device_id
+                AND k.pid IS NOT DISTINCT FROM g.pid AND k.correlation_id = g.correlation_id)""").fetchone()[0]
+        if both:
+            self.warn(f"{both} rows of {GRAPH_TRACE} repeat graph launches whose kernels are in {KERNEL}: left out, "
+                      "the kernels kept")
+        n = self.scalar("SELECT count(*) FROM kernels WHERE whole_graph")
+        if n:
+            self.warn(f"{n} CUDA graph launches were traced whole ({GRAPH_TRACE}, nsys --cuda-graph-trace=graph): each is "
+                      "one kernels row named 'CUDA graph <id>' (whole_graph = true) without the kernels inside; "
+                      "re-capture with `nsys profile --cuda-graph-trace=node` for per-kernel detail")
+
     def _memops(self) -> None:
         if not (self.src.has(MEMCPY) or self.src.has(MEMSET)):
             self.absent("memops", f"no {MEMCPY}/MEMSET tables (no copies or sets ran, or CUDA tracing was off)")
@@ -230,37 +258,82 @@ class _Reader:
     def _memory(self) -> None:
         """memory_events from CUDA_GPU_MEMORY_USAGE_EVENTS: one row per allocation (memoryOperationType 0) or free (1),
         bytes positive in both, so frees are negated; the site is the variable name when the export has one, else the
-        API call with the row's correlationId in its process."""
+        API call with the row's correlationId in its process.
+
+        Reserved memory is what the device's CUDA memory pools (stream-ordered allocator) hold: each pool's size is
+        known at its CUDA_GPU_MEMORY_POOL_EVENTS rows (created / trimmed: localMemoryPoolSize; destroyed: 0) and at
+        every allocation or free made from it (localMemoryPoolAddress / localMemoryPoolSize). total_reserved_bytes is
+        the sum over the device's pools of their latest size, carried forward to every later row of the device; pool
+        rows are memory_events rows of kind 'pool' (bytes 0). Memory allocated outside pools (cudaMalloc) is in no pool."""
         if not self.src.has(MEMORY_USAGE):
             self.absent("memory_events", f"no {MEMORY_USAGE} table (capture with `nsys profile --cuda-memory-usage=true`)")
             return
         m = lambda c: self.col(MEMORY_USAGE, c, "m")  # noqa: E731
         rel = f"(SELECT {m('start')} AS start, {m('globalPid')} AS globalPid, {m('deviceId')} AS deviceId, {m('address')} AS address, " \
               f"{m('bytes')} AS bytes, {m('memKind')} AS memKind, {m('memoryOperationType')} AS op, " \
-              f"CAST({m('name')} AS VARCHAR) AS name, {m('correlationId')} AS correlationId " \
+              f"CAST({m('name')} AS VARCHAR) AS name, {m('correlationId')} AS correlationId, " \
+              f"{m('localMemoryPoolAddress')} AS pool, {m('localMemoryPoolSize')} AS pool_size " \
               f"FROM {self.src.relation(MEMORY_USAGE, text=True)} m)"
         record_query(self.con, count_sql("memory_events", rel, [
             ("start IS NULL", "skipped", "start is missing or not an integer"),
             ("deviceId IS NULL", "skipped", "deviceId is missing or not an integer"),
             ("bytes IS NULL OR bytes < 0", "skipped", "bytes is missing, negative or not an integer"),
             ("op IS NULL OR op NOT IN (0, 1)", "skipped", "memoryOperationType is not 0 (allocation) or 1 (deallocation)")]))
+        if self.src.has(MEMORY_POOL):
+            p = lambda c: self.col(MEMORY_POOL, c, "p")  # noqa: E731
+            pools = f"(SELECT {p('start')} AS start, {p('globalPid')} AS globalPid, {p('deviceId')} AS deviceId, " \
+                    f"{p('address')} AS pool, {p('operationType')} AS op, {p('localMemoryPoolSize')} AS pool_size, " \
+                    f"{p('correlationId')} AS correlationId FROM {self.src.relation(MEMORY_POOL, text=True)} p)"
+            record_query(self.con, count_sql("memory_events", pools, [
+                ("start IS NULL", "skipped", f"{MEMORY_POOL}: start is missing or not an integer"),
+                ("deviceId IS NULL OR pool IS NULL", "skipped", f"{MEMORY_POOL}: deviceId or address is missing or not an integer"),
+                ("op IS NULL OR op NOT IN (1, 2, 3)", "skipped", f"{MEMORY_POOL}: operationType is not 1 (created), 2 (destroyed) or 3 (trimmed)"),
+                ("op <> 2 AND (pool_size IS NULL OR pool_size < 0)", "skipped",
+                 f"{MEMORY_POOL}: localMemoryPoolSize is missing or negative on a create or trim")]))
+        else:
+            pools = "(SELECT NULL::BIGINT AS start, NULL::BIGINT AS globalPid, NULL::BIGINT AS deviceId, NULL::BIGINT AS pool, " \
+                    "NULL::BIGINT AS op, NULL::BIGINT AS pool_size, NULL::BIGINT AS correlationId WHERE false)"
         api = "_apiname" if self.src.has(RUNTIME) else "(SELECT NULL::BIGINT AS id, NULL::VARCHAR AS name)"
-        # Ties at one ns keep the export's order (rowid), which the analyses use as tie-break.
+        # Ties at one ns keep the export's order (rowid), which the analyses use as tie-break; a pool event goes before
+        # an allocation at the same ns (a pool exists before memory is taken from it).
         self.con.execute("SET preserve_insertion_order = true")
         try:
             self.con.execute(f"""
                 INSERT INTO memory_events
-                SELECT CASE WHEN k.label IN ('Pinned', 'Pageable') THEN NULL ELSE m.deviceId END, coalesce(k.label, 'Unknown'), {PID.format(g='m.globalPid')}, {TID.format(g='r.globalTid')},
-                       m.start, CASE WHEN m.op = 1 THEN -m.bytes ELSE m.bytes END, m.address, NULL, NULL,
-                       CASE WHEN m.op = 1 THEN 'free' ELSE 'alloc' END, coalesce(nullif(m.name, ''), a.name),
+                WITH ev AS (
+                    SELECT start, globalPid, deviceId, address, bytes, memKind, op, name, correlationId,
+                           nullif(pool, 0) AS pool, pool_size, 1 AS src, row_number() OVER () AS k
+                    FROM {rel} WHERE start IS NOT NULL AND deviceId IS NOT NULL AND bytes >= 0 AND op IN (0, 1)
+                    UNION ALL
+                    SELECT start, globalPid, deviceId, NULL, 0, NULL, 10 + op, NULL, correlationId, pool,
+                           CASE WHEN op = 2 THEN 0 ELSE pool_size END, 0, row_number() OVER ()
+                    FROM {pools} WHERE start IS NOT NULL AND deviceId IS NOT NULL AND pool IS NOT NULL AND op IN (1, 2, 3)
+                          AND (op = 2 OR pool_size >= 0)),
+                -- a pool's size change at each row that states it, summed per device in time order
+                sized AS (
+                    SELECT *, CASE WHEN pool IS NOT NULL AND pool_size IS NOT NULL THEN
+                                   pool_size - coalesce(lag(pool_size) OVER (PARTITION BY deviceId, globalPid >> 24, pool,
+                                                                             pool_size IS NULL ORDER BY start, src, k), 0)
+                              END AS delta
+                    FROM ev),
+                lv AS (
+                    SELECT *, CASE WHEN count(delta) OVER w > 0 THEN sum(delta) OVER w END AS reserved
+                    FROM sized WINDOW w AS (PARTITION BY deviceId ORDER BY start, src, k ROWS UNBOUNDED PRECEDING))
+                SELECT CASE WHEN k.label IN ('Pinned', 'Pageable') THEN NULL ELSE m.deviceId END,
+                       CASE WHEN m.src = 0 THEN 'Device' ELSE coalesce(k.label, 'Unknown') END,
+                       {PID.format(g='m.globalPid')}, {TID.format(g='r.globalTid')},
+                       m.start, CASE WHEN m.op = 1 THEN -m.bytes ELSE m.bytes END, m.address, NULL,
+                       CASE WHEN k.label IN ('Pinned', 'Pageable') THEN NULL ELSE m.reserved END,
+                       CASE m.op WHEN 0 THEN 'alloc' WHEN 1 THEN 'free' ELSE 'pool' END,
+                       CASE m.op WHEN 11 THEN 'memory pool created' WHEN 12 THEN 'memory pool destroyed'
+                                 WHEN 13 THEN 'memory pool trimmed' ELSE coalesce(nullif(m.name, ''), a.name) END,
                        nullif(m.correlationId, 0)
-                FROM (SELECT *, row_number() OVER () AS k FROM {rel}) m LEFT JOIN _memkind k ON k.id = m.memKind
+                FROM lv m LEFT JOIN _memkind k ON k.id = m.memKind
                 LEFT JOIN (SELECT * FROM _rt WHERE correlationId <> 0
                            QUALIFY row_number() OVER (PARTITION BY globalTid >> 24, correlationId ORDER BY start) = 1) r
                        ON r.globalTid >> 24 = m.globalPid >> 24 AND r.correlationId = m.correlationId
                 LEFT JOIN {api} a ON a.id = r.nameId
-                WHERE m.start IS NOT NULL AND m.deviceId IS NOT NULL AND m.bytes >= 0 AND m.op IN (0, 1)
-                ORDER BY m.start, m.k""")
+                ORDER BY m.start, m.src, m.k""")
         finally:
             self.con.execute("SET preserve_insertion_order = false")
 
