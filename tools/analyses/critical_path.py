@@ -21,7 +21,7 @@ same-stream order and CUDA event syncs, longest path through one ProfilerStep). 
     (window start to the latest end of anything in it). The critical path is the chain of binding predecessors
     from that last end back to the window start; everything off it has slack.
   * What-if: durations of the GPU ops matching a rule are divided by its speedup (rounded to ns) and the whole
-    graph is re-evaluated in topological order (never by subtracting); a waiting call then returns when its
+    graph is re-evaluated (never by subtracting); a waiting call then returns when its
     awaited op ends, so host work after it moves too. Delays and host durations stay as measured.
 
 The path's time is split by kind (each ns of the path in exactly one kind; denominator = path length):
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import heapq
 import statistics
 from typing import Any
 
@@ -62,6 +61,7 @@ ROOT, HOST, LAUNCH, STREAM, EVENT, WAIT = 0, 1, 2, 3, 4, 5
 EDGE_NAMES = {ROOT: "window_start", HOST: "host_order", LAUNCH: "launch", STREAM: "stream_order", EVENT: "event_wait",
               WAIT: "sync_wait"}
 DELAY_KIND = {ROOT: "idle_gap", HOST: "cpu", LAUNCH: "launch_overhead", STREAM: "idle_gap", EVENT: "sync_wait", WAIT: "sync_wait"}
+DELAY_CODE = np.array([KINDS.index(DELAY_KIND[t]) for t in range(6)], dtype=np.int64)
 FIN, START = 0, 1
 
 ASSUMPTIONS = [
@@ -229,19 +229,19 @@ def critical_path(
         assert sum(s2.values()) == n2
         outcomes.append(WhatIf(
             rules=info, path_ns=n2, change_ns=n2 - path_ns, change_pct=pct(n2 - path_ns, path_ns),
-            path_moved=set(p2.nodes) != set(path.nodes), lanes_before=g.path_lanes(base, path), lanes_after=g.path_lanes(ev, p2),
+            path_moved=not np.array_equal(np.sort(p2.nodes), np.sort(path.nodes)), lanes_before=g.path_lanes(base, path), lanes_after=g.path_lanes(ev, p2),
             end_event=g.end_event(ev, p2), split=_shares(s2, n2), top_contributors=g.contributors(ev, p2, n2, limit=8)))
-    segments = g.segments(base, path)
-    truncated = g.truncated or len(segments) > limit
+    segments, n_segments = g.segments(base, path, limit)
+    truncated = g.truncated or n_segments > limit
     return CriticalPathResult(
         data_issues=data_issue_notes(trace, ("api_calls", "kernels", "memops", "cpu_ops", "markers")),
         trace=str(trace.path), window=Window(start_ns=ws, end_ns=win_end, span_ns=win_end - ws, source=source),
         iteration=choice, window_note=note + (f"; cut at {MAX_NODES} graph nodes: the window ends at {g.we} ns" if g.truncated else ""),
         path_ns=path_ns, window_span_ns=win_end - ws, end_event=g.end_event(base, path),
         split=_shares(split, path_ns), top_contributors=g.contributors(base, path, path_ns, limit=limit),
-        segments=segments[:limit], lanes=g.lanes(base, path)[:limit], what_if=outcomes, graph=g.stats(), assumptions=ASSUMPTIONS,
+        segments=segments, lanes=g.lanes(base, path)[:limit], what_if=outcomes, graph=g.stats(), assumptions=ASSUMPTIONS,
         truncated=truncated,
-        hint=(f"{len(segments) - limit} more path segments than limit={limit}; raise limit (max 200)" if len(segments) > limit
+        hint=(f"{n_segments - limit} more path segments than limit={limit}; raise limit (max 200)" if n_segments > limit
               else "the window was cut at the node cap: pass a narrower start_ns/end_ns" if g.truncated else None))
 
 
@@ -334,6 +334,157 @@ class _Path:
         self.end, self.nodes, self.entered = end, nodes, entered
 
 
+class _Lanes:
+    """Longest-path evaluation of a DAG made of lanes (chains: a host thread, a GPU stream) plus cross-lane edges,
+    vectorised. Node 0 is the root (value 0); `seq` lists every other node once, lane by lane in chain order
+    (`head` marks each lane's first node), and every node but a lane head has exactly one chain edge, from the node
+    before it in `seq`. Model: S[i] = max over incoming edges e of (S[src] + k_e) + delay[i], F = S + d, with
+    k_e = d[src] (an end -> start edge, FIN) or min(w_e, d[src]) (a start -> start + lag edge, START).
+
+    Why it is exact: along a lane with chain weights c_t = k_t + delay_t and Q_t = c_head+1 + ... + c_t (Q_head =
+    delay_head), S_t = max(S_t-1 + k_t, X_t) + delay_t (X_t = max over cross edges) unrolls to
+    S_t = Q_t + max_{u <= t}(X_u + delay_u - Q_u), a running maximum. The schedule (built once, independent of d) cuts
+    every lane into runs whose cross predecessors all lie in earlier runs; one round evaluates all runs that became
+    ready together (Kahn's algorithm over runs), so the Python loop is over rounds (about the number of lane
+    switches on the deepest dependency chain: syncs and event hops), never over nodes. tests/analyses/test_critical_path.py
+    checks it against a plain node-by-node longest path on random DAGs."""
+
+    NEG = -(1 << 62)
+
+    def __init__(self, n: int, seq: np.ndarray, head: np.ndarray, src: np.ndarray, dst: np.ndarray, typ: np.ndarray,
+                 anc: np.ndarray, w: np.ndarray, chain: np.ndarray, delay: np.ndarray) -> None:
+        self.n, self.seq, self.src, self.dst, self.typ, self.anc, self.w, self.delay = n, seq, src, dst, typ, anc, w, delay
+        if len(dst) > 1 and (np.diff(dst) < 0).any():
+            raise AssertionError("edges must be sorted by destination")
+        # the chain edge into each seq position (-1 at lane heads)
+        ce = np.flatnonzero(chain)
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[seq] = np.arange(len(seq))
+        cin = np.full(len(seq), -1, dtype=np.int64)
+        cin[pos[dst[ce]]] = ce
+        if not ((cin >= 0) == ~head).all() or not (src[ce] == seq[pos[dst[ce]] - 1]).all():
+            raise AssertionError("chain edges must join consecutive nodes of a lane")
+        self.cin, self.head = cin, head
+        self.hstart = np.flatnonzero(head)
+        self.hlen = np.diff(np.append(self.hstart, len(seq)))
+        self._schedule(pos, np.flatnonzero(~chain))
+
+    def _schedule(self, pos: np.ndarray, xe: np.ndarray) -> None:
+        n, seq, head = self.n, self.seq, self.head
+        xs, xd = self.src[xe], self.dst[xe]
+        lane_lo = self.hstart
+        lane_hi = lane_lo + self.hlen
+        nonroot = xs != 0
+        pend = np.bincount(xd[nonroot], minlength=n)  # cross predecessors not yet evaluated (the root is)
+        o = np.argsort(xs[nonroot], kind="stable")
+        osrc, odst = xs[nonroot][o], xd[nonroot][o]
+        optr = np.searchsorted(osrc, np.arange(n + 1))
+        blocked = np.sort(pos[np.flatnonzero(pend > 0)])  # seq positions that wait for a cross predecessor
+        nb = len(blocked)
+        ptr, jb, jend = lane_lo.copy(), np.searchsorted(blocked, lane_lo), np.searchsorted(blocked, lane_hi)
+        runs_lo, runs_len, rb = [], [], [0]
+        while True:
+            act = np.flatnonzero(ptr < lane_hi)
+            if not len(act):
+                break
+            # per active lane, the first still-blocked position: a galloping scan over its blocked positions
+            stop, nj = lane_hi[act].copy(), jend[act].copy()
+            cur, lim, todo, width = jb[act].copy(), jend[act], np.arange(len(act)), 4
+            while len(todo) and nb:
+                c, lm = cur[todo], lim[todo]
+                idx = c[:, None] + np.arange(width)[None, :]
+                valid = idx < lm[:, None]
+                blk = valid & (pend[seq[blocked[np.minimum(idx, nb - 1)]]] > 0)
+                anyb = blk.any(axis=1)
+                j = c[anyb] + blk[anyb].argmax(axis=1)
+                nj[todo[anyb]], stop[todo[anyb]] = j, blocked[j]
+                more = ~anyb & (c + width < lm)
+                cur[todo[more]] = c[more] + width
+                todo, width = todo[more], width * 2
+            lo = ptr[act]
+            ln = stop - lo
+            run = ln > 0
+            if not run.any():
+                raise ProfileError("the dependency graph has a cycle (timestamps contradict each other); pass a narrower window.")
+            lo, ln = lo[run], ln[run]
+            runs_lo.append(lo), runs_len.append(ln), rb.append(rb[-1] + int(ln.sum()))
+            p = np.repeat(lo - np.concatenate(([0], np.cumsum(ln)[:-1])), ln) + np.arange(int(ln.sum()))
+            nodes = seq[p]
+            cnt = optr[nodes + 1] - optr[nodes]
+            if cnt.sum():
+                e = np.repeat(optr[nodes] - np.concatenate(([0], np.cumsum(cnt)[:-1])), cnt) + np.arange(int(cnt.sum()))
+                u, c = np.unique(odst[e], return_counts=True)
+                pend[u] -= c
+            ptr[act], jb[act] = stop, nj
+        # flatten: sched = seq positions in evaluation order; rb = round bounds; runs = (first index in sched, prev pos)
+        lo, ln = np.concatenate(runs_lo) if runs_lo else np.zeros(0, np.int64), np.concatenate(runs_len) if runs_len else np.zeros(0, np.int64)
+        starts = np.concatenate(([0], np.cumsum(ln)[:-1])) if len(ln) else ln
+        self.sched = np.repeat(lo - starts, ln) + np.arange(int(ln.sum()))
+        self.snodes = seq[self.sched]
+        self.rb = np.asarray(rb, dtype=np.int64)
+        self.hb = np.concatenate(([0], np.cumsum([len(x) for x in runs_lo]))).astype(np.int64)
+        self.hidx = starts
+        self.hprev = np.where(head[lo], -1, lo - 1) if len(lo) else lo
+        self.sid = np.repeat(np.arange(len(ln)), ln)
+        # cross edges by the evaluation rank of their destination, grouped per destination
+        rank = np.empty(n, dtype=np.int64)
+        rank[self.snodes] = np.arange(len(self.snodes))
+        xr = rank[xd]
+        o = np.argsort(xr, kind="stable")
+        self.xe, xr = xe[o], xr[o]
+        self.xb = np.searchsorted(xr, self.rb)
+        first = np.flatnonzero(np.diff(xr, prepend=-1) != 0) if len(xr) else xr
+        self.grank, self.gstart = xr[first], first
+        self.gb = np.searchsorted(self.grank, self.rb)
+        self.rounds = len(self.rb) - 1
+
+    def evaluate(self, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(S, F, bind): bind[i] = the edge that sets S[i] (the latest; on equal times the higher edge type, then the
+        lower edge index), -1 for the root."""
+        src, seq, delay, NEG = self.src, self.seq, self.delay, self.NEG
+        k = np.where(self.anc == FIN, d[src], np.minimum(self.w, d[src]))
+        # Q: per lane running sum of chain weight + delay, in seq order
+        c = delay[seq] + np.where(self.cin >= 0, k[np.maximum(self.cin, 0)], 0)
+        cs = np.cumsum(c)
+        Q = cs - np.repeat(cs[self.hstart] - c[self.hstart], self.hlen)
+        Qs = Q[self.sched]
+        S = np.zeros(self.n, dtype=np.int64)
+        for r in range(self.rounds):
+            a, b = self.rb[r], self.rb[r + 1]
+            nodes, q = self.snodes[a:b], Qs[a:b]
+            X = np.full(b - a, NEG, dtype=np.int64)
+            ea, eb = self.xb[r], self.xb[r + 1]
+            if eb > ea:
+                e = self.xe[ea:eb]
+                g0, g1 = self.gb[r], self.gb[r + 1]
+                X[self.grank[g0:g1] - a] = np.maximum.reduceat(S[src[e]] + k[e], self.gstart[g0:g1] - ea)
+            Y = X + delay[nodes] - q
+            h0, h1 = self.hb[r], self.hb[r + 1]
+            hl, hp = self.hidx[h0:h1] - a, self.hprev[h0:h1]
+            has = hp >= 0
+            if has.any():
+                Y[hl[has]] = np.maximum(Y[hl[has]], S[seq[hp[has]]] - Q[hp[has]])
+            sid = self.sid[a:b] - h0
+            Y = np.where(X == NEG, Y[hl][sid], Y)  # no cross edge: the run's running maximum decides
+            if h1 - h0 > 1:  # separate the runs: each run's values above all of the previous run's
+                mn, mx = np.minimum.reduceat(Y, hl), np.maximum.reduceat(Y, hl)
+                off = np.concatenate(([0], np.cumsum(mx[:-1] - mn[1:] + 1)))[sid]
+                S[nodes] = np.maximum.accumulate(Y + off) - off + q
+            else:
+                S[nodes] = np.maximum.accumulate(Y) + q
+        F = S + d
+        # binding edge: among edges reaching S - delay, the highest type, then the lowest index
+        at = S[src] + k
+        cand = np.flatnonzero(at == S[self.dst] - delay[self.dst])
+        m = len(src)
+        score = self.typ[cand].astype(np.int64) * m + (m - 1 - cand)
+        grp = np.flatnonzero(np.diff(self.dst[cand], prepend=-1) != 0)
+        best = np.maximum.reduceat(score, grp) if len(cand) else score
+        bind = np.full(self.n, -1, dtype=np.int64)
+        bind[self.dst[cand[grp]]] = m - 1 - best % m
+        return S, F, bind
+
+
 class _Graph:
     def __init__(self, trace: Trace, ws: int, we: int, pid: int | None, main_tid: int | None) -> None:
         # Times inside the graph are relative to the window start (base): pandas turns nullable integer columns into
@@ -380,13 +531,15 @@ class _Graph:
 
     def _calls(self, we: int) -> pd.DataFrame:
         p, pp = self._pid_sql()
-        df = self._df(f"""SELECT rowid AS cid, pid, tid, start_ns - ? AS start_ns, end_ns - ? AS end_ns, name FROM api_calls
-                          WHERE start_ns >= ? AND start_ns < ? AND pid IS NOT NULL AND tid IS NOT NULL{p}
-                          ORDER BY pid, tid, start_ns, end_ns DESC, rowid""", [self.base, self.base, self.ws, we, *pp])
         # outermost calls per thread: a call starting before the running end of the earlier calls is nested in one
-        prev = df.groupby(["pid", "tid"], sort=False)["end_ns"].transform(
-            lambda s: s.cummax().shift(1, fill_value=np.iinfo(np.int64).min))
-        df["outer"] = ~(df["start_ns"] < prev)
+        df = self._df(f"""SELECT cid, pid, tid, start_ns - ? AS start_ns, end_ns - ? AS end_ns, name,
+                                 prev_end IS NULL OR start_ns >= prev_end AS outer
+                          FROM (SELECT rowid AS cid, pid, tid, start_ns, end_ns, name,
+                                       max(end_ns) OVER (PARTITION BY pid, tid ORDER BY start_ns, end_ns DESC, rowid
+                                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+                                FROM api_calls
+                                WHERE start_ns >= ? AND start_ns < ? AND pid IS NOT NULL AND tid IS NOT NULL{p})
+                          ORDER BY pid, tid, start_ns, end_ns DESC, cid""", [self.base, self.base, self.ws, we, *pp])
         df["outer_cid"] = df["cid"].where(df["outer"]).ffill().fillna(-1).astype("int64")
         df["sync"] = _has(df["name"], SYNC_RE) | (
             _has(df["name"], COPY_RE) & ~df["name"].str.contains("Async", regex=False))
@@ -524,21 +677,26 @@ class _Graph:
                  + gops["stream_id"].astype(str)).to_numpy()
         lane[gi] = glane
         self.S_meas, self.E_meas, self.kind, self.name, self.lane = S, E, kind, name, lane
+        self.kcode = pd.Index(KINDS).get_indexer(kind)
+        self.label = np.where(pd.isna(name) | (name == ""), "<host>", name)
+        self.lcode, lane_names = pd.factorize(lane)
+        self.lane_names = list(lane_names)
         self.gops = gops
         self.d = (E - S).astype(np.int64)
         self.d[1 + np.flatnonzero(role == "entry")] = 0
 
-        src, dst, typ, anc, w = [], [], [], [], []
+        src, dst, typ, anc, w, chain = [], [], [], [], [], []
 
-        def add(s, t, ty, a=FIN, ww=None):
+        def add(s, t, ty, a=FIN, ww=None, ch=False):
             s, t = np.asarray(s, dtype=np.int64), np.asarray(t, dtype=np.int64)
             src.append(s), dst.append(t), typ.append(np.full(len(s), ty, dtype=np.int8)), anc.append(np.full(len(s), a, dtype=np.int8))
             w.append(np.zeros(len(s), dtype=np.int64) if ww is None else np.asarray(ww, dtype=np.int64))
+            chain.append(np.full(len(s), ch))
 
-        # host order
+        # host order (a chain per thread: host rows are sorted by lane, then position)
         hl = host["lane"].to_numpy()
         same = np.flatnonzero(hl[1:] == hl[:-1]) if nh > 1 else np.array([], dtype=np.int64)
-        add(1 + same, 2 + same, HOST)
+        add(1 + same, 2 + same, HOST, ch=True)
         # waiting calls: awaited op -> return node
         ent = host[host["role"].isin(["call", "entry"])]
         node_of_cid = pd.Series(1 + ent.index.to_numpy(), index=ent["cid"].to_numpy())
@@ -553,7 +711,7 @@ class _Graph:
         ok = has & (S[gi] >= np.where(has, S[np.nan_to_num(cn, nan=0).astype(np.int64)], 0)) & ~carried
         self.launch_dropped = int((has & ~carried & ~ok).sum())
         add(cn[ok].astype(np.int64), gi[ok], LAUNCH, START)
-        # stream order
+        # stream order (a chain per stream)
         key = (gops["pid"].astype("Int64").astype(str) + "/" + gops["device_id"].astype(str) + "/" + gops["stream_id"].astype(str)).to_numpy()
         order = np.lexsort((gi, E[gi], S[gi], key))
         ks = key[order]
@@ -561,27 +719,15 @@ class _Graph:
         a_, b_ = gi[order[pairs]], gi[order[pairs + 1]]
         overl = E[a_] > S[b_]
         self.overlaps = int(overl.sum())
-        add(a_[~overl], b_[~overl], STREAM)
-        add(a_[overl], b_[overl], STREAM, START, S[b_[overl]] - S[a_[overl]])
+        add(a_[~overl], b_[~overl], STREAM, ch=True)
+        add(a_[overl], b_[overl], STREAM, START, S[b_[overl]] - S[a_[overl]], ch=True)
+        seq = np.concatenate((np.arange(1, 1 + nh), gi[order]))
+        head = np.concatenate((np.r_[True, hl[1:] != hl[:-1]] if nh else np.zeros(0, dtype=bool),
+                               np.r_[True, ks[1:] != ks[:-1]] if ng else np.zeros(0, dtype=bool)))
         # sync returns: the awaited op
-        self.n_awaiting = 0
-        if len(waits):
-            issued = gops["call_start_ns"].to_numpy(dtype=np.int64)  # the op's own start when unlinked
-            g_end = E[gi]
-            g_pid = gops["pid"].to_numpy()
-            g_outer = lc.to_numpy(dtype="float64")
-            srcs, dsts = [], []
-            for cid, p, st, en, nm in zip(waits["cid"], waits["pid"], waits["start_ns"], waits["end_ns"], waits["name"]):
-                own = g_outer == cid
-                if own.any() and not nm.lower().endswith("synchronize"):
-                    cand = own & (g_end <= en)
-                else:
-                    cand = (g_pid == p) & (issued < st) & (g_end <= en)
-                if cand.any():
-                    j = np.flatnonzero(cand)[np.argmax(g_end[cand])]
-                    srcs.append(gi[j]), dsts.append(int(ret_node[cid]))
-            self.n_awaiting = len(srcs)
-            add(srcs, dsts, WAIT)
+        a_w, r_w = self._awaited(waits, gops, gi, lc, E, ret_node)
+        self.n_awaiting = len(a_w)
+        add(a_w, r_w, WAIT)
         # cross-stream events
         self.events_ok, self.events_dropped = self._events(calls, gops, gi, add)
         # root for nodes without predecessors
@@ -592,17 +738,15 @@ class _Graph:
         orphans = orphans[orphans != 0]
         add(np.zeros(len(orphans), dtype=np.int64), orphans, ROOT)
         src_a, dst_a = np.concatenate(src), np.concatenate(dst)
-        typ_a, anc_a, w_a = np.concatenate(typ), np.concatenate(anc), np.concatenate(w)
-        # incoming CSR sorted by destination
+        typ_a, anc_a, w_a, ch_a = np.concatenate(typ), np.concatenate(anc), np.concatenate(w), np.concatenate(chain)
+        # edges sorted by destination (then source): the binding-edge tie-break prefers the lower index
         o = np.lexsort((src_a, dst_a))
         self.src, self.dst, self.typ, self.anc, self.w = src_a[o], dst_a[o], typ_a[o], anc_a[o], w_a[o]
-        self.ptr = np.searchsorted(self.dst, np.arange(n + 1))
         # measured ready and fixed delay
         anchor = np.where(self.anc == FIN, E[self.src], S[self.src] + self.w)
         ready = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
         np.maximum.at(ready, self.dst, anchor)
         ready[0] = ws
-        delay = S - ready
         # return nodes start when the later of entry and awaited op ends
         rn = 1 + np.flatnonzero(role == "return")
         S[rn] = np.maximum(S[rn], ready[rn])
@@ -612,7 +756,45 @@ class _Graph:
             bad = np.flatnonzero(delay < 0)[:5]
             raise AssertionError(f"dependency edge ends after its successor starts: {[(int(i), self.name[i], int(S[i]), int(ready[i])) for i in bad]}")
         self.delay = delay
-        self.order = self._topo()
+        self.eval = _Lanes(n, seq, head, self.src, self.dst, self.typ, self.anc, self.w, ch_a[o], delay)
+
+    def _awaited(self, waits: pd.DataFrame, gops: pd.DataFrame, gi: np.ndarray, outer: pd.Series, E: np.ndarray,
+                 ret_node: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+        """(awaited op node, return node) per waiting call. A blocking copy (a call that launched ops itself and is no
+        *Synchronize) waits for the latest-ending op it launched that ended before it returned; any other waiting call
+        for the latest-ending op of its process launched before the call and ended before it returned (on equal
+        ends the first op in graph order)."""
+        none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        if waits.empty or gops.empty:
+            return none
+        ops = pd.DataFrame({"j": np.arange(len(gops)), "outer": outer.to_numpy(dtype="float64"), "end": E[gi],
+                            "issued": gops["call_start_ns"].to_numpy(dtype=np.int64),
+                            "pid": gops["pid"].to_numpy(dtype="float64")})
+        wt = pd.DataFrame({"cid": waits["cid"].to_numpy(dtype=np.int64), "pid": waits["pid"].to_numpy(dtype="float64"),
+                           "st": waits["start_ns"].to_numpy(dtype=np.int64), "en": waits["end_ns"].to_numpy(dtype=np.int64),
+                           "synchronize": waits["name"].str.lower().str.endswith("synchronize").to_numpy(dtype=bool)})
+        own = ops.dropna(subset=["outer"]).astype({"outer": "int64"}).merge(wt, left_on="outer", right_on="cid")
+        own_mode = wt["cid"].isin(own["cid"]) & ~wt["synchronize"]
+        own = own[own["cid"].isin(wt.loc[own_mode, "cid"]) & (own["end"] <= own["en"])]
+        own = own.sort_values(["cid", "end", "j"], ascending=[True, False, True]).drop_duplicates("cid")
+        got = [own[["j", "cid"]]]
+        for p, grp in wt[~own_mode].groupby("pid"):
+            o = ops[ops["pid"] == p].sort_values(["end", "j"], ascending=[True, False])
+            if o.empty:
+                continue
+            end, issued, j = o["end"].to_numpy(), o["issued"].to_numpy(), o["j"].to_numpy()
+            st, en = grp["st"].to_numpy(), grp["en"].to_numpy()
+            idx = np.searchsorted(end, en, side="right") - 1
+            # step back over ops launched after the call started (launched meanwhile from another thread)
+            while True:
+                bad = np.flatnonzero((idx >= 0) & (issued[np.maximum(idx, 0)] >= st))
+                if not len(bad):
+                    break
+                idx[bad] -= 1
+            hit = idx >= 0
+            got.append(pd.DataFrame({"j": j[idx[hit]], "cid": grp["cid"].to_numpy()[hit]}))
+        pairs = pd.concat(got, ignore_index=True)
+        return gi[pairs["j"].to_numpy(dtype=np.int64)], ret_node.loc[pairs["cid"].to_numpy()].to_numpy(dtype=np.int64)
 
     def _events(self, calls, gops, gi, add) -> tuple[int, int]:
         rec = calls[_has(calls["name"], RECORD_RE)][["pid", "tid", "start_ns"]]
@@ -643,54 +825,12 @@ class _Graph:
         add(pairs["a"].to_numpy(), pairs["b"].to_numpy(), EVENT)
         return len(pairs), int((~good).sum())
 
-    def _topo(self) -> list[int]:
-        """Kahn's algorithm, ready nodes taken by (measured start, node id): the forward pass's order."""
-        n = self.n
-        indeg = np.bincount(self.dst, minlength=n).tolist()
-        o = np.argsort(self.src, kind="stable")
-        out_dst = self.dst[o].tolist()
-        optr = np.searchsorted(self.src[o], np.arange(n + 1)).tolist()
-        S = self.S_meas.tolist()
-        heap = [(S[i], i) for i in range(n) if indeg[i] == 0]
-        heapq.heapify(heap)
-        order = []
-        while heap:
-            _, i = heapq.heappop(heap)
-            order.append(i)
-            for j in out_dst[optr[i]:optr[i + 1]]:
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    heapq.heappush(heap, (S[j], j))
-        if len(order) != n:
-            raise ProfileError("the dependency graph has a cycle (timestamps contradict each other); pass a narrower window.")
-        return order
-
     # -- evaluation ---------------------------------------------------------------------------------------
 
     def evaluate(self, d: np.ndarray) -> _Eval:
-        """Forward pass in topological order: S = max over incoming edges + fixed delay, F = S + duration."""
-        n = self.n
-        S, F, bind = [0] * n, [0] * n, [-1] * n
-        S[0] = F[0] = self.ws
-        src, typ, anc, w = self.src.tolist(), self.typ.tolist(), self.anc.tolist(), self.w.tolist()
-        ptr, delay, dd = self.ptr.tolist(), self.delay.tolist(), d.tolist()
-        for i in self.order:
-            if i == 0:
-                continue
-            best, bt, be = None, -1, -1
-            for e in range(ptr[i], ptr[i + 1]):
-                p = src[e]
-                if anc[e] == FIN:
-                    a = F[p]
-                else:
-                    lag = w[e]
-                    a = S[p] + (lag if lag <= dd[p] else dd[p])
-                t = typ[e]
-                if best is None or a > best or (a == best and t > bt):
-                    best, bt, be = a, t, e
-            s = best + delay[i]
-            S[i], F[i], bind[i] = s, s + dd[i], be
-        return _Eval(np.asarray(S, dtype=np.int64), np.asarray(F, dtype=np.int64), bind, d)
+        """Forward pass: S = max over incoming edges + fixed delay, F = S + duration (see _Lanes)."""
+        S, F, bind = self.eval.evaluate(d)
+        return _Eval(S, F, bind, d)
 
     def path(self, ev: _Eval) -> _Path:
         F = ev.F
@@ -698,106 +838,98 @@ class _Graph:
         cands = np.flatnonzero(F == last)
         # the end event: of the nodes ending last, the one evaluated last (latest start, then highest id)
         end = int(cands[np.lexsort((cands, ev.S[cands]))][-1])
-        nodes, entered = [], []
-        i, how = end, FIN
-        while i != 0:
-            nodes.append(i), entered.append(how)
-            e = ev.bind[i]
-            how = int(self.anc[e])
-            i = int(self.src[e])
+        # follow the binding edges back to the root by pointer doubling (log(path length) passes over the nodes)
+        up = np.where(ev.bind >= 0, self.src[np.maximum(ev.bind, 0)], 0)
+        nodes = np.array([end], dtype=np.int64)
+        while not (nodes == 0).any():
+            nodes = np.concatenate((nodes, up[nodes]))
+            up = up[up]
+        nodes = nodes[:int(np.argmax(nodes == 0))]
+        entered = np.concatenate(([FIN], self.anc[ev.bind[nodes[:-1]]])).astype(np.int8) if len(nodes) else np.zeros(0, np.int8)
         return _Path(end, nodes, entered)
 
-    def _contrib(self, ev: _Eval, path: _Path):
-        """Per path node: (node, duration part ns, delay ns, delay kind)."""
-        out = []
-        for k, (i, how) in enumerate(zip(path.nodes, path.entered)):
-            e = ev.bind[i]
-            dk = DELAY_KIND[int(self.typ[e])]
-            if how == FIN:
-                dur = int(ev.d[i])
-            else:  # entered at its start (+ lag of the edge from its successor)
-                succ = path.nodes[k - 1]
-                be = ev.bind[succ]
-                dur = int(min(self.w[be], ev.d[i]))
-            out.append((i, dur, int(self.delay[i]), dk))
-        return out
+    def _contrib(self, ev: _Eval, path: _Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per path node (end first): node, duration part ns, delay ns, delay kind code."""
+        nodes = path.nodes
+        b = ev.bind[nodes]
+        dk = DELAY_CODE[self.typ[b]]
+        succ = np.concatenate(([0], b[:-1]))  # the binding edge of the next node on the path (entered at its start)
+        dur = np.where(path.entered == FIN, ev.d[nodes], np.minimum(self.w[succ], ev.d[nodes]))
+        return nodes, dur, self.delay[nodes], dk
 
     def split(self, ev: _Eval, path: _Path) -> dict[str, int]:
-        tot = dict.fromkeys(KINDS, 0)
-        for i, dur, dl, dk in self._contrib(ev, path):
-            tot[self.kind[i]] += dur
-            tot[dk] += dl
-        return tot
+        nodes, dur, dl, dk = self._contrib(ev, path)
+        tot = np.zeros(len(KINDS), dtype=np.int64)
+        np.add.at(tot, self.kcode[nodes], dur)
+        np.add.at(tot, dk, dl)
+        return {k: int(v) for k, v in zip(KINDS, tot)}
 
     def contributors(self, ev: _Eval, path: _Path, length: int, limit: int) -> list[Contributor]:
-        acc: dict[tuple, list] = {}
-        for i, dur, _, _ in self._contrib(ev, path):
-            if dur <= 0:
-                continue
-            key = (self.name[i] or "<host>", self.kind[i], self.lane[i])
-            a = acc.setdefault(key, [0, 0])
-            a[0] += 1
-            a[1] += dur
-        rows = sorted(acc.items(), key=lambda kv: (-kv[1][1], kv[0]))[:limit]
-        return [Contributor(name=clip_name(k[0]), kind=k[1], lane=k[2], count=v[0], ns=v[1], pct_of_path=pct(v[1], length))
-                for k, v in rows]
+        nodes, dur, _, _ = self._contrib(ev, path)
+        keep = dur > 0
+        df = pd.DataFrame({"name": self.label[nodes[keep]], "kind": np.asarray(KINDS)[self.kcode[nodes[keep]]],
+                           "lane": self.lane[nodes[keep]], "ns": dur[keep]})
+        g = df.groupby(["name", "kind", "lane"])["ns"].agg(["size", "sum"]).reset_index()
+        g = g.sort_values(["sum", "name", "kind", "lane"], ascending=[False, True, True, True]).head(limit)
+        return [Contributor(name=clip_name(r.name), kind=r.kind, lane=r.lane, count=int(r.size), ns=int(r.sum),
+                            pct_of_path=pct(int(r.sum), length)) for r in g.itertuples(index=False)]
 
-    def segments(self, ev: _Eval, path: _Path) -> list[Segment]:
-        out: list[Segment] = []
-        best: list[int] = []
-        contrib = self._contrib(ev, path)
-        # time order: the path was collected backwards
-        for (i, dur, dl, _), how in reversed(list(zip(contrib, path.entered))):
-            lo = self.base + int(ev.S[i]) - dl
-            hi = self.base + (int(ev.F[i]) if how == FIN else int(ev.S[i]) + dur)
-            ln = self.lane[i]
-            if out and out[-1].lane == ln:
-                s = out[-1]
-                s.end_ns, s.ns, s.nodes = hi, hi - s.start_ns, s.nodes + 1
-                if dur > best[-1]:
-                    s.top, best[-1] = clip_name(self.name[i] or "<host>"), dur
-            else:
-                out.append(Segment(lane=ln, start_ns=lo, end_ns=hi, ns=hi - lo, nodes=1, top=clip_name(self.name[i] or "<host>")))
-                best.append(dur)
-        return out
+    def segments(self, ev: _Eval, path: _Path, limit: int) -> tuple[list[Segment], int]:
+        """The first `limit` runs of the path on one lane, in time order, and how many runs there are."""
+        nodes, dur, dl, _ = (x[::-1] for x in self._contrib(ev, path))  # time order: the path was collected backwards
+        fin = path.entered[::-1] == FIN
+        lo = self.base + ev.S[nodes] - dl
+        hi = self.base + np.where(fin, ev.F[nodes], ev.S[nodes] + dur)
+        lc = self.lcode[nodes]
+        first = np.flatnonzero(np.diff(lc, prepend=-1) != 0)
+        last = np.append(first[1:], len(nodes)) - 1
+        run = np.repeat(np.arange(len(first)), np.diff(np.append(first, len(nodes))))
+        top = pd.Series(dur).groupby(run).idxmax().to_numpy()[:limit]  # the first longest node of each run
+        out = [Segment(lane=self.lane[nodes[f]], start_ns=int(lo[f]), end_ns=int(hi[l]), ns=int(hi[l] - lo[f]), nodes=int(l - f + 1),
+                       top=clip_name(self.label[nodes[t]])) for f, l, t in zip(first[:limit], last[:limit], top)]
+        return out, len(first)
+
+    def _on_path(self, ev: _Eval, path: _Path) -> np.ndarray:
+        nodes, dur, dl, _ = self._contrib(ev, path)
+        on = np.zeros(len(self.lane_names), dtype=np.int64)
+        np.add.at(on, self.lcode[nodes], dur + dl)
+        return on
 
     def path_lanes(self, ev: _Eval, path: _Path) -> list[str]:
-        t: dict[str, int] = {}
-        for i, dur, dl, _ in self._contrib(ev, path):
-            t[self.lane[i]] = t.get(self.lane[i], 0) + dur + dl
-        return [k for k, _ in sorted(t.items(), key=lambda kv: (-kv[1], kv[0]))]
+        on = self._on_path(ev, path)
+        used = np.flatnonzero(np.isin(np.arange(len(on)), self.lcode[path.nodes]))
+        return [self.lane_names[i] for i in sorted(used.tolist(), key=lambda i: (-on[i], self.lane_names[i]))]
 
     def lanes(self, ev: _Eval, path: _Path) -> list[LaneSlack]:
         end = int(ev.F[path.end])
-        on: dict[str, int] = {}
-        for i, dur, dl, _ in self._contrib(ev, path):
-            on[self.lane[i]] = on.get(self.lane[i], 0) + dur + dl
-        df = pd.DataFrame({"lane": self.lane[1:], "F": ev.F[1:]})
-        g = df.groupby("lane")["F"].agg(["size", "max"])
-        rows = [LaneSlack(lane=ln, nodes=int(r["size"]), on_path_ns=on.get(ln, 0), last_end_ns=self.base + int(r["max"]),
-                          slack_ns=end - int(r["max"])) for ln, r in g.iterrows()]
+        on = self._on_path(ev, path)
+        codes = self.lcode[1:]
+        size = np.bincount(codes, minlength=len(on))
+        last = np.full(len(on), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(last, codes, ev.F[1:])
+        rows = [LaneSlack(lane=self.lane_names[i], nodes=int(size[i]), on_path_ns=int(on[i]), last_end_ns=self.base + int(last[i]),
+                          slack_ns=end - int(last[i])) for i in np.flatnonzero(size)]
         return sorted(rows, key=lambda x: (-x.on_path_ns, x.slack_ns, x.lane))
 
     def end_event(self, ev: _Eval, path: _Path) -> EndEvent:
         i = path.end
-        return EndEvent(lane=self.lane[i], name=clip_name(self.name[i] or "<host>"), end_ns=self.base + int(ev.F[i]))
+        return EndEvent(lane=self.lane[i], name=clip_name(self.label[i]), end_ns=self.base + int(ev.F[i]))
 
     def scaled(self, rules: list[dict], path: _Path) -> tuple[np.ndarray, list[WhatIfRule]]:
         d = self.d.copy()
         names = self.gops["name"].astype(str)
         shorts = self.gops["short_name"].astype(str)
         gi = np.arange(1 + self.nh, self.n)
-        on_path = set(path.nodes)
         info = []
         for r in rules:
             if r["name_contains"]:
                 t = r["name_contains"].lower()
                 hit = (names.str.lower().str.contains(t, regex=False) | shorts.str.lower().str.contains(t, regex=False)).to_numpy()
             else:
-                hit = shorts.map(lambda s: fnmatch.fnmatchcase(s, r["name_glob"])).to_numpy(dtype=bool)
+                hit = shorts.str.match(fnmatch.translate(r["name_glob"])).to_numpy(dtype=bool)
             nodes = gi[hit]
             info.append(WhatIfRule(name_contains=r["name_contains"], name_glob=r["name_glob"], speedup=r["speedup"],
-                                   matched_ops=int(hit.sum()), matched_on_path=sum(1 for x in nodes.tolist() if x in on_path),
+                                   matched_ops=int(hit.sum()), matched_on_path=int(np.isin(nodes, path.nodes).sum()),
                                    matched_ns=int(self.d[nodes].sum())))
             d[nodes] = np.rint(d[nodes] / r["speedup"]).astype(np.int64)
         return d, info
