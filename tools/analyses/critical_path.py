@@ -191,8 +191,10 @@ class CriticalPathResult(ToolResult):
 
 
 def _has(series: pd.Series, rx: str) -> pd.Series:
-    """Regex search over a text column (groups made non-capturing: pandas warns about capturing ones)."""
-    return series.astype(str).str.contains(re.sub(r"\((?!\?)", "(?:", rx), regex=True)
+    """Regex search over a text column, run once per distinct name (a few hundred API names for millions of calls)."""
+    text = series.astype(str)
+    names = pd.Series(text.unique())
+    return text.isin(names[names.str.contains(re.sub(r"\((?!\?)", "(?:", rx), regex=True)])
 
 
 def critical_path(
@@ -580,36 +582,35 @@ class _Graph:
         sync_any = calls.groupby("outer_cid")["sync"].any()
         outer["wait"] = outer["cid"].map(sync_any).fillna(False).astype(bool)
         outer["k"] = outer.groupby(["pid", "tid"]).cumcount()
-        lane = outer["pid"].astype(str) + "/" + outer["tid"].astype(str)
-        outer["lane"] = "host " + lane
         parts = []
         # calls: one node, or entry + return for waiting calls
         single = outer[~outer["wait"]]
-        parts.append(pd.DataFrame({"lane": single["lane"], "pid": single["pid"], "tid": single["tid"], "pos": 3 * single["k"] + 1,
+        parts.append(pd.DataFrame({"pid": single["pid"], "tid": single["tid"], "pos": 3 * single["k"] + 1,
                                    "S": single["start_ns"], "E": single["end_ns"], "name": single["name"], "role": "call",
                                    "cid": single["cid"]}))
         waits = outer[outer["wait"]]
-        parts.append(pd.DataFrame({"lane": waits["lane"], "pid": waits["pid"], "tid": waits["tid"], "pos": 3 * waits["k"] + 1,
+        parts.append(pd.DataFrame({"pid": waits["pid"], "tid": waits["tid"], "pos": 3 * waits["k"] + 1,
                                    "S": waits["start_ns"], "E": waits["start_ns"], "name": waits["name"], "role": "entry",
                                    "cid": waits["cid"]}))
-        parts.append(pd.DataFrame({"lane": waits["lane"], "pid": waits["pid"], "tid": waits["tid"], "pos": 3 * waits["k"] + 2,
+        parts.append(pd.DataFrame({"pid": waits["pid"], "tid": waits["tid"], "pos": 3 * waits["k"] + 2,
                                    "S": waits["start_ns"], "E": waits["end_ns"], "name": waits["name"], "role": "return",
                                    "cid": waits["cid"]}))
         # gaps: before each call (from the previous call's end, or the window start), and after the last on the step's thread
         prev_end = outer.groupby(["pid", "tid"])["end_ns"].shift(1, fill_value=self.ws).astype("int64")
         gap = outer.assign(gs=prev_end, ge=outer["start_ns"])
         gap = gap[gap["ge"] > gap["gs"]]
-        parts.append(pd.DataFrame({"lane": gap["lane"], "pid": gap["pid"], "tid": gap["tid"], "pos": 3 * gap["k"],
+        parts.append(pd.DataFrame({"pid": gap["pid"], "tid": gap["tid"], "pos": 3 * gap["k"],
                                    "S": gap["gs"], "E": gap["ge"], "name": "", "role": "gap", "cid": -1}))
         if self.main is not None and self.trailing:
             mp, mt = self.main
             last = outer[(outer["pid"] == mp) & (outer["tid"] == mt)].tail(1)
             last_end = int(last["end_ns"].iloc[0]) if len(last) else self.ws
             if we > last_end:
-                parts.append(pd.DataFrame({"lane": [f"host {mp}/{mt}"], "pid": [mp], "tid": [mt], "pos": [3 * len(outer[(outer["pid"] == mp) & (outer["tid"] == mt)])],
+                parts.append(pd.DataFrame({"pid": [mp], "tid": [mt], "pos": [3 * len(outer[(outer["pid"] == mp) & (outer["tid"] == mt)])],
                                            "S": [last_end], "E": [we], "name": [""], "role": ["gap"], "cid": [-1]}))
         host = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else pd.DataFrame(
-            columns=["lane", "pid", "tid", "pos", "S", "E", "name", "role", "cid"])
+            columns=["pid", "tid", "pos", "S", "E", "name", "role", "cid"])
+        host["lane"], self.host_lanes = _lane_codes(host[["pid", "tid"]], "host {}/{}")
         host = host.sort_values(["lane", "pos"], kind="stable").reset_index(drop=True)
         host[["S", "E", "pos", "cid"]] = host[["S", "E", "pos", "cid"]].astype("int64")
         self._name_gaps(host)
@@ -660,8 +661,7 @@ class _Graph:
         E[gi] = np.maximum(E[gi], S[gi])
         kind = np.empty(n, dtype=object)
         name = np.empty(n, dtype=object)
-        lane = np.empty(n, dtype=object)
-        kind[0], name[0], lane[0] = "idle_gap", "<window start>", "window"
+        kind[0], name[0] = "idle_gap", "<window start>"
         role = host["role"].to_numpy()
         hn = host["name"].to_numpy()
         launchy = _has(host["name"], LAUNCH_RE) | _has(host["name"], ASYNC_ISSUE_RE) | \
@@ -669,18 +669,18 @@ class _Graph:
         kind[1:1 + nh] = np.where(role == "gap", host["gkind"].to_numpy(),
                                   np.where(role == "return", "sync_wait", np.where(launchy.to_numpy(), "launch_overhead", "cpu")))
         name[1:1 + nh] = hn
-        lane[1:1 + nh] = host["lane"].to_numpy()
         op = gops["op"].to_numpy()
         kind[gi] = np.where(op == "kernel", np.where(gops["is_comm"].fillna(False).to_numpy(dtype=bool), "communication", "gpu_compute"), "copy")
         name[gi] = gops["name"].to_numpy()
-        glane = ("gpu " + gops["pid"].astype("Int64").astype(str) + "/" + gops["device_id"].astype(str) + "/"
-                 + gops["stream_id"].astype(str)).to_numpy()
-        lane[gi] = glane
-        self.S_meas, self.E_meas, self.kind, self.name, self.lane = S, E, kind, name, lane
+        # lanes: 0 the window start, then host threads, then GPU streams (each numbered in the order of its name)
+        key, gpu_lanes = _lane_codes(pd.DataFrame({"pid": gops["pid"].astype("Int64"), "dev": gops["device_id"],
+                                                   "stream": gops["stream_id"]}), "gpu {}/{}/{}")
+        nl = len(self.host_lanes)
+        self.lane_names = ["window", *self.host_lanes, *gpu_lanes]
+        self.lcode = np.concatenate(([0], 1 + host["lane"].to_numpy(dtype=np.int64), 1 + nl + key))
+        self.S_meas, self.E_meas, self.kind, self.name = S, E, kind, name
         self.kcode = pd.Index(KINDS).get_indexer(kind)
         self.label = np.where(pd.isna(name) | (name == ""), "<host>", name)
-        self.lcode, lane_names = pd.factorize(lane)
-        self.lane_names = list(lane_names)
         self.gops = gops
         self.d = (E - S).astype(np.int64)
         self.d[1 + np.flatnonzero(role == "entry")] = 0
@@ -712,7 +712,6 @@ class _Graph:
         self.launch_dropped = int((has & ~carried & ~ok).sum())
         add(cn[ok].astype(np.int64), gi[ok], LAUNCH, START)
         # stream order (a chain per stream)
-        key = (gops["pid"].astype("Int64").astype(str) + "/" + gops["device_id"].astype(str) + "/" + gops["stream_id"].astype(str)).to_numpy()
         order = np.lexsort((gi, E[gi], S[gi], key))
         ks = key[order]
         pairs = np.flatnonzero(ks[1:] == ks[:-1]) if ng > 1 else np.array([], dtype=np.int64)
@@ -868,7 +867,7 @@ class _Graph:
         nodes, dur, _, _ = self._contrib(ev, path)
         keep = dur > 0
         df = pd.DataFrame({"name": self.label[nodes[keep]], "kind": np.asarray(KINDS)[self.kcode[nodes[keep]]],
-                           "lane": self.lane[nodes[keep]], "ns": dur[keep]})
+                           "lane": self._lane(nodes[keep]), "ns": dur[keep]})
         g = df.groupby(["name", "kind", "lane"])["ns"].agg(["size", "sum"]).reset_index()
         g = g.sort_values(["sum", "name", "kind", "lane"], ascending=[False, True, True, True]).head(limit)
         return [Contributor(name=clip_name(r.name), kind=r.kind, lane=r.lane, count=int(r.size), ns=int(r.sum),
@@ -885,7 +884,7 @@ class _Graph:
         last = np.append(first[1:], len(nodes)) - 1
         run = np.repeat(np.arange(len(first)), np.diff(np.append(first, len(nodes))))
         top = pd.Series(dur).groupby(run).idxmax().to_numpy()[:limit]  # the first longest node of each run
-        out = [Segment(lane=self.lane[nodes[f]], start_ns=int(lo[f]), end_ns=int(hi[l]), ns=int(hi[l] - lo[f]), nodes=int(l - f + 1),
+        out = [Segment(lane=self.lane_names[lc[f]], start_ns=int(lo[f]), end_ns=int(hi[l]), ns=int(hi[l] - lo[f]), nodes=int(l - f + 1),
                        top=clip_name(self.label[nodes[t]])) for f, l, t in zip(first[:limit], last[:limit], top)]
         return out, len(first)
 
@@ -911,9 +910,12 @@ class _Graph:
                           slack_ns=end - int(last[i])) for i in np.flatnonzero(size)]
         return sorted(rows, key=lambda x: (-x.on_path_ns, x.slack_ns, x.lane))
 
+    def _lane(self, nodes: np.ndarray) -> np.ndarray:
+        return np.asarray(self.lane_names, dtype=object)[self.lcode[nodes]]
+
     def end_event(self, ev: _Eval, path: _Path) -> EndEvent:
         i = path.end
-        return EndEvent(lane=self.lane[i], name=clip_name(self.label[i]), end_ns=self.base + int(ev.F[i]))
+        return EndEvent(lane=self.lane_names[self.lcode[i]], name=clip_name(self.label[i]), end_ns=self.base + int(ev.F[i]))
 
     def scaled(self, rules: list[dict], path: _Path) -> tuple[np.ndarray, list[WhatIfRule]]:
         d = self.d.copy()
@@ -942,6 +944,18 @@ class _Graph:
             event_pairs_inferred=self.events_ok, event_pairs_dropped=self.events_dropped, sync_calls=self.n_sync,
             sync_calls_awaiting=self.n_awaiting, launch_edges_dropped=self.launch_dropped,
             overlapping_stream_pairs=self.overlaps, node_cap=MAX_NODES)
+
+
+def _lane_codes(keys: pd.DataFrame, fmt: str) -> tuple[np.ndarray, list[str]]:
+    """A lane number per row and the lane names, numbered in the order of the names: names are formatted once per
+    lane, never per row."""
+    if keys.empty:
+        return np.zeros(0, dtype=np.int64), []
+    group = keys.groupby(list(keys.columns), sort=False, dropna=False).ngroup().to_numpy()
+    names = [fmt.format(*row) for row in keys.drop_duplicates().itertuples(index=False)]
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[np.argsort(np.asarray(names, dtype=object), kind="stable")] = np.arange(len(names))
+    return rank[group], sorted(names)
 
 
 def _shares(split: dict[str, int], length: int) -> list[Share]:
