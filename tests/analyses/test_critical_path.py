@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import FORMATS, needs_data, real_files, scenario_cases
-from gpuscope.fixtures.scenarios_critical_path import SCENARIOS, STEP, T0
+from gpuscope.fixtures.scenarios_critical_path import EVENT_SCENARIOS, SCENARIOS, STEP, T0
 from gpuscope.tools.analyses.critical_path import KINDS, critical_path
 from gpuscope.tools.model.errors import ProfileError
 
@@ -95,6 +95,25 @@ def test_host_bound_kernel_speedup_changes_nothing(opened, fmt):
     assert w.change_ns == 0 and not w.path_moved and w.lanes_after == ["host 3000/3000"]
     assert r.end_event.lane == "host 3000/3000"
     assert all(s.kind != "gpu_compute" or s.ns == 0 for s in r.split)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_event_ids_pair_the_wait_with_its_record(open_profile, fmt):
+    """cp_event_ids: Nsight names the events, so the wait pairs with E1 (C waits for A) and gemm x4 saves 150 µs; the
+    other formats pair by call order (E2: C waits for B), and gemm x4 changes nothing. Path length 330 µs either way."""
+    r = critical_path(open_profile("cp_event_ids", fmt, scenarios=EVENT_SCENARIOS), what_if=[{"name_contains": "gemm", "speedup": 4.0}])
+    (w,) = r.what_if
+    assert r.path_ns == 330 * US and r.graph.event_pairs_inferred == 1 and r.graph.event_pairs_dropped == 0
+    if fmt == "nsys":
+        assert r.graph.event_pairs_by_id == 1
+        assert _split(r) == {"cpu": 20 * US, "launch_overhead": 5 * US, "gpu_compute": 300 * US, "sync_wait": 5 * US}
+        assert [s.lane for s in r.segments] == ["host 3000/3000", "gpu 3000/0/7", "gpu 3000/0/13", "host 3000/3000"]
+        assert w.path_ns == 180 * US and w.change_ns == -150 * US
+    else:
+        assert r.graph.event_pairs_by_id == 0
+        assert _split(r) == {"cpu": 21 * US, "launch_overhead": 11 * US, "gpu_compute": 120 * US, "sync_wait": 178 * US}
+        assert [s.lane for s in r.segments] == ["host 3000/3000", "gpu 3000/0/9", "gpu 3000/0/13", "host 3000/3000"]
+        assert w.path_ns == 330 * US and w.change_ns == 0
 
 
 def test_step_and_window_choices(opened):

@@ -50,10 +50,11 @@ from .comm_patterns import is_comm_sql
 from .common import Window, capture_window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .requirements import require
 
-MAX_NODES = 200_000  # graph nodes per window; beyond it the window end is moved earlier (truncated = true)
+MAX_NODES = 500_000  # graph nodes per window (~0.4 GB of graph at the cap); beyond it the window end is moved earlier (truncated = true)
 KINDS = ("cpu", "launch_overhead", "gpu_compute", "copy", "communication", "sync_wait", "idle_gap")
 RECORD_RE = r"^(cuda|cu|hip)EventRecord"
 WAIT_EVENT_RE = r"^(cuda|cu|hip)StreamWaitEvent$"
+EVENT_SYNC_RE = r"^(cuda|cu|hip)EventSynchronize$"
 ASYNC_ISSUE_RE = r"^(cuda|cu|hip)(Memcpy|Memset)[A-Za-z0-9]*Async$"
 
 # edge types (priority on equal ready times: a GPU-side dependency wins over the host)
@@ -65,12 +66,15 @@ DELAY_CODE = np.array([KINDS.index(DELAY_KIND[t]) for t in range(6)], dtype=np.i
 FIN, START = 0, 1
 
 ASSUMPTIONS = [
-    "event record/wait: the trace model holds no CUDA/HIP event handles, so a *StreamWaitEvent call is paired with the "
-    "latest *EventRecord call before it on the same thread; the recorded op is the last GPU op launched from that "
-    "thread before the record, the waiting op the first GPU op launched from it after the wait (an edge only when "
-    "their streams differ; dropped when the waiting op started before the recorded op ended)",
-    "host synchronisation: a *Synchronize call waits for the latest-ending GPU op of its process that was launched "
-    "before the call and ended before it returned (the stream or event waited on is not in the model); a blocking "
+    "event record/wait: where the profile names the event (Nsight CUDA event trace: api_calls.event_id) a "
+    "*StreamWaitEvent call is paired with the latest *EventRecord of that event in its process (graph.event_pairs_by_id); "
+    "otherwise (Kineto, rocpd) with the latest *EventRecord call before it on the same thread. The recorded op is the "
+    "last GPU op launched from the recording thread before the record (the recorded stream is not in the model), the "
+    "waiting op the first GPU op launched from the waiting thread after the wait (an edge only when their streams "
+    "differ; dropped when the waiting op started before the recorded op ended)",
+    "host synchronisation: an event sync whose event the profile names waits for that event's recorded op "
+    "(graph.sync_calls_by_event_id); any other *Synchronize call for the latest-ending GPU op of its process that was "
+    "launched before the call and ended before it returned (the stream waited on is not in the model); a blocking "
     "*Memcpy waits for its own copy",
     "host gaps between API calls are CPU work on the step's thread (the thread with most API calls in a caller "
     "window); on other threads only where a CPU op or annotation covers them (else idle_gap). The step's thread runs "
@@ -138,8 +142,12 @@ class GraphStats(BaseModel):
     carried_in_ops: int = Field(description="GPU ops that started before the window and ended inside it (counted from the window start)")
     edges: dict[str, int] = Field(description="edges by type: host_order, launch, stream_order, event_wait, sync_wait, window_start")
     event_pairs_inferred: int = Field(description="record -> wait pairs turned into cross-stream edges")
+    event_pairs_by_id: int = Field(description="of event_pairs_inferred, pairs matched by the event id the profile records "
+                                               "(Nsight); the rest by call order (see assumptions)")
     event_pairs_dropped: int = Field(description="inferred pairs contradicted by the timing (waiting op started before the recorded op ended)")
     sync_calls: int = Field(description="waiting calls (synchronize, blocking copies) in the window")
+    sync_calls_by_event_id: int = Field(description="of sync_calls_awaiting, event syncs whose awaited op is the recorded op "
+                                                    "of the event the profile names (Nsight)")
     sync_calls_awaiting: int = Field(description="of those, calls with an awaited GPU op")
     launch_edges_dropped: int = Field(description="GPU ops that started before their launch call (clock skew): no launch edge")
     overlapping_stream_pairs: int = Field(description="consecutive ops of one stream that overlap (start -> start edge)")
@@ -561,9 +569,9 @@ class _Graph:
     def _calls(self, we: int) -> pd.DataFrame:
         p, pp = self._pid_sql()
         # outermost calls per thread: a call starting before the running end of the earlier calls is nested in one
-        df = self._df(f"""SELECT cid, pid, tid, start_ns - ? AS start_ns, end_ns - ? AS end_ns, name,
+        df = self._df(f"""SELECT cid, pid, tid, start_ns - ? AS start_ns, end_ns - ? AS end_ns, name, event_id,
                                  prev_end IS NULL OR start_ns >= prev_end AS outer
-                          FROM (SELECT rowid AS cid, pid, tid, start_ns, end_ns, name,
+                          FROM (SELECT rowid AS cid, pid, tid, start_ns, end_ns, name, event_id,
                                        max(end_ns) OVER (PARTITION BY pid, tid ORDER BY start_ns, end_ns DESC, rowid
                                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
                                 FROM api_calls
@@ -751,11 +759,12 @@ class _Graph:
         head = np.concatenate((np.r_[True, hl[1:] != hl[:-1]] if nh else np.zeros(0, dtype=bool),
                                np.r_[True, ks[1:] != ks[:-1]] if ng else np.zeros(0, dtype=bool)))
         # sync returns: the awaited op
-        a_w, r_w = self._awaited(waits, gops, gi, lc, E, ret_node)
+        records, lk = self._records(calls, gops, gi)
+        a_w, r_w = self._awaited(waits, gops, gi, lc, E, ret_node, self._event_syncs(calls, records))
         self.n_awaiting = len(a_w)
         add(a_w, r_w, WAIT)
         # cross-stream events
-        self.events_ok, self.events_dropped = self._events(calls, gops, gi, add)
+        self.events_ok, self.events_by_id, self.events_dropped = self._events(calls, records, lk, add)
         # root for nodes without predecessors
         src_a, dst_a = np.concatenate(src), np.concatenate(dst)
         has_pred = np.zeros(n, dtype=bool)
@@ -784,15 +793,28 @@ class _Graph:
         self.delay = delay
         self.eval = _Lanes(n, seq, head, self.src, self.dst, self.typ, self.anc, self.w, ch_a[o], delay)
 
+    def _event_syncs(self, calls: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
+        """Recorded op node per waiting (outermost) call that synchronises with an event named in the profile."""
+        es = calls[_has(calls["name"], EVENT_SYNC_RE)]
+        got = self._by_event(es[["pid", "start_ns", "event_id", "outer_cid"]], records).dropna(subset=["rec"])
+        return pd.Series(got["rec"].to_numpy(dtype=np.int64), index=got["outer_cid"].to_numpy()).groupby(level=0).max()
+
     def _awaited(self, waits: pd.DataFrame, gops: pd.DataFrame, gi: np.ndarray, outer: pd.Series, E: np.ndarray,
-                 ret_node: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-        """(awaited op node, return node) per waiting call. A blocking copy (a call that launched ops itself and is no
-        *Synchronize) waits for the latest-ending op it launched that ended before it returned; any other waiting call
-        for the latest-ending op of its process launched before the call and ended before it returned (on equal
+                 ret_node: pd.Series, event_rec: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+        """(awaited op node, return node) per waiting call. An event sync whose event the profile names waits for that
+        event's recorded op (when it ended before the call returned); a blocking copy (a call that launched ops itself
+        and is no *Synchronize) for the latest-ending op it launched that ended before it returned; any other waiting
+        call for the latest-ending op of its process launched before the call and ended before it returned (on equal
         ends the first op in graph order)."""
         none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self.n_sync_by_id = 0
         if waits.empty or gops.empty:
             return none
+        ev = waits["cid"].map(event_rec)
+        known = ev.notna().to_numpy() & (E[np.nan_to_num(ev.to_numpy(dtype="float64"), nan=0).astype(np.int64)] <= waits["end_ns"].to_numpy())
+        by_id = (ev.to_numpy(dtype="float64")[known].astype(np.int64), ret_node.loc[waits["cid"].to_numpy()[known]].to_numpy(dtype=np.int64))
+        self.n_sync_by_id = int(known.sum())
+        waits = waits[~known]
         ops = pd.DataFrame({"j": np.arange(len(gops)), "outer": outer.to_numpy(dtype="float64"), "end": E[gi],
                             "issued": gops["call_start_ns"].to_numpy(dtype=np.int64),
                             "pid": gops["pid"].to_numpy(dtype="float64")})
@@ -820,36 +842,62 @@ class _Graph:
             hit = idx >= 0
             got.append(pd.DataFrame({"j": j[idx[hit]], "cid": grp["cid"].to_numpy()[hit]}))
         pairs = pd.concat(got, ignore_index=True)
-        return gi[pairs["j"].to_numpy(dtype=np.int64)], ret_node.loc[pairs["cid"].to_numpy()].to_numpy(dtype=np.int64)
+        return (np.concatenate((by_id[0], gi[pairs["j"].to_numpy(dtype=np.int64)])),
+                np.concatenate((by_id[1], ret_node.loc[pairs["cid"].to_numpy()].to_numpy(dtype=np.int64))))
 
-    def _events(self, calls, gops, gi, add) -> tuple[int, int]:
-        rec = calls[_has(calls["name"], RECORD_RE)][["pid", "tid", "start_ns"]]
-        wai = calls[_has(calls["name"], WAIT_EVENT_RE)][["pid", "tid", "start_ns"]]
+    def _records(self, calls: pd.DataFrame, gops: pd.DataFrame, gi: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(event record calls with their recorded op, linked ops by launch time). The recorded op is the last GPU op
+        launched from the recording thread before the record (the stream recorded on is not in the model)."""
         linked = gops.assign(node=gi)[gops["linked"].to_numpy(dtype=bool) & (gops["start_ns"] >= self.ws).to_numpy()]
-        if rec.empty or wai.empty or linked.empty:
-            return 0, 0
-        linked = linked.assign(call_tid=linked["call_tid"].astype("int64"), cs=linked["call_start_ns"].astype("int64"),
-                               pid=linked["pid"].astype("int64"))
-        lk = linked.sort_values("cs")[["pid", "call_tid", "cs", "node", "device_id", "stream_id"]].rename(columns={"call_tid": "tid"})
-        w = wai.sort_values("start_ns").astype({"pid": "int64", "tid": "int64", "start_ns": "int64"})
-        r = rec.sort_values("start_ns").astype({"pid": "int64", "tid": "int64", "start_ns": "int64"}).rename(columns={"start_ns": "rs"})
-        w = pd.merge_asof(w, r.assign(rk=r["rs"]), left_on="start_ns", right_on="rs", by=["pid", "tid"],
-                          allow_exact_matches=False, direction="backward").dropna(subset=["rs"])
+        lk = pd.DataFrame({"pid": linked["pid"].astype("int64"), "tid": linked["call_tid"].astype("int64"),
+                           "cs": linked["call_start_ns"].astype("int64"), "node": linked["node"],
+                           "device_id": linked["device_id"], "stream_id": linked["stream_id"]}).sort_values("cs")
+        rec = calls[_has(calls["name"], RECORD_RE)]
+        r = pd.DataFrame({"pid": rec["pid"].astype("int64"), "tid": rec["tid"].astype("int64"), "rs": rec["start_ns"].astype("int64"),
+                          "event_id": rec["event_id"].astype("float64")}).sort_values("rs")
+        r = pd.merge_asof(r, lk.rename(columns={"node": "rec", "device_id": "rd", "stream_id": "rst"}), left_on="rs", right_on="cs",
+                          by=["pid", "tid"], allow_exact_matches=False, direction="backward").drop(columns="cs")
+        return r, lk
+
+    @staticmethod
+    def _by_event(calls: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
+        """For calls naming an event (event_id), the latest record of that event in the process before the call."""
+        c = calls.dropna(subset=["event_id"]).sort_values("start_ns")
+        r = records.dropna(subset=["event_id"])
+        if c.empty or r.empty:
+            return c.iloc[:0].assign(rs=pd.Series(dtype="float64"), rtid=pd.Series(dtype="float64"), rec=pd.Series(dtype="float64"),
+                                     rd=pd.Series(dtype="float64"), rst=pd.Series(dtype="float64"))
+        c = c.astype({"pid": "int64", "start_ns": "int64", "event_id": "float64"})
+        return pd.merge_asof(c, r.rename(columns={"tid": "rtid"}), left_on="start_ns", right_on="rs", by=["pid", "event_id"],
+                             allow_exact_matches=False, direction="backward").dropna(subset=["rs"])
+
+    def _events(self, calls, records, lk, add) -> tuple[int, int, int]:
+        """(pairs, of them paired by event id, pairs dropped). A wait naming an event (Nsight) is paired with the latest
+        record of that event in its process; any other wait with the latest record before it on its thread."""
+        wai = calls[_has(calls["name"], WAIT_EVENT_RE)]
+        if records.empty or wai.empty or lk.empty:
+            return 0, 0, 0
+        w = pd.DataFrame({"pid": wai["pid"].astype("int64"), "tid": wai["tid"].astype("int64"),
+                          "start_ns": wai["start_ns"].astype("int64"), "event_id": wai["event_id"].astype("float64"),
+                          "k": np.arange(len(wai))})
+        by_id = self._by_event(w, records).assign(by_id=True)
+        rest = w[~w["k"].isin(by_id["k"])].sort_values("start_ns")
+        order = pd.merge_asof(rest, records.drop(columns="event_id").assign(rtid=records["tid"]), left_on="start_ns", right_on="rs",
+                              by=["pid", "tid"], allow_exact_matches=False, direction="backward").dropna(subset=["rs"])
+        w = pd.concat([by_id.drop(columns="event_id"), order.drop(columns="event_id").assign(by_id=False)], ignore_index=True)
+        w = w.dropna(subset=["rec"]).sort_values("start_ns")
         if w.empty:
-            return 0, 0
-        w["rs"] = w["rs"].astype("int64")
-        w = pd.merge_asof(w.sort_values("rs"), lk.rename(columns={"node": "rec", "device_id": "rd", "stream_id": "rst"}),
-                          left_on="rs", right_on="cs", by=["pid", "tid"], allow_exact_matches=False, direction="backward")
-        w = w.drop(columns="cs").dropna(subset=["rec"]).sort_values("start_ns")
+            return 0, 0, 0
         w = pd.merge_asof(w, lk.rename(columns={"node": "wt", "device_id": "wd", "stream_id": "wst"}),
                           left_on="start_ns", right_on="cs", by=["pid", "tid"], allow_exact_matches=False, direction="forward")
         w = w.dropna(subset=["wt"])
         w = w[(w["rd"] != w["wd"]) | (w["rst"] != w["wst"])]
         a, b = w["rec"].to_numpy(dtype=np.int64), w["wt"].to_numpy(dtype=np.int64)
         good = self.E_meas[a] <= self.S_meas[b]
-        pairs = pd.DataFrame({"a": a[good], "b": b[good]}).drop_duplicates()
+        pairs = pd.DataFrame({"a": a[good], "b": b[good], "by_id": w["by_id"].to_numpy(dtype=bool)[good]})
+        pairs = pairs.sort_values("by_id", ascending=False).drop_duplicates(["a", "b"])
         add(pairs["a"].to_numpy(), pairs["b"].to_numpy(), EVENT)
-        return len(pairs), int((~good).sum())
+        return len(pairs), int(pairs["by_id"].sum()), int((~good).sum())
 
     # -- evaluation ---------------------------------------------------------------------------------------
 
@@ -968,7 +1016,8 @@ class _Graph:
         return GraphStats(
             nodes=self.n, host_nodes=self.nh, gpu_ops=self.ng, carried_in_ops=self.n_carried,
             edges={EDGE_NAMES[t]: int(counts[t]) for t in (HOST, LAUNCH, STREAM, EVENT, WAIT, ROOT)},
-            event_pairs_inferred=self.events_ok, event_pairs_dropped=self.events_dropped, sync_calls=self.n_sync,
+            event_pairs_inferred=self.events_ok, event_pairs_by_id=self.events_by_id, event_pairs_dropped=self.events_dropped,
+            sync_calls=self.n_sync, sync_calls_by_event_id=self.n_sync_by_id,
             sync_calls_awaiting=self.n_awaiting, launch_edges_dropped=self.launch_dropped,
             overlapping_stream_pairs=self.overlaps, node_cap=MAX_NODES)
 
