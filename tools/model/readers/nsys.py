@@ -152,12 +152,14 @@ class _Reader:
         # Event ids: cudaEventRecord calls from the CUDA event trace, event syncs and stream waits from their
         # SYNCHRONIZATION rows, both by (process, correlationId). 0xFFFFFFFF means no event; syncType is not used
         # because its numbering moved (2022 exports: 2 = event sync; 2024+: 1 = event sync, 2 = stream wait).
-        ev = [f"SELECT globalPid >> 24 AS gp, correlationId AS corr, eventId FROM {self.src.relation(t)}"
-              for t in (CUDA_EVENT, SYNC) if self.src.has(t)]
+        ev = [f"SELECT TRY_CAST(e.globalPid AS BIGINT) >> 24 AS gp, TRY_CAST(e.correlationId AS BIGINT) AS corr, "
+              f"TRY_CAST(e.eventId AS BIGINT) AS eventId FROM {self.src.relation(t)} e"
+              for t in (CUDA_EVENT, SYNC)
+              if self.src.has(t) and all(self.src.has_column(t, c) for c in ("globalPid", "correlationId", "eventId"))]
         self.con.execute("CREATE TEMP TABLE _evid (gp BIGINT, corr BIGINT, event_id BIGINT)")
         if ev:
             self.con.execute(f"""INSERT INTO _evid SELECT gp, corr, min(eventId) FROM ({' UNION ALL '.join(ev)})
-                                 WHERE eventId <> 4294967295 AND corr IS NOT NULL GROUP BY gp, corr""")
+                                 WHERE eventId <> 4294967295 AND corr IS NOT NULL AND gp IS NOT NULL GROUP BY gp, corr""")
         self.con.execute(
             f"""INSERT INTO api_calls
                 SELECT {PID.format(g='r.globalTid')}, {TID.format(g='r.globalTid')}, r.start, greatest(r."end", r.start),
