@@ -23,6 +23,9 @@ same-stream order and CUDA event syncs, longest path through one ProfilerStep). 
   * What-if: durations of the GPU ops matching a rule are divided by its speedup (rounded to ns) and the whole
     graph is re-evaluated (never by subtracting); a waiting call then returns when its
     awaited op ends, so host work after it moves too. Delays and host durations stay as measured.
+  * Evaluation is numpy (_Lanes): each thread and stream is a chain whose start times are a running maximum, and
+    a schedule built once per graph evaluates chain runs in rounds, one per lane switch of the deepest dependency
+    chain (host sync -> GPU -> host ...), so cost is O(nodes + edges) plus ~10-20 us per round.
 
 The path's time is split by kind (each ns of the path in exactly one kind; denominator = path length):
 cpu (host gaps and non-launch API calls), launch_overhead (launch/async-copy API time and the delay from the
