@@ -555,19 +555,19 @@ class _Graph:
             cur.close()
 
     def _cap(self, we: int) -> int:
+        """The window end, moved earlier when the graph could pass MAX_NODES: an API call makes at most 3 host nodes
+        (gap, entry, return) and the GPU op it launches (even one starting after the window), an op 1."""
         p, pp = self._pid_sql()
-        n = self.trace.scalar(f"""SELECT (SELECT count(*) FROM api_calls WHERE start_ns >= ? AND start_ns < ?{p})
-                                       + (SELECT count(*) FROM kernels WHERE start_ns >= ? AND start_ns < ?{p})
-                                       + (SELECT count(*) FROM memops WHERE start_ns >= ? AND start_ns < ?{p})""",
-                              [self.ws, we, *pp] * 3)
-        if 3 * int(n or 0) <= MAX_NODES:
+        events = f"""SELECT start_ns, 3 AS w FROM api_calls WHERE start_ns >= ? AND start_ns < ?{p}
+                     UNION ALL SELECT start_ns, 1 FROM kernels WHERE start_ns >= ? AND start_ns < ?{p}
+                     UNION ALL SELECT start_ns, 1 FROM memops WHERE start_ns >= ? AND start_ns < ?{p}"""
+        args = [self.ws, we, *pp] * 3
+        if int(self.trace.scalar(f"SELECT coalesce(sum(w), 0) FROM ({events})", args)) <= MAX_NODES:
             return we
         self.truncated = True
-        return int(self.trace.scalar(f"""SELECT start_ns FROM (
-                SELECT start_ns FROM api_calls WHERE start_ns >= ? AND start_ns < ?{p}
-                UNION ALL SELECT start_ns FROM kernels WHERE start_ns >= ? AND start_ns < ?{p}
-                UNION ALL SELECT start_ns FROM memops WHERE start_ns >= ? AND start_ns < ?{p})
-            ORDER BY start_ns LIMIT 1 OFFSET ?""", [self.ws, we, *pp] * 3 + [MAX_NODES // 3]))
+        return int(self.trace.scalar(f"""SELECT min(start_ns) FROM (
+                SELECT start_ns, sum(w) OVER (ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS nodes FROM ({events}))
+            WHERE nodes > ?""", args + [MAX_NODES]))
 
     def _calls(self, we: int) -> pd.DataFrame:
         p, pp = self._pid_sql()
