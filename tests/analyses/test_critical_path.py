@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import FORMATS, needs_data, real_files, scenario_cases
-from gpuscope.fixtures.scenarios_critical_path import SCENARIOS, STEP, T0
+from gpuscope.fixtures.scenarios_critical_path import EVENT_SCENARIOS, SCENARIOS, STEP, T0
 from gpuscope.tools.analyses.critical_path import KINDS, critical_path
 from gpuscope.tools.model.errors import ProfileError
 
@@ -97,6 +97,25 @@ def test_host_bound_kernel_speedup_changes_nothing(opened, fmt):
     assert all(s.kind != "gpu_compute" or s.ns == 0 for s in r.split)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_event_ids_pair_the_wait_with_its_record(open_profile, fmt):
+    """cp_event_ids: Nsight names the events, so the wait pairs with E1 (C waits for A) and gemm x4 saves 150 µs; the
+    other formats pair by call order (E2: C waits for B), and gemm x4 changes nothing. Path length 330 µs either way."""
+    r = critical_path(open_profile("cp_event_ids", fmt, scenarios=EVENT_SCENARIOS), what_if=[{"name_contains": "gemm", "speedup": 4.0}])
+    (w,) = r.what_if
+    assert r.path_ns == 330 * US and r.graph.event_pairs_inferred == 1 and r.graph.event_pairs_dropped == 0
+    if fmt == "nsys":
+        assert r.graph.event_pairs_by_id == 1
+        assert _split(r) == {"cpu": 20 * US, "launch_overhead": 5 * US, "gpu_compute": 300 * US, "sync_wait": 5 * US}
+        assert [s.lane for s in r.segments] == ["host 3000/3000", "gpu 3000/0/7", "gpu 3000/0/13", "host 3000/3000"]
+        assert w.path_ns == 180 * US and w.change_ns == -150 * US
+    else:
+        assert r.graph.event_pairs_by_id == 0
+        assert _split(r) == {"cpu": 21 * US, "launch_overhead": 11 * US, "gpu_compute": 120 * US, "sync_wait": 178 * US}
+        assert [s.lane for s in r.segments] == ["host 3000/3000", "gpu 3000/0/9", "gpu 3000/0/13", "host 3000/3000"]
+        assert w.path_ns == 330 * US and w.change_ns == 0
+
+
 def test_step_and_window_choices(opened):
     t = opened("cp_gpu_bound", "nsys")
     first = critical_path(t, step=0)
@@ -132,3 +151,90 @@ def test_real_multi_stream_consistency(path):
     assert same.path_ns == r.path_ns and same.change_ns == 0 and not same.path_moved
     assert faster.path_ns <= r.path_ns
     assert r.end_event.end_ns == r.window.end_ns
+
+
+def _reference_longest_path(n, order, src, dst, typ, anc, w, delay, d):
+    """Node by node in a topological order: S = max over incoming edges (S[src] + d[src], or S[src] + min(lag, d[src])
+    for a start -> start edge) + delay; the binding edge is the latest, then the higher type, then the lower index."""
+    S, bind = [0] * n, [-1] * n
+    inc = {}
+    for e, t in enumerate(dst):
+        inc.setdefault(int(t), []).append(e)
+    for i in order:
+        best = None
+        for e in inc[i]:
+            p = int(src[e])
+            a = S[p] + (int(d[p]) if anc[e] == 0 else min(int(w[e]), int(d[p])))
+            if best is None or a > best or (a == best and typ[e] > typ[bind[i]]):
+                best, bind[i] = a, e
+        S[i] = best + int(delay[i])
+    return S, bind
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_vectorised_evaluation_matches_node_by_node_longest_path(seed):
+    """_Lanes (runs of lanes evaluated with running maxima, rounds over cross-lane edges) against the plain loop on
+    random lane DAGs: random lanes, chain edges end -> start or start -> start + lag, cross edges from any node earlier
+    in a random topological interleaving (same lane too), root edges, ties (small integer times), zero durations."""
+    import numpy as np
+
+    from gpuscope.tools.analyses.critical_path import _Lanes
+
+    rng = np.random.default_rng(seed)
+    lanes = [int(x) for x in rng.integers(1, 12, size=rng.integers(1, 7))]
+    n = 1 + sum(lanes)
+    members, k = [], 1
+    for ln in lanes:
+        members.append(list(range(k, k + ln)))
+        k += ln
+    # a random topological order: lanes interleaved, each in chain order
+    picks = rng.permutation(np.repeat(np.arange(len(lanes)), lanes))
+    nxt = [0] * len(lanes)
+    order = []
+    for lane in picks:
+        order.append(members[lane][nxt[lane]])
+        nxt[lane] += 1
+    rank = {v: i for i, v in enumerate(order)}
+    src, dst, typ, anc, w, chain = [], [], [], [], [], []
+
+    def edge(s, t, ty, a=0, lag=0, ch=False):
+        src.append(s), dst.append(t), typ.append(ty), anc.append(a), w.append(lag), chain.append(ch)
+
+    for m in members:
+        edge(0, m[0], 0)
+        for a, b in zip(m, m[1:]):
+            edge(a, b, int(rng.choice([1, 3])), int(rng.integers(0, 2)), int(rng.integers(0, 6)), True)
+    for v in order:
+        for u in rng.choice(order[:rank[v]], size=min(rank[v], int(rng.integers(0, 3))), replace=False) if rank[v] else []:
+            if not any(s == u and t == v for s, t in zip(src, dst)):
+                edge(int(u), v, int(rng.integers(0, 6)), int(rng.integers(0, 2)), int(rng.integers(0, 6)))
+        if rng.random() < 0.2 and not any(s == 0 and t == v for s, t in zip(src, dst)):
+            edge(0, v, 0)
+    arr = [np.asarray(x, dtype=np.int64) for x in (src, dst, typ, anc, w)]
+    o = np.lexsort((arr[0], arr[1]))
+    src, dst, typ, anc, w = (x[o] for x in arr)
+    chain = np.asarray(chain)[o]
+    seq = np.concatenate([np.asarray(m) for m in members])
+    head = np.concatenate([[True] + [False] * (len(m) - 1) for m in members])
+    delay = np.r_[0, rng.integers(0, 4, size=n - 1)]
+    lanes_eval = _Lanes(n, seq, head, src, dst, typ.astype(np.int8), anc.astype(np.int8), w, chain, delay)
+    for _ in range(3):
+        d = np.r_[0, rng.integers(0, 8, size=n - 1)]
+        S, F, bind = lanes_eval.evaluate(d)
+        ref_s, ref_bind = _reference_longest_path(n, order, src, dst, typ, anc, w, delay, d)
+        assert S.tolist() == ref_s and (F - S).tolist() == d.tolist()
+        assert bind.tolist() == ref_bind
+
+
+def test_vectorised_evaluation_refuses_a_cycle():
+    import numpy as np
+
+    from gpuscope.tools.analyses.critical_path import _Lanes
+
+    # lanes [1, 2] and [3, 4]; 2 waits for 3 and 4 waits for 1 ... and 3 for 2: a cycle across the lanes
+    src, dst, chain = np.array([0, 1, 2, 0, 3]), np.array([1, 2, 3, 3, 4]), np.array([False, True, False, False, True])
+    src, dst, chain = np.r_[src, 3], np.r_[dst, 2], np.r_[chain, False]
+    o = np.lexsort((src, dst))
+    with pytest.raises(ProfileError, match="cycle"):
+        _Lanes(5, np.array([1, 2, 3, 4]), np.array([True, False, True, False]), src[o], dst[o], np.zeros(6, np.int8),
+               np.zeros(6, np.int8), np.zeros(6, np.int64), chain[o], np.zeros(5, np.int64))

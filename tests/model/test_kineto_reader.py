@@ -193,7 +193,7 @@ def _check_round_trip(s: Scenario, path: Path, pid: int | None = None, legacy: b
                   for m in s.memops if m.pid == pid)
     assert sorted(trace.sql("SELECT * FROM memops")) == want
     want = sorted((a.pid, a.tid, a.start_ns, a.end_ns, a.end_ns - a.start_ns, hip(a.name),
-                   "hip" if amd else "cuda_driver" if a.name.startswith("cuLaunch") else "cuda_runtime", a.correlation_id, a.external_id)
+                   "hip" if amd else "cuda_driver" if a.name.startswith("cuLaunch") else "cuda_runtime", a.correlation_id, a.external_id, None)
                   for a in calls.values())
     assert sorted(trace.sql("SELECT * FROM api_calls")) == want
     want = sorted((m.pid, m.tid, m.start_ns, m.end_ns, m.end_ns - m.start_ns, m.name, "", "annotation", "pytorch", None, None)

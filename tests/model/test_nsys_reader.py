@@ -192,7 +192,7 @@ def expected(sc: Scenario) -> dict[str, list[tuple]]:
                        "Managed" if managed else src, m.dst_kind, m.src_device_id, m.dst_device_id, m.correlation_id,
                        m.pid, a.tid if a else None, a is not None))
     api = [(a.pid, a.tid, a.start_ns + off, a.end_ns + off, a.end_ns - a.start_ns, a.name,
-            "cuda_runtime" if a.name.startswith("cuda") else "cuda_driver", a.correlation_id, None) for a in sc.api_calls]
+            "cuda_runtime" if a.name.startswith("cuda") else "cuda_driver", a.correlation_id, None, a.event_id) for a in sc.api_calls]
     markers = [(m.pid, m.tid, m.start_ns + off, (m.start_ns if m.kind == "mark" else m.end_ns) + off,
                 0 if m.kind == "mark" else m.end_ns - m.start_ns, m.name, m.domain, m.kind, "nvtx", None, None) for m in sc.markers]
     devices = [(d.device_id, d.name, "NVIDIA" if d.compute else d.vendor, d.compute,

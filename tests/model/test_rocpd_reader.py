@@ -94,7 +94,7 @@ def expected(sc: Scenario) -> dict[str, list[tuple]]:
     for a in api.values():
         family = "rccl" if a.name.startswith("nccl") else "hip"
         out["api_calls"].append((a.pid, a.tid, a.start_ns + OFF, a.end_ns + OFF, a.end_ns - a.start_ns,
-                                 writer.hip_name(a.name), family, a.correlation_id, None))
+                                 writer.hip_name(a.name), family, a.correlation_id, None, None))
     for m in sc.markers:
         end = m.start_ns if m.kind == "mark" else m.end_ns
         out["markers"].append((m.pid, m.tid, m.start_ns + OFF, end + OFF, end - m.start_ns, m.name, "", m.kind, "roctx", None, None))

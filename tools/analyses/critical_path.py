@@ -21,8 +21,11 @@ same-stream order and CUDA event syncs, longest path through one ProfilerStep). 
     (window start to the latest end of anything in it). The critical path is the chain of binding predecessors
     from that last end back to the window start; everything off it has slack.
   * What-if: durations of the GPU ops matching a rule are divided by its speedup (rounded to ns) and the whole
-    graph is re-evaluated in topological order (never by subtracting); a waiting call then returns when its
+    graph is re-evaluated (never by subtracting); a waiting call then returns when its
     awaited op ends, so host work after it moves too. Delays and host durations stay as measured.
+  * Evaluation is numpy (_Lanes): each thread and stream is a chain whose start times are a running maximum, and
+    a schedule built once per graph evaluates chain runs in rounds, one per lane switch of the deepest dependency
+    chain (host sync -> GPU -> host ...), so cost is O(nodes + edges) plus ~10-20 us per round.
 
 The path's time is split by kind (each ns of the path in exactly one kind; denominator = path length):
 cpu (host gaps and non-launch API calls), launch_overhead (launch/async-copy API time and the delay from the
@@ -36,7 +39,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import heapq
 import statistics
 from typing import Any
 
@@ -51,10 +53,11 @@ from .comm_patterns import is_comm_sql
 from .common import Window, capture_window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .requirements import require
 
-MAX_NODES = 200_000  # graph nodes per window; beyond it the window end is moved earlier (truncated = true)
+MAX_NODES = 500_000  # graph nodes per window (~0.4 GB of graph at the cap); beyond it the window end is moved earlier (truncated = true)
 KINDS = ("cpu", "launch_overhead", "gpu_compute", "copy", "communication", "sync_wait", "idle_gap")
 RECORD_RE = r"^(cuda|cu|hip)EventRecord"
 WAIT_EVENT_RE = r"^(cuda|cu|hip)StreamWaitEvent$"
+EVENT_SYNC_RE = r"^(cuda|cu|hip)EventSynchronize$"
 ASYNC_ISSUE_RE = r"^(cuda|cu|hip)(Memcpy|Memset)[A-Za-z0-9]*Async$"
 
 # edge types (priority on equal ready times: a GPU-side dependency wins over the host)
@@ -62,15 +65,19 @@ ROOT, HOST, LAUNCH, STREAM, EVENT, WAIT = 0, 1, 2, 3, 4, 5
 EDGE_NAMES = {ROOT: "window_start", HOST: "host_order", LAUNCH: "launch", STREAM: "stream_order", EVENT: "event_wait",
               WAIT: "sync_wait"}
 DELAY_KIND = {ROOT: "idle_gap", HOST: "cpu", LAUNCH: "launch_overhead", STREAM: "idle_gap", EVENT: "sync_wait", WAIT: "sync_wait"}
+DELAY_CODE = np.array([KINDS.index(DELAY_KIND[t]) for t in range(6)], dtype=np.int64)
 FIN, START = 0, 1
 
 ASSUMPTIONS = [
-    "event record/wait: the trace model holds no CUDA/HIP event handles, so a *StreamWaitEvent call is paired with the "
-    "latest *EventRecord call before it on the same thread; the recorded op is the last GPU op launched from that "
-    "thread before the record, the waiting op the first GPU op launched from it after the wait (an edge only when "
-    "their streams differ; dropped when the waiting op started before the recorded op ended)",
-    "host synchronisation: a *Synchronize call waits for the latest-ending GPU op of its process that was launched "
-    "before the call and ended before it returned (the stream or event waited on is not in the model); a blocking "
+    "event record/wait: where the profile names the event (Nsight CUDA event trace: api_calls.event_id) a "
+    "*StreamWaitEvent call is paired with the latest *EventRecord of that event in its process (graph.event_pairs_by_id); "
+    "otherwise (Kineto, rocpd) with the latest *EventRecord call before it on the same thread. The recorded op is the "
+    "last GPU op launched from the recording thread before the record (the recorded stream is not in the model), the "
+    "waiting op the first GPU op launched from the waiting thread after the wait (an edge only when their streams "
+    "differ; dropped when the waiting op started before the recorded op ended)",
+    "host synchronisation: an event sync whose event the profile names waits for that event's recorded op "
+    "(graph.sync_calls_by_event_id); any other *Synchronize call for the latest-ending GPU op of its process that was "
+    "launched before the call and ended before it returned (the stream waited on is not in the model); a blocking "
     "*Memcpy waits for its own copy",
     "host gaps between API calls are CPU work on the step's thread (the thread with most API calls in a caller "
     "window); on other threads only where a CPU op or annotation covers them (else idle_gap). The step's thread runs "
@@ -138,8 +145,12 @@ class GraphStats(BaseModel):
     carried_in_ops: int = Field(description="GPU ops that started before the window and ended inside it (counted from the window start)")
     edges: dict[str, int] = Field(description="edges by type: host_order, launch, stream_order, event_wait, sync_wait, window_start")
     event_pairs_inferred: int = Field(description="record -> wait pairs turned into cross-stream edges")
+    event_pairs_by_id: int = Field(description="of event_pairs_inferred, pairs matched by the event id the profile records "
+                                               "(Nsight); the rest by call order (see assumptions)")
     event_pairs_dropped: int = Field(description="inferred pairs contradicted by the timing (waiting op started before the recorded op ended)")
     sync_calls: int = Field(description="waiting calls (synchronize, blocking copies) in the window")
+    sync_calls_by_event_id: int = Field(description="of sync_calls_awaiting, event syncs whose awaited op is the recorded op "
+                                                    "of the event the profile names (Nsight)")
     sync_calls_awaiting: int = Field(description="of those, calls with an awaited GPU op")
     launch_edges_dropped: int = Field(description="GPU ops that started before their launch call (clock skew): no launch edge")
     overlapping_stream_pairs: int = Field(description="consecutive ops of one stream that overlap (start -> start edge)")
@@ -191,8 +202,10 @@ class CriticalPathResult(ToolResult):
 
 
 def _has(series: pd.Series, rx: str) -> pd.Series:
-    """Regex search over a text column (groups made non-capturing: pandas warns about capturing ones)."""
-    return series.astype(str).str.contains(re.sub(r"\((?!\?)", "(?:", rx), regex=True)
+    """Regex search over a text column, run once per distinct name (a few hundred API names for millions of calls)."""
+    text = series.astype(str)
+    names = pd.Series(text.unique())
+    return text.isin(names[names.str.contains(re.sub(r"\((?!\?)", "(?:", rx), regex=True)])
 
 
 def critical_path(
@@ -229,19 +242,19 @@ def critical_path(
         assert sum(s2.values()) == n2
         outcomes.append(WhatIf(
             rules=info, path_ns=n2, change_ns=n2 - path_ns, change_pct=pct(n2 - path_ns, path_ns),
-            path_moved=set(p2.nodes) != set(path.nodes), lanes_before=g.path_lanes(base, path), lanes_after=g.path_lanes(ev, p2),
+            path_moved=not np.array_equal(np.sort(p2.nodes), np.sort(path.nodes)), lanes_before=g.path_lanes(base, path), lanes_after=g.path_lanes(ev, p2),
             end_event=g.end_event(ev, p2), split=_shares(s2, n2), top_contributors=g.contributors(ev, p2, n2, limit=8)))
-    segments = g.segments(base, path)
-    truncated = g.truncated or len(segments) > limit
+    segments, n_segments = g.segments(base, path, limit)
+    truncated = g.truncated or n_segments > limit
     return CriticalPathResult(
         data_issues=data_issue_notes(trace, ("api_calls", "kernels", "memops", "cpu_ops", "markers")),
         trace=str(trace.path), window=Window(start_ns=ws, end_ns=win_end, span_ns=win_end - ws, source=source),
         iteration=choice, window_note=note + (f"; cut at {MAX_NODES} graph nodes: the window ends at {g.we} ns" if g.truncated else ""),
         path_ns=path_ns, window_span_ns=win_end - ws, end_event=g.end_event(base, path),
         split=_shares(split, path_ns), top_contributors=g.contributors(base, path, path_ns, limit=limit),
-        segments=segments[:limit], lanes=g.lanes(base, path)[:limit], what_if=outcomes, graph=g.stats(), assumptions=ASSUMPTIONS,
+        segments=segments, lanes=g.lanes(base, path)[:limit], what_if=outcomes, graph=g.stats(), assumptions=ASSUMPTIONS,
         truncated=truncated,
-        hint=(f"{len(segments) - limit} more path segments than limit={limit}; raise limit (max 200)" if len(segments) > limit
+        hint=(f"{n_segments - limit} more path segments than limit={limit}; raise limit (max 200)" if n_segments > limit
               else "the window was cut at the node cap: pass a narrower start_ns/end_ns" if g.truncated else None))
 
 
@@ -334,6 +347,184 @@ class _Path:
         self.end, self.nodes, self.entered = end, nodes, entered
 
 
+class _Lanes:
+    """Longest-path evaluation of a DAG made of lanes (chains: a host thread, a GPU stream) plus cross-lane edges,
+    vectorised. Node 0 is the root (value 0); `seq` lists every other node once, lane by lane in chain order
+    (`head` marks each lane's first node), and every node but a lane head has exactly one chain edge, from the node
+    before it in `seq`. Model: S[i] = max over incoming edges e of (S[src] + k_e) + delay[i], F = S + d, with
+    k_e = d[src] (an end -> start edge, FIN) or min(w_e, d[src]) (a start -> start + lag edge, START).
+
+    Why it is exact: along a lane with chain weights c_t = k_t + delay_t and Q_t = c_head+1 + ... + c_t (Q_head =
+    delay_head), S_t = max(S_t-1 + k_t, X_t) + delay_t (X_t = max over cross edges) unrolls to
+    S_t = Q_t + max_{u <= t}(X_u + delay_u - Q_u), a running maximum. The schedule (built once, independent of d) cuts
+    every lane into runs whose cross predecessors all lie in earlier runs; one round evaluates all runs that became
+    ready together (Kahn's algorithm over runs), so the Python loop is over rounds (about the number of lane
+    switches on the deepest dependency chain: syncs and event hops), never over nodes. tests/analyses/test_critical_path.py
+    checks it against a plain node-by-node longest path on random DAGs."""
+
+    NEG = -(1 << 62)
+
+    def __init__(self, n: int, seq: np.ndarray, head: np.ndarray, src: np.ndarray, dst: np.ndarray, typ: np.ndarray,
+                 anc: np.ndarray, w: np.ndarray, chain: np.ndarray, delay: np.ndarray) -> None:
+        self.n, self.seq, self.src, self.dst, self.typ, self.anc, self.w, self.delay = n, seq, src, dst, typ, anc, w, delay
+        if len(dst) > 1 and (np.diff(dst) < 0).any():
+            raise AssertionError("edges must be sorted by destination")
+        # the chain edge into each seq position (-1 at lane heads)
+        ce = np.flatnonzero(chain)
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[seq] = np.arange(len(seq))
+        cin = np.full(len(seq), -1, dtype=np.int64)
+        cin[pos[dst[ce]]] = ce
+        if not ((cin >= 0) == ~head).all() or not (src[ce] == seq[pos[dst[ce]] - 1]).all():
+            raise AssertionError("chain edges must join consecutive nodes of a lane")
+        self.cin, self.head = cin, head
+        self.hstart = np.flatnonzero(head)
+        self.hlen = np.diff(np.append(self.hstart, len(seq)))
+        self._schedule(pos, np.flatnonzero(~chain))
+
+    def _schedule(self, pos: np.ndarray, xe: np.ndarray) -> None:
+        n, seq, head = self.n, self.seq, self.head
+        xs, xd = self.src[xe], self.dst[xe]
+        lane_lo = self.hstart
+        lane_hi = lane_lo + self.hlen
+        # cross edges between seq positions (the root's are satisfied from the start), by source position, so the
+        # out-edges of a run [lo, hi) are one slice
+        nonroot = xs != 0
+        ps, pd_ = pos[xs[nonroot]], pos[xd[nonroot]]
+        o = np.argsort(ps, kind="stable")
+        odst = pd_[o]
+        optr = np.searchsorted(ps[o], np.arange(len(seq) + 1))
+        pend = np.bincount(pd_, minlength=len(seq))  # cross predecessors not yet evaluated, per position
+        blocked = np.flatnonzero(pend > 0)  # positions that wait for a cross predecessor (sorted)
+        nb = len(blocked)
+        ptr, jb, jend = lane_lo.copy(), np.searchsorted(blocked, lane_lo), np.searchsorted(blocked, lane_hi)
+        runs_lo, runs_len, rb = [], [], [0]
+        while True:
+            act = np.flatnonzero(ptr < lane_hi)
+            if not len(act):
+                break
+            # per active lane, the first still-blocked position: a galloping scan over its blocked positions
+            stop, nj = lane_hi[act], jend[act]
+            if nb:
+                stop, nj = stop.copy(), nj.copy()
+                cur, lim, todo, width = jb[act], jend[act], np.arange(len(act)), 4
+                while len(todo):
+                    c, lm = cur[todo], lim[todo]
+                    idx = c[:, None] + np.arange(width)
+                    blk = (idx < lm[:, None]) & (pend[blocked[np.minimum(idx, nb - 1)]] > 0)
+                    anyb = blk.any(axis=1)
+                    if anyb.any():
+                        j = c[anyb] + blk[anyb].argmax(axis=1)
+                        nj[todo[anyb]], stop[todo[anyb]] = j, blocked[j]
+                    more = ~anyb & (c + width < lm)
+                    if not more.any():
+                        break
+                    cur[todo[more]] = c[more] + width
+                    todo, width = todo[more], width * 2
+            lo = ptr[act]
+            ln = stop - lo
+            run = ln > 0
+            if not run.all():
+                if not run.any():
+                    raise ProfileError("the dependency graph has a cycle (timestamps contradict each other); pass a "
+                                       "narrower window.")
+                lo, ln = lo[run], ln[run]
+            runs_lo.append(lo), runs_len.append(ln), rb.append(rb[-1] + int(ln.sum()))
+            if len(lo) == 1:
+                done = odst[optr[lo[0]]:optr[lo[0] + ln[0]]]
+            else:
+                cnt = optr[lo + ln] - optr[lo]
+                done = odst[np.repeat(optr[lo] - np.cumsum(cnt) + cnt, cnt) + np.arange(int(cnt.sum()))]
+            if len(done):
+                np.subtract.at(pend, done, 1)
+            ptr[act], jb[act] = stop, nj
+        # The plan. sched: seq positions in evaluation order (round by round, run by run); per round the bounds of its
+        # slices in the flat arrays below, each index local to its round, so the loop does no index arithmetic.
+        z = np.zeros(0, dtype=np.int64)
+        lo = np.concatenate(runs_lo) if runs_lo else z
+        ln = np.concatenate(runs_len) if runs_len else z
+        starts = np.concatenate(([0], np.cumsum(ln)[:-1])) if len(ln) else z
+        rb = np.asarray(rb, dtype=np.int64)
+        hb = np.concatenate(([0], np.cumsum([len(x) for x in runs_lo]))).astype(np.int64)
+        self.sched = np.repeat(lo - starts, ln) + np.arange(int(ln.sum()))
+        self.snodes = seq[self.sched]
+        run_round = np.repeat(np.arange(len(rb) - 1), np.diff(hb))
+        sid = np.repeat(np.arange(len(ln)), ln)  # run of each sched element
+        self.hloc = starts - rb[run_round]  # run heads, local
+        self.sidl = sid - hb[run_round][sid]  # run of each element, local
+        # runs that continue a lane: carry the running maximum of the node before them
+        carry = ~head[lo] if len(lo) else np.zeros(0, dtype=bool)
+        self.cloc, self.cprev = self.hloc[carry], lo[carry] - 1
+        cb = np.searchsorted(np.flatnonzero(carry), hb)
+        # cross edges by the evaluation rank of their destination, grouped per destination
+        rank = np.empty(n, dtype=np.int64)
+        rank[self.snodes] = np.arange(len(self.snodes))
+        xr = rank[xd]
+        o = np.argsort(xr, kind="stable")
+        self.xe, xr = xe[o], xr[o]
+        self.srcx = self.src[self.xe]
+        xb = np.searchsorted(xr, rb)
+        first = np.flatnonzero(np.diff(xr, prepend=-1) != 0) if len(xr) else z
+        grank = xr[first]
+        gb = np.searchsorted(grank, rb)
+        g_round = np.repeat(np.arange(len(rb) - 1), np.diff(gb))
+        self.gloc, self.gsl = grank - rb[g_round], first - xb[g_round]
+        # nodes without a cross edge take their run's running maximum
+        nocross = np.ones(len(self.snodes), dtype=bool)
+        nocross[grank] = False
+        nc = np.flatnonzero(nocross)
+        nb_ = np.searchsorted(nc, rb)
+        n_round = np.repeat(np.arange(len(rb) - 1), np.diff(nb_))
+        self.nloc, self.nsid = nc - rb[n_round], self.sidl[nc]
+        self.plan = list(zip(*(x.tolist() for x in (rb[:-1], rb[1:], xb[:-1], xb[1:], gb[:-1], gb[1:], hb[:-1], hb[1:],
+                                                        cb[:-1], cb[1:], nb_[:-1], nb_[1:]))))
+        self.rounds = len(self.plan)
+
+    def evaluate(self, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(S, F, bind): bind[i] = the edge that sets S[i] (the latest; on equal times the higher edge type, then the
+        lower edge index), -1 for the root."""
+        src, NEG = self.src, self.NEG
+        k = np.where(self.anc == FIN, d[src], np.minimum(self.w, d[src]))
+        # Q: per lane running sum of chain weight + delay, in seq order
+        c = self.delay[self.seq] + np.where(self.cin >= 0, k[np.maximum(self.cin, 0)], 0)
+        cs = np.cumsum(c)
+        Q = cs - np.repeat(cs[self.hstart] - c[self.hstart], self.hlen)
+        Qs = Q[self.sched]
+        dq = self.delay[self.snodes] - Qs
+        cnode, cq = self.seq[self.cprev], Q[self.cprev]
+        kx, srcx, snodes = k[self.xe], self.srcx, self.snodes
+        gloc, gsl, hloc, cloc, nloc, nsid = self.gloc, self.gsl, self.hloc, self.cloc, self.nloc, self.nsid
+        S = np.zeros(self.n, dtype=np.int64)
+        for a, b, ea, eb, g0, g1, h0, h1, c0, c1, n0, n1 in self.plan:
+            Y = np.full(b - a, NEG, dtype=np.int64)
+            if eb > ea:
+                Y[gloc[g0:g1]] = np.maximum.reduceat(S[srcx[ea:eb]] + kx[ea:eb], gsl[g0:g1])
+            Y += dq[a:b]
+            if c1 > c0:
+                cl = cloc[c0:c1]
+                Y[cl] = np.maximum(Y[cl], S[cnode[c0:c1]] - cq[c0:c1])
+            if n1 > n0:
+                Y[nloc[n0:n1]] = Y[hloc[h0:h1]][nsid[n0:n1]]
+            if h1 - h0 > 1:  # several runs: lift each run above all values of the run before it
+                hl = hloc[h0:h1]
+                mn, mx = np.minimum.reduceat(Y, hl), np.maximum.reduceat(Y, hl)
+                off = np.concatenate(([0], np.cumsum(mx[:-1] - mn[1:] + 1)))[self.sidl[a:b]]
+                S[snodes[a:b]] = np.maximum.accumulate(Y + off) - off + Qs[a:b]
+            else:
+                S[snodes[a:b]] = np.maximum.accumulate(Y) + Qs[a:b]
+        F = S + d
+        # binding edge: among edges reaching S - delay, the highest type, then the lowest index
+        at = S[src] + k
+        cand = np.flatnonzero(at == S[self.dst] - self.delay[self.dst])
+        m = len(src)
+        score = self.typ[cand].astype(np.int64) * m + (m - 1 - cand)
+        grp = np.flatnonzero(np.diff(self.dst[cand], prepend=-1) != 0)
+        best = np.maximum.reduceat(score, grp) if len(cand) else score
+        bind = np.full(self.n, -1, dtype=np.int64)
+        bind[self.dst[cand[grp]]] = m - 1 - best % m
+        return S, F, bind
+
+
 class _Graph:
     def __init__(self, trace: Trace, ws: int, we: int, pid: int | None, main_tid: int | None) -> None:
         # Times inside the graph are relative to the window start (base): pandas turns nullable integer columns into
@@ -364,29 +555,31 @@ class _Graph:
             cur.close()
 
     def _cap(self, we: int) -> int:
+        """The window end, moved earlier when the graph could pass MAX_NODES: an API call makes at most 3 host nodes
+        (gap, entry, return) and the GPU op it launches (even one starting after the window), an op 1."""
         p, pp = self._pid_sql()
-        n = self.trace.scalar(f"""SELECT (SELECT count(*) FROM api_calls WHERE start_ns >= ? AND start_ns < ?{p})
-                                       + (SELECT count(*) FROM kernels WHERE start_ns >= ? AND start_ns < ?{p})
-                                       + (SELECT count(*) FROM memops WHERE start_ns >= ? AND start_ns < ?{p})""",
-                              [self.ws, we, *pp] * 3)
-        if 3 * int(n or 0) <= MAX_NODES:
+        events = f"""SELECT start_ns, 3 AS w FROM api_calls WHERE start_ns >= ? AND start_ns < ?{p}
+                     UNION ALL SELECT start_ns, 1 FROM kernels WHERE start_ns >= ? AND start_ns < ?{p}
+                     UNION ALL SELECT start_ns, 1 FROM memops WHERE start_ns >= ? AND start_ns < ?{p}"""
+        args = [self.ws, we, *pp] * 3
+        if int(self.trace.scalar(f"SELECT coalesce(sum(w), 0) FROM ({events})", args)) <= MAX_NODES:
             return we
         self.truncated = True
-        return int(self.trace.scalar(f"""SELECT start_ns FROM (
-                SELECT start_ns FROM api_calls WHERE start_ns >= ? AND start_ns < ?{p}
-                UNION ALL SELECT start_ns FROM kernels WHERE start_ns >= ? AND start_ns < ?{p}
-                UNION ALL SELECT start_ns FROM memops WHERE start_ns >= ? AND start_ns < ?{p})
-            ORDER BY start_ns LIMIT 1 OFFSET ?""", [self.ws, we, *pp] * 3 + [MAX_NODES // 3]))
+        return int(self.trace.scalar(f"""SELECT min(start_ns) FROM (
+                SELECT start_ns, sum(w) OVER (ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS nodes FROM ({events}))
+            WHERE nodes > ?""", args + [MAX_NODES]))
 
     def _calls(self, we: int) -> pd.DataFrame:
         p, pp = self._pid_sql()
-        df = self._df(f"""SELECT rowid AS cid, pid, tid, start_ns - ? AS start_ns, end_ns - ? AS end_ns, name FROM api_calls
-                          WHERE start_ns >= ? AND start_ns < ? AND pid IS NOT NULL AND tid IS NOT NULL{p}
-                          ORDER BY pid, tid, start_ns, end_ns DESC, rowid""", [self.base, self.base, self.ws, we, *pp])
         # outermost calls per thread: a call starting before the running end of the earlier calls is nested in one
-        prev = df.groupby(["pid", "tid"], sort=False)["end_ns"].transform(
-            lambda s: s.cummax().shift(1, fill_value=np.iinfo(np.int64).min))
-        df["outer"] = ~(df["start_ns"] < prev)
+        df = self._df(f"""SELECT cid, pid, tid, start_ns - ? AS start_ns, end_ns - ? AS end_ns, name, event_id,
+                                 prev_end IS NULL OR start_ns >= prev_end AS outer
+                          FROM (SELECT rowid AS cid, pid, tid, start_ns, end_ns, name, event_id,
+                                       max(end_ns) OVER (PARTITION BY pid, tid ORDER BY start_ns, end_ns DESC, rowid
+                                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+                                FROM api_calls
+                                WHERE start_ns >= ? AND start_ns < ? AND pid IS NOT NULL AND tid IS NOT NULL{p})
+                          ORDER BY pid, tid, start_ns, end_ns DESC, cid""", [self.base, self.base, self.ws, we, *pp])
         df["outer_cid"] = df["cid"].where(df["outer"]).ffill().fillna(-1).astype("int64")
         df["sync"] = _has(df["name"], SYNC_RE) | (
             _has(df["name"], COPY_RE) & ~df["name"].str.contains("Async", regex=False))
@@ -427,36 +620,35 @@ class _Graph:
         sync_any = calls.groupby("outer_cid")["sync"].any()
         outer["wait"] = outer["cid"].map(sync_any).fillna(False).astype(bool)
         outer["k"] = outer.groupby(["pid", "tid"]).cumcount()
-        lane = outer["pid"].astype(str) + "/" + outer["tid"].astype(str)
-        outer["lane"] = "host " + lane
         parts = []
         # calls: one node, or entry + return for waiting calls
         single = outer[~outer["wait"]]
-        parts.append(pd.DataFrame({"lane": single["lane"], "pid": single["pid"], "tid": single["tid"], "pos": 3 * single["k"] + 1,
+        parts.append(pd.DataFrame({"pid": single["pid"], "tid": single["tid"], "pos": 3 * single["k"] + 1,
                                    "S": single["start_ns"], "E": single["end_ns"], "name": single["name"], "role": "call",
                                    "cid": single["cid"]}))
         waits = outer[outer["wait"]]
-        parts.append(pd.DataFrame({"lane": waits["lane"], "pid": waits["pid"], "tid": waits["tid"], "pos": 3 * waits["k"] + 1,
+        parts.append(pd.DataFrame({"pid": waits["pid"], "tid": waits["tid"], "pos": 3 * waits["k"] + 1,
                                    "S": waits["start_ns"], "E": waits["start_ns"], "name": waits["name"], "role": "entry",
                                    "cid": waits["cid"]}))
-        parts.append(pd.DataFrame({"lane": waits["lane"], "pid": waits["pid"], "tid": waits["tid"], "pos": 3 * waits["k"] + 2,
+        parts.append(pd.DataFrame({"pid": waits["pid"], "tid": waits["tid"], "pos": 3 * waits["k"] + 2,
                                    "S": waits["start_ns"], "E": waits["end_ns"], "name": waits["name"], "role": "return",
                                    "cid": waits["cid"]}))
         # gaps: before each call (from the previous call's end, or the window start), and after the last on the step's thread
         prev_end = outer.groupby(["pid", "tid"])["end_ns"].shift(1, fill_value=self.ws).astype("int64")
         gap = outer.assign(gs=prev_end, ge=outer["start_ns"])
         gap = gap[gap["ge"] > gap["gs"]]
-        parts.append(pd.DataFrame({"lane": gap["lane"], "pid": gap["pid"], "tid": gap["tid"], "pos": 3 * gap["k"],
+        parts.append(pd.DataFrame({"pid": gap["pid"], "tid": gap["tid"], "pos": 3 * gap["k"],
                                    "S": gap["gs"], "E": gap["ge"], "name": "", "role": "gap", "cid": -1}))
         if self.main is not None and self.trailing:
             mp, mt = self.main
             last = outer[(outer["pid"] == mp) & (outer["tid"] == mt)].tail(1)
             last_end = int(last["end_ns"].iloc[0]) if len(last) else self.ws
             if we > last_end:
-                parts.append(pd.DataFrame({"lane": [f"host {mp}/{mt}"], "pid": [mp], "tid": [mt], "pos": [3 * len(outer[(outer["pid"] == mp) & (outer["tid"] == mt)])],
+                parts.append(pd.DataFrame({"pid": [mp], "tid": [mt], "pos": [3 * len(outer[(outer["pid"] == mp) & (outer["tid"] == mt)])],
                                            "S": [last_end], "E": [we], "name": [""], "role": ["gap"], "cid": [-1]}))
         host = pd.concat([p for p in parts if len(p)], ignore_index=True) if any(len(p) for p in parts) else pd.DataFrame(
-            columns=["lane", "pid", "tid", "pos", "S", "E", "name", "role", "cid"])
+            columns=["pid", "tid", "pos", "S", "E", "name", "role", "cid"])
+        host["lane"], self.host_lanes = _lane_codes(host[["pid", "tid"]], "host {}/{}")
         host = host.sort_values(["lane", "pos"], kind="stable").reset_index(drop=True)
         host[["S", "E", "pos", "cid"]] = host[["S", "E", "pos", "cid"]].astype("int64")
         self._name_gaps(host)
@@ -507,8 +699,7 @@ class _Graph:
         E[gi] = np.maximum(E[gi], S[gi])
         kind = np.empty(n, dtype=object)
         name = np.empty(n, dtype=object)
-        lane = np.empty(n, dtype=object)
-        kind[0], name[0], lane[0] = "idle_gap", "<window start>", "window"
+        kind[0], name[0] = "idle_gap", "<window start>"
         role = host["role"].to_numpy()
         hn = host["name"].to_numpy()
         launchy = _has(host["name"], LAUNCH_RE) | _has(host["name"], ASYNC_ISSUE_RE) | \
@@ -516,29 +707,34 @@ class _Graph:
         kind[1:1 + nh] = np.where(role == "gap", host["gkind"].to_numpy(),
                                   np.where(role == "return", "sync_wait", np.where(launchy.to_numpy(), "launch_overhead", "cpu")))
         name[1:1 + nh] = hn
-        lane[1:1 + nh] = host["lane"].to_numpy()
         op = gops["op"].to_numpy()
         kind[gi] = np.where(op == "kernel", np.where(gops["is_comm"].fillna(False).to_numpy(dtype=bool), "communication", "gpu_compute"), "copy")
         name[gi] = gops["name"].to_numpy()
-        glane = ("gpu " + gops["pid"].astype("Int64").astype(str) + "/" + gops["device_id"].astype(str) + "/"
-                 + gops["stream_id"].astype(str)).to_numpy()
-        lane[gi] = glane
-        self.S_meas, self.E_meas, self.kind, self.name, self.lane = S, E, kind, name, lane
+        # lanes: 0 the window start, then host threads, then GPU streams (each numbered in the order of its name)
+        key, gpu_lanes = _lane_codes(pd.DataFrame({"pid": gops["pid"].astype("Int64"), "dev": gops["device_id"],
+                                                   "stream": gops["stream_id"]}), "gpu {}/{}/{}")
+        nl = len(self.host_lanes)
+        self.lane_names = ["window", *self.host_lanes, *gpu_lanes]
+        self.lcode = np.concatenate(([0], 1 + host["lane"].to_numpy(dtype=np.int64), 1 + nl + key))
+        self.S_meas, self.E_meas, self.kind, self.name = S, E, kind, name
+        self.kcode = pd.Index(KINDS).get_indexer(kind)
+        self.label = np.where(pd.isna(name) | (name == ""), "<host>", name)
         self.gops = gops
         self.d = (E - S).astype(np.int64)
         self.d[1 + np.flatnonzero(role == "entry")] = 0
 
-        src, dst, typ, anc, w = [], [], [], [], []
+        src, dst, typ, anc, w, chain = [], [], [], [], [], []
 
-        def add(s, t, ty, a=FIN, ww=None):
+        def add(s, t, ty, a=FIN, ww=None, ch=False):
             s, t = np.asarray(s, dtype=np.int64), np.asarray(t, dtype=np.int64)
             src.append(s), dst.append(t), typ.append(np.full(len(s), ty, dtype=np.int8)), anc.append(np.full(len(s), a, dtype=np.int8))
             w.append(np.zeros(len(s), dtype=np.int64) if ww is None else np.asarray(ww, dtype=np.int64))
+            chain.append(np.full(len(s), ch))
 
-        # host order
+        # host order (a chain per thread: host rows are sorted by lane, then position)
         hl = host["lane"].to_numpy()
         same = np.flatnonzero(hl[1:] == hl[:-1]) if nh > 1 else np.array([], dtype=np.int64)
-        add(1 + same, 2 + same, HOST)
+        add(1 + same, 2 + same, HOST, ch=True)
         # waiting calls: awaited op -> return node
         ent = host[host["role"].isin(["call", "entry"])]
         node_of_cid = pd.Series(1 + ent.index.to_numpy(), index=ent["cid"].to_numpy())
@@ -553,37 +749,25 @@ class _Graph:
         ok = has & (S[gi] >= np.where(has, S[np.nan_to_num(cn, nan=0).astype(np.int64)], 0)) & ~carried
         self.launch_dropped = int((has & ~carried & ~ok).sum())
         add(cn[ok].astype(np.int64), gi[ok], LAUNCH, START)
-        # stream order
-        key = (gops["pid"].astype("Int64").astype(str) + "/" + gops["device_id"].astype(str) + "/" + gops["stream_id"].astype(str)).to_numpy()
+        # stream order (a chain per stream)
         order = np.lexsort((gi, E[gi], S[gi], key))
         ks = key[order]
         pairs = np.flatnonzero(ks[1:] == ks[:-1]) if ng > 1 else np.array([], dtype=np.int64)
         a_, b_ = gi[order[pairs]], gi[order[pairs + 1]]
         overl = E[a_] > S[b_]
         self.overlaps = int(overl.sum())
-        add(a_[~overl], b_[~overl], STREAM)
-        add(a_[overl], b_[overl], STREAM, START, S[b_[overl]] - S[a_[overl]])
+        add(a_[~overl], b_[~overl], STREAM, ch=True)
+        add(a_[overl], b_[overl], STREAM, START, S[b_[overl]] - S[a_[overl]], ch=True)
+        seq = np.concatenate((np.arange(1, 1 + nh), gi[order]))
+        head = np.concatenate((np.r_[True, hl[1:] != hl[:-1]] if nh else np.zeros(0, dtype=bool),
+                               np.r_[True, ks[1:] != ks[:-1]] if ng else np.zeros(0, dtype=bool)))
         # sync returns: the awaited op
-        self.n_awaiting = 0
-        if len(waits):
-            issued = gops["call_start_ns"].to_numpy(dtype=np.int64)  # the op's own start when unlinked
-            g_end = E[gi]
-            g_pid = gops["pid"].to_numpy()
-            g_outer = lc.to_numpy(dtype="float64")
-            srcs, dsts = [], []
-            for cid, p, st, en, nm in zip(waits["cid"], waits["pid"], waits["start_ns"], waits["end_ns"], waits["name"]):
-                own = g_outer == cid
-                if own.any() and not nm.lower().endswith("synchronize"):
-                    cand = own & (g_end <= en)
-                else:
-                    cand = (g_pid == p) & (issued < st) & (g_end <= en)
-                if cand.any():
-                    j = np.flatnonzero(cand)[np.argmax(g_end[cand])]
-                    srcs.append(gi[j]), dsts.append(int(ret_node[cid]))
-            self.n_awaiting = len(srcs)
-            add(srcs, dsts, WAIT)
+        records, lk = self._records(calls, gops, gi)
+        a_w, r_w = self._awaited(waits, gops, gi, lc, E, ret_node, self._event_syncs(calls, records))
+        self.n_awaiting = len(a_w)
+        add(a_w, r_w, WAIT)
         # cross-stream events
-        self.events_ok, self.events_dropped = self._events(calls, gops, gi, add)
+        self.events_ok, self.events_by_id, self.events_dropped = self._events(calls, records, lk, add)
         # root for nodes without predecessors
         src_a, dst_a = np.concatenate(src), np.concatenate(dst)
         has_pred = np.zeros(n, dtype=bool)
@@ -592,17 +776,15 @@ class _Graph:
         orphans = orphans[orphans != 0]
         add(np.zeros(len(orphans), dtype=np.int64), orphans, ROOT)
         src_a, dst_a = np.concatenate(src), np.concatenate(dst)
-        typ_a, anc_a, w_a = np.concatenate(typ), np.concatenate(anc), np.concatenate(w)
-        # incoming CSR sorted by destination
+        typ_a, anc_a, w_a, ch_a = np.concatenate(typ), np.concatenate(anc), np.concatenate(w), np.concatenate(chain)
+        # edges sorted by destination (then source): the binding-edge tie-break prefers the lower index
         o = np.lexsort((src_a, dst_a))
         self.src, self.dst, self.typ, self.anc, self.w = src_a[o], dst_a[o], typ_a[o], anc_a[o], w_a[o]
-        self.ptr = np.searchsorted(self.dst, np.arange(n + 1))
         # measured ready and fixed delay
         anchor = np.where(self.anc == FIN, E[self.src], S[self.src] + self.w)
         ready = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
         np.maximum.at(ready, self.dst, anchor)
         ready[0] = ws
-        delay = S - ready
         # return nodes start when the later of entry and awaited op ends
         rn = 1 + np.flatnonzero(role == "return")
         S[rn] = np.maximum(S[rn], ready[rn])
@@ -612,85 +794,120 @@ class _Graph:
             bad = np.flatnonzero(delay < 0)[:5]
             raise AssertionError(f"dependency edge ends after its successor starts: {[(int(i), self.name[i], int(S[i]), int(ready[i])) for i in bad]}")
         self.delay = delay
-        self.order = self._topo()
+        self.eval = _Lanes(n, seq, head, self.src, self.dst, self.typ, self.anc, self.w, ch_a[o], delay)
 
-    def _events(self, calls, gops, gi, add) -> tuple[int, int]:
-        rec = calls[_has(calls["name"], RECORD_RE)][["pid", "tid", "start_ns"]]
-        wai = calls[_has(calls["name"], WAIT_EVENT_RE)][["pid", "tid", "start_ns"]]
+    def _event_syncs(self, calls: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
+        """Recorded op node per waiting (outermost) call that synchronises with an event named in the profile."""
+        es = calls[_has(calls["name"], EVENT_SYNC_RE)]
+        got = self._by_event(es[["pid", "start_ns", "event_id", "outer_cid"]], records).dropna(subset=["rec"])
+        return pd.Series(got["rec"].to_numpy(dtype=np.int64), index=got["outer_cid"].to_numpy()).groupby(level=0).max()
+
+    def _awaited(self, waits: pd.DataFrame, gops: pd.DataFrame, gi: np.ndarray, outer: pd.Series, E: np.ndarray,
+                 ret_node: pd.Series, event_rec: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+        """(awaited op node, return node) per waiting call. An event sync whose event the profile names waits for that
+        event's recorded op (when it ended before the call returned); a blocking copy (a call that launched ops itself
+        and is no *Synchronize) for the latest-ending op it launched that ended before it returned; any other waiting
+        call for the latest-ending op of its process launched before the call and ended before it returned (on equal
+        ends the first op in graph order)."""
+        none = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self.n_sync_by_id = 0
+        if waits.empty or gops.empty:
+            return none
+        ev = waits["cid"].map(event_rec)
+        known = ev.notna().to_numpy() & (E[np.nan_to_num(ev.to_numpy(dtype="float64"), nan=0).astype(np.int64)] <= waits["end_ns"].to_numpy())
+        by_id = (ev.to_numpy(dtype="float64")[known].astype(np.int64), ret_node.loc[waits["cid"].to_numpy()[known]].to_numpy(dtype=np.int64))
+        self.n_sync_by_id = int(known.sum())
+        waits = waits[~known]
+        ops = pd.DataFrame({"j": np.arange(len(gops)), "outer": outer.to_numpy(dtype="float64"), "end": E[gi],
+                            "issued": gops["call_start_ns"].to_numpy(dtype=np.int64),
+                            "pid": gops["pid"].to_numpy(dtype="float64")})
+        wt = pd.DataFrame({"cid": waits["cid"].to_numpy(dtype=np.int64), "pid": waits["pid"].to_numpy(dtype="float64"),
+                           "st": waits["start_ns"].to_numpy(dtype=np.int64), "en": waits["end_ns"].to_numpy(dtype=np.int64),
+                           "synchronize": waits["name"].str.lower().str.endswith("synchronize").to_numpy(dtype=bool)})
+        own = ops.dropna(subset=["outer"]).astype({"outer": "int64"}).merge(wt, left_on="outer", right_on="cid")
+        own_mode = wt["cid"].isin(own["cid"]) & ~wt["synchronize"]
+        own = own[own["cid"].isin(wt.loc[own_mode, "cid"]) & (own["end"] <= own["en"])]
+        own = own.sort_values(["cid", "end", "j"], ascending=[True, False, True]).drop_duplicates("cid")
+        got = [own[["j", "cid"]]]
+        for p, grp in wt[~own_mode].groupby("pid"):
+            o = ops[ops["pid"] == p].sort_values(["end", "j"], ascending=[True, False])
+            if o.empty:
+                continue
+            end, issued, j = o["end"].to_numpy(), o["issued"].to_numpy(), o["j"].to_numpy()
+            st, en = grp["st"].to_numpy(), grp["en"].to_numpy()
+            idx = np.searchsorted(end, en, side="right") - 1
+            # step back over ops launched after the call started (launched meanwhile from another thread)
+            while True:
+                bad = np.flatnonzero((idx >= 0) & (issued[np.maximum(idx, 0)] >= st))
+                if not len(bad):
+                    break
+                idx[bad] -= 1
+            hit = idx >= 0
+            got.append(pd.DataFrame({"j": j[idx[hit]], "cid": grp["cid"].to_numpy()[hit]}))
+        pairs = pd.concat(got, ignore_index=True)
+        return (np.concatenate((by_id[0], gi[pairs["j"].to_numpy(dtype=np.int64)])),
+                np.concatenate((by_id[1], ret_node.loc[pairs["cid"].to_numpy()].to_numpy(dtype=np.int64))))
+
+    def _records(self, calls: pd.DataFrame, gops: pd.DataFrame, gi: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(event record calls with their recorded op, linked ops by launch time). The recorded op is the last GPU op
+        launched from the recording thread before the record (the stream recorded on is not in the model)."""
         linked = gops.assign(node=gi)[gops["linked"].to_numpy(dtype=bool) & (gops["start_ns"] >= self.ws).to_numpy()]
-        if rec.empty or wai.empty or linked.empty:
-            return 0, 0
-        linked = linked.assign(call_tid=linked["call_tid"].astype("int64"), cs=linked["call_start_ns"].astype("int64"),
-                               pid=linked["pid"].astype("int64"))
-        lk = linked.sort_values("cs")[["pid", "call_tid", "cs", "node", "device_id", "stream_id"]].rename(columns={"call_tid": "tid"})
-        w = wai.sort_values("start_ns").astype({"pid": "int64", "tid": "int64", "start_ns": "int64"})
-        r = rec.sort_values("start_ns").astype({"pid": "int64", "tid": "int64", "start_ns": "int64"}).rename(columns={"start_ns": "rs"})
-        w = pd.merge_asof(w, r.assign(rk=r["rs"]), left_on="start_ns", right_on="rs", by=["pid", "tid"],
-                          allow_exact_matches=False, direction="backward").dropna(subset=["rs"])
+        lk = pd.DataFrame({"pid": linked["pid"].astype("int64"), "tid": linked["call_tid"].astype("int64"),
+                           "cs": linked["call_start_ns"].astype("int64"), "node": linked["node"],
+                           "device_id": linked["device_id"], "stream_id": linked["stream_id"]}).sort_values("cs")
+        rec = calls[_has(calls["name"], RECORD_RE)]
+        r = pd.DataFrame({"pid": rec["pid"].astype("int64"), "tid": rec["tid"].astype("int64"), "rs": rec["start_ns"].astype("int64"),
+                          "event_id": rec["event_id"].astype("float64")}).sort_values("rs")
+        r = pd.merge_asof(r, lk.rename(columns={"node": "rec", "device_id": "rd", "stream_id": "rst"}), left_on="rs", right_on="cs",
+                          by=["pid", "tid"], allow_exact_matches=False, direction="backward").drop(columns="cs")
+        return r, lk
+
+    @staticmethod
+    def _by_event(calls: pd.DataFrame, records: pd.DataFrame) -> pd.DataFrame:
+        """For calls naming an event (event_id), the latest record of that event in the process before the call."""
+        c = calls.dropna(subset=["event_id"]).sort_values("start_ns")
+        r = records.dropna(subset=["event_id"])
+        if c.empty or r.empty:
+            return c.iloc[:0].assign(rs=pd.Series(dtype="float64"), rtid=pd.Series(dtype="float64"), rec=pd.Series(dtype="float64"),
+                                     rd=pd.Series(dtype="float64"), rst=pd.Series(dtype="float64"))
+        c = c.astype({"pid": "int64", "start_ns": "int64", "event_id": "float64"})
+        return pd.merge_asof(c, r.rename(columns={"tid": "rtid"}), left_on="start_ns", right_on="rs", by=["pid", "event_id"],
+                             allow_exact_matches=False, direction="backward").dropna(subset=["rs"])
+
+    def _events(self, calls, records, lk, add) -> tuple[int, int, int]:
+        """(pairs, of them paired by event id, pairs dropped). A wait naming an event (Nsight) is paired with the latest
+        record of that event in its process; any other wait with the latest record before it on its thread."""
+        wai = calls[_has(calls["name"], WAIT_EVENT_RE)]
+        if records.empty or wai.empty or lk.empty:
+            return 0, 0, 0
+        w = pd.DataFrame({"pid": wai["pid"].astype("int64"), "tid": wai["tid"].astype("int64"),
+                          "start_ns": wai["start_ns"].astype("int64"), "event_id": wai["event_id"].astype("float64"),
+                          "k": np.arange(len(wai))})
+        by_id = self._by_event(w, records).assign(by_id=True)
+        rest = w[~w["k"].isin(by_id["k"])].sort_values("start_ns")
+        order = pd.merge_asof(rest, records.drop(columns="event_id").assign(rtid=records["tid"]), left_on="start_ns", right_on="rs",
+                              by=["pid", "tid"], allow_exact_matches=False, direction="backward").dropna(subset=["rs"])
+        w = pd.concat([by_id.drop(columns="event_id"), order.drop(columns="event_id").assign(by_id=False)], ignore_index=True)
+        w = w.dropna(subset=["rec"]).sort_values("start_ns")
         if w.empty:
-            return 0, 0
-        w["rs"] = w["rs"].astype("int64")
-        w = pd.merge_asof(w.sort_values("rs"), lk.rename(columns={"node": "rec", "device_id": "rd", "stream_id": "rst"}),
-                          left_on="rs", right_on="cs", by=["pid", "tid"], allow_exact_matches=False, direction="backward")
-        w = w.drop(columns="cs").dropna(subset=["rec"]).sort_values("start_ns")
+            return 0, 0, 0
         w = pd.merge_asof(w, lk.rename(columns={"node": "wt", "device_id": "wd", "stream_id": "wst"}),
                           left_on="start_ns", right_on="cs", by=["pid", "tid"], allow_exact_matches=False, direction="forward")
         w = w.dropna(subset=["wt"])
         w = w[(w["rd"] != w["wd"]) | (w["rst"] != w["wst"])]
         a, b = w["rec"].to_numpy(dtype=np.int64), w["wt"].to_numpy(dtype=np.int64)
         good = self.E_meas[a] <= self.S_meas[b]
-        pairs = pd.DataFrame({"a": a[good], "b": b[good]}).drop_duplicates()
+        pairs = pd.DataFrame({"a": a[good], "b": b[good], "by_id": w["by_id"].to_numpy(dtype=bool)[good]})
+        pairs = pairs.sort_values("by_id", ascending=False).drop_duplicates(["a", "b"])
         add(pairs["a"].to_numpy(), pairs["b"].to_numpy(), EVENT)
-        return len(pairs), int((~good).sum())
-
-    def _topo(self) -> list[int]:
-        """Kahn's algorithm, ready nodes taken by (measured start, node id): the forward pass's order."""
-        n = self.n
-        indeg = np.bincount(self.dst, minlength=n).tolist()
-        o = np.argsort(self.src, kind="stable")
-        out_dst = self.dst[o].tolist()
-        optr = np.searchsorted(self.src[o], np.arange(n + 1)).tolist()
-        S = self.S_meas.tolist()
-        heap = [(S[i], i) for i in range(n) if indeg[i] == 0]
-        heapq.heapify(heap)
-        order = []
-        while heap:
-            _, i = heapq.heappop(heap)
-            order.append(i)
-            for j in out_dst[optr[i]:optr[i + 1]]:
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    heapq.heappush(heap, (S[j], j))
-        if len(order) != n:
-            raise ProfileError("the dependency graph has a cycle (timestamps contradict each other); pass a narrower window.")
-        return order
+        return len(pairs), int(pairs["by_id"].sum()), int((~good).sum())
 
     # -- evaluation ---------------------------------------------------------------------------------------
 
     def evaluate(self, d: np.ndarray) -> _Eval:
-        """Forward pass in topological order: S = max over incoming edges + fixed delay, F = S + duration."""
-        n = self.n
-        S, F, bind = [0] * n, [0] * n, [-1] * n
-        S[0] = F[0] = self.ws
-        src, typ, anc, w = self.src.tolist(), self.typ.tolist(), self.anc.tolist(), self.w.tolist()
-        ptr, delay, dd = self.ptr.tolist(), self.delay.tolist(), d.tolist()
-        for i in self.order:
-            if i == 0:
-                continue
-            best, bt, be = None, -1, -1
-            for e in range(ptr[i], ptr[i + 1]):
-                p = src[e]
-                if anc[e] == FIN:
-                    a = F[p]
-                else:
-                    lag = w[e]
-                    a = S[p] + (lag if lag <= dd[p] else dd[p])
-                t = typ[e]
-                if best is None or a > best or (a == best and t > bt):
-                    best, bt, be = a, t, e
-            s = best + delay[i]
-            S[i], F[i], bind[i] = s, s + dd[i], be
-        return _Eval(np.asarray(S, dtype=np.int64), np.asarray(F, dtype=np.int64), bind, d)
+        """Forward pass: S = max over incoming edges + fixed delay, F = S + duration (see _Lanes)."""
+        S, F, bind = self.eval.evaluate(d)
+        return _Eval(S, F, bind, d)
 
     def path(self, ev: _Eval) -> _Path:
         F = ev.F
@@ -698,106 +915,101 @@ class _Graph:
         cands = np.flatnonzero(F == last)
         # the end event: of the nodes ending last, the one evaluated last (latest start, then highest id)
         end = int(cands[np.lexsort((cands, ev.S[cands]))][-1])
-        nodes, entered = [], []
-        i, how = end, FIN
-        while i != 0:
-            nodes.append(i), entered.append(how)
-            e = ev.bind[i]
-            how = int(self.anc[e])
-            i = int(self.src[e])
+        # follow the binding edges back to the root by pointer doubling (log(path length) passes over the nodes)
+        up = np.where(ev.bind >= 0, self.src[np.maximum(ev.bind, 0)], 0)
+        nodes = np.array([end], dtype=np.int64)
+        while not (nodes == 0).any():
+            nodes = np.concatenate((nodes, up[nodes]))
+            up = up[up]
+        nodes = nodes[:int(np.argmax(nodes == 0))]
+        entered = np.concatenate(([FIN], self.anc[ev.bind[nodes[:-1]]])).astype(np.int8) if len(nodes) else np.zeros(0, np.int8)
         return _Path(end, nodes, entered)
 
-    def _contrib(self, ev: _Eval, path: _Path):
-        """Per path node: (node, duration part ns, delay ns, delay kind)."""
-        out = []
-        for k, (i, how) in enumerate(zip(path.nodes, path.entered)):
-            e = ev.bind[i]
-            dk = DELAY_KIND[int(self.typ[e])]
-            if how == FIN:
-                dur = int(ev.d[i])
-            else:  # entered at its start (+ lag of the edge from its successor)
-                succ = path.nodes[k - 1]
-                be = ev.bind[succ]
-                dur = int(min(self.w[be], ev.d[i]))
-            out.append((i, dur, int(self.delay[i]), dk))
-        return out
+    def _contrib(self, ev: _Eval, path: _Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per path node (end first): node, duration part ns, delay ns, delay kind code."""
+        nodes = path.nodes
+        b = ev.bind[nodes]
+        dk = DELAY_CODE[self.typ[b]]
+        succ = np.concatenate(([0], b[:-1]))  # the binding edge of the next node on the path (entered at its start)
+        dur = np.where(path.entered == FIN, ev.d[nodes], np.minimum(self.w[succ], ev.d[nodes]))
+        return nodes, dur, self.delay[nodes], dk
 
     def split(self, ev: _Eval, path: _Path) -> dict[str, int]:
-        tot = dict.fromkeys(KINDS, 0)
-        for i, dur, dl, dk in self._contrib(ev, path):
-            tot[self.kind[i]] += dur
-            tot[dk] += dl
-        return tot
+        nodes, dur, dl, dk = self._contrib(ev, path)
+        tot = np.zeros(len(KINDS), dtype=np.int64)
+        np.add.at(tot, self.kcode[nodes], dur)
+        np.add.at(tot, dk, dl)
+        return {k: int(v) for k, v in zip(KINDS, tot)}
 
     def contributors(self, ev: _Eval, path: _Path, length: int, limit: int) -> list[Contributor]:
-        acc: dict[tuple, list] = {}
-        for i, dur, _, _ in self._contrib(ev, path):
-            if dur <= 0:
-                continue
-            key = (self.name[i] or "<host>", self.kind[i], self.lane[i])
-            a = acc.setdefault(key, [0, 0])
-            a[0] += 1
-            a[1] += dur
-        rows = sorted(acc.items(), key=lambda kv: (-kv[1][1], kv[0]))[:limit]
-        return [Contributor(name=clip_name(k[0]), kind=k[1], lane=k[2], count=v[0], ns=v[1], pct_of_path=pct(v[1], length))
-                for k, v in rows]
+        nodes, dur, _, _ = self._contrib(ev, path)
+        keep = dur > 0
+        df = pd.DataFrame({"name": self.label[nodes[keep]], "kind": np.asarray(KINDS)[self.kcode[nodes[keep]]],
+                           "lane": self._lane(nodes[keep]), "ns": dur[keep]})
+        g = df.groupby(["name", "kind", "lane"])["ns"].agg(["size", "sum"]).reset_index()
+        g = g.sort_values(["sum", "name", "kind", "lane"], ascending=[False, True, True, True]).head(limit)
+        return [Contributor(name=clip_name(r.name), kind=r.kind, lane=r.lane, count=int(r.size), ns=int(r.sum),
+                            pct_of_path=pct(int(r.sum), length)) for r in g.itertuples(index=False)]
 
-    def segments(self, ev: _Eval, path: _Path) -> list[Segment]:
-        out: list[Segment] = []
-        best: list[int] = []
-        contrib = self._contrib(ev, path)
-        # time order: the path was collected backwards
-        for (i, dur, dl, _), how in reversed(list(zip(contrib, path.entered))):
-            lo = self.base + int(ev.S[i]) - dl
-            hi = self.base + (int(ev.F[i]) if how == FIN else int(ev.S[i]) + dur)
-            ln = self.lane[i]
-            if out and out[-1].lane == ln:
-                s = out[-1]
-                s.end_ns, s.ns, s.nodes = hi, hi - s.start_ns, s.nodes + 1
-                if dur > best[-1]:
-                    s.top, best[-1] = clip_name(self.name[i] or "<host>"), dur
-            else:
-                out.append(Segment(lane=ln, start_ns=lo, end_ns=hi, ns=hi - lo, nodes=1, top=clip_name(self.name[i] or "<host>")))
-                best.append(dur)
-        return out
+    def segments(self, ev: _Eval, path: _Path, limit: int) -> tuple[list[Segment], int]:
+        """The first `limit` runs of the path on one lane, in time order, and how many runs there are."""
+        nodes, dur, dl, _ = (x[::-1] for x in self._contrib(ev, path))  # time order: the path was collected backwards
+        fin = path.entered[::-1] == FIN
+        lo = self.base + ev.S[nodes] - dl
+        hi = self.base + np.where(fin, ev.F[nodes], ev.S[nodes] + dur)
+        lc = self.lcode[nodes]
+        first = np.flatnonzero(np.diff(lc, prepend=-1) != 0)
+        last = np.append(first[1:], len(nodes)) - 1
+        run = np.repeat(np.arange(len(first)), np.diff(np.append(first, len(nodes))))
+        top = pd.Series(dur).groupby(run).idxmax().to_numpy()[:limit]  # the first longest node of each run
+        out = [Segment(lane=self.lane_names[lc[f]], start_ns=int(lo[f]), end_ns=int(hi[l]), ns=int(hi[l] - lo[f]), nodes=int(l - f + 1),
+                       top=clip_name(self.label[nodes[t]])) for f, l, t in zip(first[:limit], last[:limit], top)]
+        return out, len(first)
+
+    def _on_path(self, ev: _Eval, path: _Path) -> np.ndarray:
+        nodes, dur, dl, _ = self._contrib(ev, path)
+        on = np.zeros(len(self.lane_names), dtype=np.int64)
+        np.add.at(on, self.lcode[nodes], dur + dl)
+        return on
 
     def path_lanes(self, ev: _Eval, path: _Path) -> list[str]:
-        t: dict[str, int] = {}
-        for i, dur, dl, _ in self._contrib(ev, path):
-            t[self.lane[i]] = t.get(self.lane[i], 0) + dur + dl
-        return [k for k, _ in sorted(t.items(), key=lambda kv: (-kv[1], kv[0]))]
+        on = self._on_path(ev, path)
+        used = np.flatnonzero(np.isin(np.arange(len(on)), self.lcode[path.nodes]))
+        return [self.lane_names[i] for i in sorted(used.tolist(), key=lambda i: (-on[i], self.lane_names[i]))]
 
     def lanes(self, ev: _Eval, path: _Path) -> list[LaneSlack]:
         end = int(ev.F[path.end])
-        on: dict[str, int] = {}
-        for i, dur, dl, _ in self._contrib(ev, path):
-            on[self.lane[i]] = on.get(self.lane[i], 0) + dur + dl
-        df = pd.DataFrame({"lane": self.lane[1:], "F": ev.F[1:]})
-        g = df.groupby("lane")["F"].agg(["size", "max"])
-        rows = [LaneSlack(lane=ln, nodes=int(r["size"]), on_path_ns=on.get(ln, 0), last_end_ns=self.base + int(r["max"]),
-                          slack_ns=end - int(r["max"])) for ln, r in g.iterrows()]
+        on = self._on_path(ev, path)
+        codes = self.lcode[1:]
+        size = np.bincount(codes, minlength=len(on))
+        last = np.full(len(on), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(last, codes, ev.F[1:])
+        rows = [LaneSlack(lane=self.lane_names[i], nodes=int(size[i]), on_path_ns=int(on[i]), last_end_ns=self.base + int(last[i]),
+                          slack_ns=end - int(last[i])) for i in np.flatnonzero(size)]
         return sorted(rows, key=lambda x: (-x.on_path_ns, x.slack_ns, x.lane))
+
+    def _lane(self, nodes: np.ndarray) -> np.ndarray:
+        return np.asarray(self.lane_names, dtype=object)[self.lcode[nodes]]
 
     def end_event(self, ev: _Eval, path: _Path) -> EndEvent:
         i = path.end
-        return EndEvent(lane=self.lane[i], name=clip_name(self.name[i] or "<host>"), end_ns=self.base + int(ev.F[i]))
+        return EndEvent(lane=self.lane_names[self.lcode[i]], name=clip_name(self.label[i]), end_ns=self.base + int(ev.F[i]))
 
     def scaled(self, rules: list[dict], path: _Path) -> tuple[np.ndarray, list[WhatIfRule]]:
         d = self.d.copy()
         names = self.gops["name"].astype(str)
         shorts = self.gops["short_name"].astype(str)
         gi = np.arange(1 + self.nh, self.n)
-        on_path = set(path.nodes)
         info = []
         for r in rules:
             if r["name_contains"]:
                 t = r["name_contains"].lower()
                 hit = (names.str.lower().str.contains(t, regex=False) | shorts.str.lower().str.contains(t, regex=False)).to_numpy()
             else:
-                hit = shorts.map(lambda s: fnmatch.fnmatchcase(s, r["name_glob"])).to_numpy(dtype=bool)
+                hit = shorts.str.match(fnmatch.translate(r["name_glob"])).to_numpy(dtype=bool)
             nodes = gi[hit]
             info.append(WhatIfRule(name_contains=r["name_contains"], name_glob=r["name_glob"], speedup=r["speedup"],
-                                   matched_ops=int(hit.sum()), matched_on_path=sum(1 for x in nodes.tolist() if x in on_path),
+                                   matched_ops=int(hit.sum()), matched_on_path=int(np.isin(nodes, path.nodes).sum()),
                                    matched_ns=int(self.d[nodes].sum())))
             d[nodes] = np.rint(d[nodes] / r["speedup"]).astype(np.int64)
         return d, info
@@ -807,9 +1019,22 @@ class _Graph:
         return GraphStats(
             nodes=self.n, host_nodes=self.nh, gpu_ops=self.ng, carried_in_ops=self.n_carried,
             edges={EDGE_NAMES[t]: int(counts[t]) for t in (HOST, LAUNCH, STREAM, EVENT, WAIT, ROOT)},
-            event_pairs_inferred=self.events_ok, event_pairs_dropped=self.events_dropped, sync_calls=self.n_sync,
+            event_pairs_inferred=self.events_ok, event_pairs_by_id=self.events_by_id, event_pairs_dropped=self.events_dropped,
+            sync_calls=self.n_sync, sync_calls_by_event_id=self.n_sync_by_id,
             sync_calls_awaiting=self.n_awaiting, launch_edges_dropped=self.launch_dropped,
             overlapping_stream_pairs=self.overlaps, node_cap=MAX_NODES)
+
+
+def _lane_codes(keys: pd.DataFrame, fmt: str) -> tuple[np.ndarray, list[str]]:
+    """A lane number per row and the lane names, numbered in the order of the names: names are formatted once per
+    lane, never per row."""
+    if keys.empty:
+        return np.zeros(0, dtype=np.int64), []
+    group = keys.groupby(list(keys.columns), sort=False, dropna=False).ngroup().to_numpy()
+    names = [fmt.format(*row) for row in keys.drop_duplicates().itertuples(index=False)]
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[np.argsort(np.asarray(names, dtype=object), kind="stable")] = np.arange(len(names))
+    return rank[group], sorted(names)
 
 
 def _shares(split: dict[str, int], length: int) -> list[Share]:

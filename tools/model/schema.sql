@@ -96,7 +96,9 @@ CREATE TABLE api_calls (
     name VARCHAR NOT NULL,           -- API name with version suffix folded ('cudaLaunchKernel', not 'cudaLaunchKernel_v7000')
     api VARCHAR NOT NULL,            -- 'cuda_runtime', 'cuda_driver', 'hip', 'hsa', 'rccl', ...
     correlation_id BIGINT,           -- id shared with the GPU work this call launched (per process)
-    external_id BIGINT               -- PyTorch External id of the CPU op that issued the call (Kineto only)
+    external_id BIGINT,              -- PyTorch External id of the CPU op that issued the call (Kineto only)
+    event_id BIGINT                  -- CUDA event a cudaEventRecord / cudaStreamWaitEvent / cudaEventSynchronize call names
+                                     -- (per process; Nsight: CUDA_EVENT and SYNCHRONIZATION eventId), else NULL
 );
 
 -- Annotations: NVTX ranges/marks, rocTX, PyTorch record_function / ProfilerStep annotations.

@@ -817,7 +817,7 @@ def _build(con, top: dict) -> None:
     con.execute(
         """INSERT INTO api_calls
            SELECT pid, tid, ts, ts + dur, dur, regexp_replace(name, '_v\\d+$', ''),
-                  CASE WHEN name LIKE 'hip%' THEN 'hip' WHEN name LIKE 'hsa%' THEN 'hsa' ELSE cat END, corr, ext
+                  CASE WHEN name LIKE 'hip%' THEN 'hip' WHEN name LIKE 'hsa%' THEN 'hsa' ELSE cat END, corr, ext, NULL
            FROM kin_rt WHERE name IS NOT NULL ORDER BY idx"""
     )
     con.execute(

@@ -25,6 +25,7 @@ from . import nccl_payloads
 KERNEL, MEMCPY, MEMSET, RUNTIME = (f"CUPTI_ACTIVITY_KIND_{t}" for t in ("KERNEL", "MEMCPY", "MEMSET", "RUNTIME"))
 GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"  # one row per graph launch under --cuda-graph-trace=graph (the default)
 SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
 MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"  # nsys profile --cuda-memory-usage=true
 MEMORY_POOL = "CUDA_GPU_MEMORY_POOL_EVENTS"  # created / destroyed / trimmed CUDA memory pools (same option)
 BACKTRACE_CLASS = 67  # TRACE_PROCESS_EVENT_CUDABACKTRACE: duplicates of real API rows, carrying a callchain
@@ -151,14 +152,27 @@ class _Reader:
         # few distinct strings, not every call, keeps the regex off the per-event path.
         self.con.execute(f"CREATE TEMP TABLE _apiname AS SELECT id, regexp_replace(value, '_v[0-9]+$', '') AS name FROM {self.strings}")
         record_query(self.con, count_sql("api_calls", "_rt", time_checks()))
+        # Event ids: cudaEventRecord calls from the CUDA event trace, event syncs and stream waits from their
+        # SYNCHRONIZATION rows, both by (process, correlationId). 0xFFFFFFFF means no event; syncType is not used
+        # because its numbering moved (2022 exports: 2 = event sync; 2024+: 1 = event sync, 2 = stream wait).
+        ev = [f"SELECT TRY_CAST(e.globalPid AS BIGINT) >> 24 AS gp, TRY_CAST(e.correlationId AS BIGINT) AS corr, "
+              f"TRY_CAST(e.eventId AS BIGINT) AS eventId FROM {self.src.relation(t)} e"
+              for t in (CUDA_EVENT, SYNC)
+              if self.src.has(t) and all(self.src.has_column(t, c) for c in ("globalPid", "correlationId", "eventId"))]
+        self.con.execute("CREATE TEMP TABLE _evid (gp BIGINT, corr BIGINT, event_id BIGINT)")
+        if ev:
+            self.con.execute(f"""INSERT INTO _evid SELECT gp, corr, min(eventId) FROM ({' UNION ALL '.join(ev)})
+                                 WHERE eventId <> 4294967295 AND corr IS NOT NULL AND gp IS NOT NULL GROUP BY gp, corr""")
         self.con.execute(
             f"""INSERT INTO api_calls
                 SELECT {PID.format(g='r.globalTid')}, {TID.format(g='r.globalTid')}, r.start, greatest(r."end", r.start),
                        greatest(r."end", r.start) - r.start,
                        coalesce(s.name, 'unknown API (StringIds ' || r.nameId || ')'),
                        CASE r.eventClass WHEN 0 THEN 'cuda_runtime' WHEN 1 THEN 'cuda_driver' ELSE 'cuda_class_' || r.eventClass END,
-                       r.correlationId, NULL
-                FROM _rt r LEFT JOIN _apiname s ON s.id = r.nameId WHERE r.start IS NOT NULL AND r."end" IS NOT NULL""")
+                       r.correlationId, NULL, e.event_id
+                FROM _rt r LEFT JOIN _apiname s ON s.id = r.nameId
+                LEFT JOIN _evid e ON e.gp = r.globalTid >> 24 AND e.corr = r.correlationId
+                WHERE r.start IS NOT NULL AND r."end" IS NOT NULL""")
 
     # -- GPU work -----------------------------------------------------------------------------------
     def _gpu_rows(self, table: str, what: str, model: str, select: str, joins: str = "") -> None:

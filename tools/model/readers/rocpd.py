@@ -206,7 +206,7 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
         )
         record_query(con, count_sql("api_calls", "_api", time_checks()))
         con.execute(
-            """INSERT INTO api_calls SELECT pid, tid, start, greatest("end", start), greatest("end", start) - start, name, api, stack_id, NULL
+            """INSERT INTO api_calls SELECT pid, tid, start, greatest("end", start), greatest("end", start) - start, name, api, stack_id, NULL, NULL
                FROM _api WHERE start IS NOT NULL AND "end" IS NOT NULL ORDER BY start"""
         )
     else:

@@ -173,7 +173,7 @@ def _load(con, path: Path, progress, src: SqliteSource) -> None:
     record_query(con, count_sql("markers", f"_rpd_calls WHERE {marker}", time_checks()))
     con.execute(
         f"""INSERT INTO api_calls
-            SELECT pid, tid, start, greatest("end", start), greatest("end", start) - start, name, {API_FAMILY.format(n='name')}, id, NULL
+            SELECT pid, tid, start, greatest("end", start), greatest("end", start) - start, name, {API_FAMILY.format(n='name')}, id, NULL, NULL
             FROM _rpd_calls WHERE {api} AND {HOST_OK} ORDER BY start"""
     )
     con.execute(
