@@ -99,12 +99,12 @@ def test_host_bound_kernel_speedup_changes_nothing(opened, fmt):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_event_ids_pair_the_wait_with_its_record(open_profile, fmt):
-    """cp_event_ids: Nsight names the events, so the wait pairs with E1 (C waits for A) and gemm x4 saves 150 µs; the
-    other formats pair by call order (E2: C waits for B), and gemm x4 changes nothing. Path length 330 µs either way."""
+    """cp_event_ids: Nsight names the events and Kineto's cuda_sync record names the recording call, so the wait pairs
+    with E1 (C waits for A) and gemm x4 saves 150 µs; rocpd pairs by call order (E2: C waits for B), and gemm x4 changes nothing. Path length 330 µs either way."""
     r = critical_path(open_profile("cp_event_ids", fmt, scenarios=EVENT_SCENARIOS), what_if=[{"name_contains": "gemm", "speedup": 4.0}])
     (w,) = r.what_if
     assert r.path_ns == 330 * US and r.graph.event_pairs_inferred == 1 and r.graph.event_pairs_dropped == 0
-    if fmt == "nsys":
+    if fmt in ("nsys", "kineto"):  # Nsight: CUDA event trace eventId; Kineto: cuda_sync's record correlation id
         assert r.graph.event_pairs_by_id == 1
         assert _split(r) == {"cpu": 20 * US, "launch_overhead": 5 * US, "gpu_compute": 300 * US, "sync_wait": 5 * US}
         assert [s.lane for s in r.segments] == ["host 3000/3000", "gpu 3000/0/7", "gpu 3000/0/13", "host 3000/3000"]

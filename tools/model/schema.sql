@@ -98,7 +98,8 @@ CREATE TABLE api_calls (
     correlation_id BIGINT,           -- id shared with the GPU work this call launched (per process)
     external_id BIGINT,              -- PyTorch External id of the CPU op that issued the call (Kineto only)
     event_id BIGINT                  -- CUDA event a cudaEventRecord / cudaStreamWaitEvent / cudaEventSynchronize call names
-                                     -- (per process; Nsight: CUDA_EVENT and SYNCHRONIZATION eventId), else NULL
+                                     -- (per process; Nsight: CUDA_EVENT and SYNCHRONIZATION eventId; Kineto: the correlation id of
+                                     -- the recording cudaEventRecord, from cuda_sync records), else NULL
 );
 
 -- Annotations: NVTX ranges/marks, rocTX, PyTorch record_function / ProfilerStep annotations.

@@ -825,11 +825,30 @@ def _build(con, top: dict) -> None:
             {gpu_from}
             WHERE g.cat IN ('gpu_memcpy', 'gpu_memset') AND coalesce(g.device, p.dev, g.pid) IS NOT NULL ORDER BY g.idx"""
     )
+    # Event ids. Kineto names no CUDA event handle on the calls, but its 'cuda_sync' records (GPU track, args.correlation
+    # = the waiting call's) name the correlation id of the cudaEventRecord that recorded the awaited event. That id
+    # serves as the event id of both calls, so a wait pairs with exactly its record (critical_path).
+    con.execute(
+        f"""CREATE TEMP TABLE kin_evid AS
+            SELECT r.idx, s.rec AS event_id
+            FROM (SELECT ts, {i('a.correlation')} AS corr, {i('a.wait_on_cuda_event_record_corr_id')} AS rec
+                  FROM (SELECT ts, json_transform(args, {_args_struct('correlation', 'wait_on_cuda_event_record_corr_id')}) AS a
+                        FROM kin_ev WHERE cat = 'cuda_sync')) s
+            JOIN kin_rt r ON r.corr = s.corr
+            WHERE s.rec >= 0
+            QUALIFY row_number() OVER (PARTITION BY s.corr, s.ts ORDER BY abs(r.ts - s.ts), r.idx) = 1"""
+    )
+    con.execute(
+        """INSERT INTO kin_evid
+           SELECT r.idx, r.corr FROM kin_rt r
+           WHERE r.name LIKE '%EventRecord%' AND r.corr IN (SELECT event_id FROM kin_evid)"""
+    )
     con.execute(
         """INSERT INTO api_calls
            SELECT pid, tid, ts, ts + dur, dur, regexp_replace(name, '_v\\d+$', ''),
-                  CASE WHEN name LIKE 'hip%' THEN 'hip' WHEN name LIKE 'hsa%' THEN 'hsa' ELSE cat END, corr, ext, NULL
-           FROM kin_rt WHERE name IS NOT NULL ORDER BY idx"""
+                  CASE WHEN name LIKE 'hip%' THEN 'hip' WHEN name LIKE 'hsa%' THEN 'hsa' ELSE cat END, corr, ext, e.event_id
+           FROM kin_rt LEFT JOIN (SELECT idx, min(event_id) AS event_id FROM kin_evid GROUP BY idx) e USING (idx)
+           WHERE name IS NOT NULL ORDER BY idx"""
     )
     con.execute(
         """INSERT INTO markers
