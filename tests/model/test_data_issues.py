@@ -347,7 +347,7 @@ def test_the_model_checks_of_a_build_fit_a_small_memory_limit():
     con = duckdb.connect(config={**duckdb_config(64 * 2**20), "threads": "2"})
     try:
         con.execute(SCHEMA_SQL)
-        con.execute(f"""INSERT INTO api_calls SELECT 1, 7, i * 10, i * 10 + 5, 5, 'cudaLaunchKernel', 'cuda_runtime', i, NULL
+        con.execute(f"""INSERT INTO api_calls SELECT 1, 7, i * 10, i * 10 + 5, 5, 'cudaLaunchKernel', 'cuda_runtime', i, NULL, NULL
                         FROM range({n}) t(i)""")
         # every tenth kernel starts before its call: the check must find exactly those
         con.execute(f"""INSERT INTO kernels (device_id, stream_id, start_ns, end_ns, dur_ns, name, short_name, correlation_id,
