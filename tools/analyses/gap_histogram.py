@@ -116,7 +116,8 @@ def gap_histogram(
             idle_in_window_ns=idle_window, idle_pct_of_window=pct(idle_window, window.span_ns),
             gap_count=u.gaps,
             buckets=[Bucket(bucket=label, count=u.bucket_counts[i], total_ns=u.bucket_ns[i]) for i, (label, _) in enumerate(BUCKETS)],
-            largest_gaps=_largest_gaps(trace, acts, acts_params, key, u, top_gaps) if top_gaps else [],
+            largest_gaps=trace.memo(("gap_histogram.largest", acts, tuple(acts_params), key, u.top_gaps[:top_gaps]),
+                                    lambda: _largest_gaps(trace, acts, acts_params, key, u, top_gaps)) if top_gaps else [],
         ))
     activity = "kernels, memory copies and memsets" if include_memops else "kernels only"
     return GapHistogramResult(

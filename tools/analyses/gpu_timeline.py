@@ -158,11 +158,12 @@ def gpu_timeline(
         what = "" if include_unlinked else " with their host launch in the profile (include_unlinked=False)"
         raise ProfileError(f"no GPU operation{what} in the selection (device/time window); widen it. trace_info lists devices and spans."
                            + skipped_note(trace, ("kernels", "memops")))
-    counts = {(r[0], r[1]): r[2:] for r in trace.sql(
-        f"""SELECT device_id, coalesce(owner, {NULL_KEY}), count(*), count(*) FILTER (WHERE cls = {COMM}),
-                   count(*) FILTER (WHERE cls = {MEMCPY}), count(*) FILTER (WHERE NOT launched),
-                   coalesce(sum(end_ns - start_ns) FILTER (WHERE NOT launched), 0)::BIGINT
-            FROM ({ops}) WHERE end_ns > start_ns GROUP BY ALL""", params2)}
+    counts_sql = f"""SELECT device_id, coalesce(owner, {NULL_KEY}), count(*), count(*) FILTER (WHERE cls = {COMM}),
+                            count(*) FILTER (WHERE cls = {MEMCPY}), count(*) FILTER (WHERE NOT launched),
+                            coalesce(sum(end_ns - start_ns) FILTER (WHERE NOT launched), 0)::BIGINT
+                     FROM ({ops}) WHERE end_ns > start_ns GROUP BY ALL"""
+    counts = trace.memo(("gpu_timeline.counts", counts_sql, tuple(params2)),
+                        lambda: {(r[0], r[1]): r[2:] for r in trace.sql(counts_sql, params2)})
     names = dict(trace.sql("SELECT device_id, name FROM devices"))
     ranks = dict(trace.sql("SELECT pid, rank FROM processes WHERE rank IS NOT NULL"))
     keys = sorted(by_key, key=lambda k: tuple(-1 if v is None else v for v in k))

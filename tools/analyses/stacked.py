@@ -165,11 +165,13 @@ def merged_sql(intervals: str, partition: str) -> str:
 def union_measures_sql(intervals: str, partition: str, sets: dict[int, tuple[int, ...]]) -> str:
     """Per partition: for each set id s of `sets` (s -> the classes it holds), u<s> = the length of the union of the
     intervals whose `cls` is in the set; and first_ns / last_ns of the last set (meant to hold every class).
-    `intervals` selects the columns of `partition` (a comma-separated list), cls, start_ns, end_ns."""
+    `intervals` selects the columns of `partition` (a comma-separated list), cls, start_ns, end_ns. Each class is
+    merged first (one pass over the intervals); the sets then unite the far fewer merged intervals."""
     member = ", ".join(f"({s}, {c})" for s, cs in sets.items() for c in cs)
     every = max(sets)
     cols = ", ".join(f"coalesce(sum({_ADDS}) FILTER (WHERE set_id = {s}), 0)::BIGINT AS u{s}" for s in sets)
-    joined = f"SELECT {partition}, set_id, start_ns, end_ns FROM ({intervals}) iv JOIN (VALUES {member}) sets(set_id, cls) USING (cls)"
+    merged = merged_sql(f"SELECT {partition}, cls, start_ns, end_ns FROM ({intervals})", f"{partition}, cls")
+    joined = f"SELECT {partition}, set_id, start_ns, end_ns FROM ({merged}) m JOIN (VALUES {member}) sets(set_id, cls) USING (cls)"
     return f"""
         SELECT {partition}, {cols},
                min(start_ns) FILTER (WHERE set_id = {every}) AS first_ns, max(end_ns) FILTER (WHERE set_id = {every}) AS last_ns
