@@ -22,9 +22,9 @@ from ..model.quote import quote_ident
 from ..model.trace import Trace
 from .comm_patterns import COLLECTIVES, collective_index_sql
 from .comm_patterns import comm_patterns as active_patterns
-from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, split_gpu_time, ToolResult
-from .gpu_timeline import COMM, COMP, MEMCPY, timeline_ops_sql
-from .intervals import NULL_KEY, merged, unions
+from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
+from .gpu_timeline import COMM, split_measures, timeline_ops_sql
+from .intervals import NULL_KEY, unions
 from .nccl_bandwidth import TIME_NOTE, BandwidthGroup, bandwidth
 from .requirements import require
 
@@ -153,7 +153,7 @@ def comm_summary(
     where, params = sel.where(time_mode="overlap")
     ops = timeline_ops_sql(trace, where, window.start_ns, window.end_ns, True, comm_patterns)
     p2 = params * 2
-    by_cls = unions(trace, f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", p2, ("device_id", "owner", "cls"))
+    by_key = split_measures(trace, f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", p2, ("device_id", "owner"))
     coll = collective_index_sql("name")
     base = f"SELECT *, {coll} AS coll FROM ({ops}) WHERE cls = {COMM} AND end_ns > start_ns"
     by_coll = unions(trace, f"SELECT device_id, owner, coll, start_ns, end_ns FROM ({base})", p2, ("device_id", "owner", "coll"))
@@ -163,11 +163,10 @@ def comm_summary(
         f"""SELECT device_id, coalesce(owner, {NULL_KEY}), count(*), count(*) FILTER (WHERE NOT launched), sum(end_ns - start_ns)::BIGINT
             FROM ({base}) GROUP BY ALL""", p2)}
     devices, totals = [], {}
-    for key in sorted({k[:2] for k in by_cls}, key=lambda k: tuple(-1 if v is None else v for v in k)):
-        comm = merged(by_cls.get((*key, COMM)))
-        if comm[0].size == 0:
+    for key in sorted(by_key, key=lambda k: tuple(-1 if v is None else v for v in k)):
+        sp = by_key[key]
+        if sp.comm_ns == 0:
             continue
-        sp = split_gpu_time(merged(by_cls.get((*key, COMP))), comm, merged(by_cls.get((*key, MEMCPY))))
         span, wall, overlap, exposed = sp.span_ns, sp.comm_ns, sp.comm_comp_overlap_ns, sp.exposed_comm_ns
         n, unl, summed = dev_rows.get(key, (0, 0, 0))
         totals[key] = int(summed)

@@ -162,8 +162,8 @@ def gpu_activity_sql(include_memops: bool, where: str) -> str:
 
 @dataclass(frozen=True)
 class GpuTimeSplit:
-    """TraceLens/HTA split of one GPU timeline's time, from the merged interval sets (as `intervals.merged`
-    returns them) of its computation (COMP), communication (COMM) and copies (MEMCPY). All figures ns."""
+    """TraceLens/HTA split of one GPU timeline's time, from the union lengths of its computation (COMP),
+    communication (COMM) and copies (MEMCPY) (gpu_timeline.split_measures). All figures ns."""
 
     first_ns: int              # start of the first op of any class
     last_ns: int               # end of the last op of any class
@@ -177,19 +177,14 @@ class GpuTimeSplit:
     comm_comp_overlap_ns: int  # |COMM ∩ COMP|
 
 
-def split_gpu_time(comp: tuple, comm: tuple, memcpy: tuple) -> GpuTimeSplit:
+def split_gpu_time(comp: int, comm: int, memcpy: int, comp_comm: int, every: int, first: int, last: int) -> GpuTimeSplit:
     """The one definition of busy / exposed / overlap figures shared by gpu_timeline, comm_summary and
-    rank_summary, so the tools cannot drift apart. At least one of the sets must be non-empty."""
-    from .intervals import intersect, measure, subtract, union_of  # local: keeps this addition self-contained
-
-    every = union_of(comp, comm, memcpy)
-    if every[0].size == 0:
-        raise ValueError("split_gpu_time needs at least one interval")
-    first, last = int(every[0][0]), int(every[1][-1])
+    rank_summary, so the tools cannot drift apart: from the union lengths |COMP|, |COMM|, |MEMCPY|, |COMP ∪ COMM|
+    and |ALL|, and ALL's first start and last end, by |A - B| = |A ∪ B| - |B| and |A ∩ B| = |A| + |B| - |A ∪ B|."""
     split = GpuTimeSplit(
-        first_ns=first, last_ns=last, span_ns=last - first, busy_ns=measure(every), computation_ns=measure(comp),
-        comm_ns=measure(comm), memcpy_ns=measure(memcpy), exposed_comm_ns=measure(subtract(comm, comp)),
-        exposed_memcpy_ns=measure(subtract(memcpy, union_of(comp, comm))), comm_comp_overlap_ns=measure(intersect(comm, comp)),
+        first_ns=first, last_ns=last, span_ns=last - first, busy_ns=every, computation_ns=comp, comm_ns=comm,
+        memcpy_ns=memcpy, exposed_comm_ns=comp_comm - comp, exposed_memcpy_ns=every - comp_comm,
+        comm_comp_overlap_ns=comm + comp - comp_comm,
     )
     assert split.computation_ns + split.exposed_comm_ns + split.exposed_memcpy_ns == split.busy_ns
     return split

@@ -7,7 +7,6 @@ last GPU operation) are not gaps; they appear in idle relative to the capture/wi
 
 from __future__ import annotations
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
@@ -99,32 +98,26 @@ def gap_histogram(
             f"least(end_ns, {window.end_ns}) AS end_ns, kind, name, pid, tid FROM ({gpu_activity_sql(include_memops, where)})")
     acts_params = params * (2 if include_memops else 1)
     part = ("device_id", "stream_id") if per_stream else ("device_id",)
-    found = unions(trace, acts, acts_params, part)
+    found = unions(trace, acts, acts_params, part, bounds=tuple(hi for _, hi in BUCKETS if hi is not None), top=top_gaps)
     if not found:
         what = "kernels, copies or sets" if include_memops else "kernels"
         raise ProfileError(f"no GPU activity ({what}) in the selection, so there are no gaps to measure. trace_info shows what the profile holds."
                            + skipped_note(trace, ("kernels", "memops")))
     keys = sorted(found, key=lambda k: tuple(-1 if v is None else v for v in k))
     truncated = len(keys) > limit
-    bounds = np.array([hi for _, hi in BUCKETS if hi is not None], dtype=np.int64)
     profiles = []
     for key in keys[:limit]:
         u = found[key]
-        lengths = u.gap_end_ns - u.gap_start_ns
-        which = np.searchsorted(bounds, lengths, side="right")
-        counts = np.bincount(which, minlength=len(BUCKETS))
-        totals = np.bincount(which, weights=lengths, minlength=len(BUCKETS)) if lengths.size else np.zeros(len(BUCKETS))
         idle_window = window.span_ns - u.busy_ns
         profiles.append(GapProfile(
             device_id=key[0], stream_id=key[1] if per_stream else None, ops=u.ops,
             gpu_first_ns=u.first_ns, gpu_last_ns=u.last_ns, gpu_span_ns=u.span_ns, busy_ns=u.busy_ns,
             idle_in_gpu_span_ns=u.idle_ns, idle_pct_of_gpu_span=pct(u.idle_ns, u.span_ns),
             idle_in_window_ns=idle_window, idle_pct_of_window=pct(idle_window, window.span_ns),
-            gap_count=int(lengths.size),
-            # Gap lengths are integers far below 2^53, so the float weights sum exactly.
-            buckets=[Bucket(bucket=label, count=int(counts[i]), total_ns=int(round(totals[i])))
-                     for i, (label, _) in enumerate(BUCKETS)],
-            largest_gaps=_largest_gaps(trace, acts, acts_params, key, u, top_gaps) if top_gaps else [],
+            gap_count=u.gaps,
+            buckets=[Bucket(bucket=label, count=u.bucket_counts[i], total_ns=u.bucket_ns[i]) for i, (label, _) in enumerate(BUCKETS)],
+            largest_gaps=trace.memo(("gap_histogram.largest", acts, tuple(acts_params), key, u.top_gaps[:top_gaps]),
+                                    lambda: _largest_gaps(trace, acts, acts_params, key, u, top_gaps)) if top_gaps else [],
         ))
     activity = "kernels, memory copies and memsets" if include_memops else "kernels only"
     return GapHistogramResult(
@@ -137,10 +130,8 @@ def gap_histogram(
 
 
 def _largest_gaps(trace: Trace, acts: str, params: list, key: tuple, u: Union, top: int) -> list[Gap]:
-    lengths = u.gap_end_ns - u.gap_start_ns
-    # Longest first; equal lengths in time order.
-    order = np.lexsort((u.gap_start_ns, -lengths))[:top]
-    starts, ends = u.gap_start_ns[order].tolist(), u.gap_end_ns[order].tolist()
+    # Longest first; equal lengths in time order (unions' top_gaps).
+    starts, ends = [g[0] for g in u.top_gaps[:top]], [g[1] for g in u.top_gaps[:top]]
     same_part = "a.device_id = ?" + (" AND a.stream_id IS NOT DISTINCT FROM ?" if len(key) > 1 else "")
     # The ops bounding each gap: the one ending where it starts and the one starting where it ends
     # (zero-length ops excluded, ties broken deterministically).

@@ -19,16 +19,16 @@ gaps before ops whose launch is not in the profile are `launch_unknown` (HTA dro
 
 from __future__ import annotations
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, split_gpu_time, ToolResult
-from .intervals import NULL_KEY, merged, union_of, unions
+from .common import GpuTimeSplit, Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, split_gpu_time, ToolResult
+from .intervals import NULL_KEY, unions
 from .requirements import require
+from .stacked import gaps_sql, union_measures_sql
 
 ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
 DEFAULT_KERNEL_WAIT_THRESHOLD_NS = 30_000
@@ -153,32 +153,29 @@ def gpu_timeline(
     where, params = sel.where(time_mode="overlap")
     ops = timeline_ops_sql(trace, where, window.start_ns, window.end_ns, include_unlinked, comm_patterns)
     params2 = params * 2
-    part = ("device_id", "owner")
-    by_cls = unions(trace, f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", params2, (*part, "cls"))
-    if not by_cls:
+    by_key = split_measures(trace, f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", params2, ("device_id", "owner"))
+    if not by_key:
         what = "" if include_unlinked else " with their host launch in the profile (include_unlinked=False)"
         raise ProfileError(f"no GPU operation{what} in the selection (device/time window); widen it. trace_info lists devices and spans."
                            + skipped_note(trace, ("kernels", "memops")))
-    counts = {(r[0], r[1]): r[2:] for r in trace.sql(
-        f"""SELECT device_id, coalesce(owner, {NULL_KEY}), count(*), count(*) FILTER (WHERE cls = {COMM}),
-                   count(*) FILTER (WHERE cls = {MEMCPY}), count(*) FILTER (WHERE NOT launched),
-                   coalesce(sum(end_ns - start_ns) FILTER (WHERE NOT launched), 0)::BIGINT
-            FROM ({ops}) WHERE end_ns > start_ns GROUP BY ALL""", params2)}
+    counts_sql = f"""SELECT device_id, coalesce(owner, {NULL_KEY}), count(*), count(*) FILTER (WHERE cls = {COMM}),
+                            count(*) FILTER (WHERE cls = {MEMCPY}), count(*) FILTER (WHERE NOT launched),
+                            coalesce(sum(end_ns - start_ns) FILTER (WHERE NOT launched), 0)::BIGINT
+                     FROM ({ops}) WHERE end_ns > start_ns GROUP BY ALL"""
+    counts = trace.memo(("gpu_timeline.counts", counts_sql, tuple(params2)),
+                        lambda: {(r[0], r[1]): r[2:] for r in trace.sql(counts_sql, params2)})
     names = dict(trace.sql("SELECT device_id, name FROM devices"))
     ranks = dict(trace.sql("SELECT pid, rank FROM processes WHERE rank IS NOT NULL"))
-    keys = sorted({k[:2] for k in by_cls}, key=lambda k: tuple(-1 if v is None else v for v in k))
-    timelines, sets_all = [], {"comp": [], "comm": [], "memcpy": []}
+    keys = sorted(by_key, key=lambda k: tuple(-1 if v is None else v for v in k))
+    timelines = []
     for key in keys:
-        sets = {name: merged(by_cls.get((*key, code))) for name, code in (("comp", COMP), ("comm", COMM), ("memcpy", MEMCPY))}
-        for c, s in sets.items():
-            sets_all[c].append(s)
         n = counts.get((key[0], NULL_KEY if key[1] is None else key[1]), (0, 0, 0, 0, 0))
-        timelines.append(_timeline(sets, key[0], names.get(key[0]), key[1], ranks.get(key[1]), n))
+        timelines.append(_timeline(by_key[key], key[0], names.get(key[0]), key[1], ranks.get(key[1]), n))
     all_devices = None
     if len(keys) > 1:
-        sets = {c: union_of(*v) for c, v in sets_all.items()}
+        every = split_measures(trace, f"SELECT 0 AS whole, cls, start_ns, end_ns FROM ({ops})", params2, ("whole",))
         tot = tuple(sum(t[i] for t in counts.values()) for i in range(5))
-        all_devices = _timeline(sets, None, None, None, None, tot)
+        all_devices = _timeline(every[(0,)], None, None, None, None, tot)
     streams, truncated = _stream_idle(trace, ops, params2, kernel_wait_threshold_ns, limit)
     return GpuTimelineResult(
         data_issues=data_issue_notes(trace, ("kernels", "memops", "api_calls")),
@@ -189,8 +186,21 @@ def gpu_timeline(
     )
 
 
-def _timeline(sets: dict, device_id, device_name, pid, rank, n) -> Timeline:
-    sp = split_gpu_time(sets["comp"], sets["comm"], sets["memcpy"])
+# interval sets whose union lengths give the split (stacked.union_measures_sql): COMP, COMM, MEMCPY, COMP ∪ COMM, ALL
+SPLIT_SETS = {0: (COMP,), 1: (COMM,), 2: (MEMCPY,), 3: (COMP, COMM), 4: (COMP, COMM, MEMCPY)}
+
+
+def split_measures(trace: Trace, intervals: str, params: list, partition: tuple[str, ...]) -> dict[tuple, GpuTimeSplit]:
+    """Per partition of `intervals` (columns: partition, cls, start_ns, end_ns), the TraceLens split of its time:
+    one statement, memoized on the trace."""
+    def compute() -> dict[tuple, GpuTimeSplit]:
+        n = len(partition)
+        rows = trace.sql(union_measures_sql(intervals, ", ".join(partition), SPLIT_SETS), params)
+        return {tuple(r[:n]): split_gpu_time(*(int(v) for v in r[n:])) for r in rows}
+    return trace.memo(("split_measures", intervals, tuple(params), partition), compute)
+
+
+def _timeline(sp: GpuTimeSplit, device_id, device_name, pid, rank, n) -> Timeline:
     first, last, total, busy = sp.first_ns, sp.last_ns, sp.span_ns, sp.busy_ns
     computation, total_comm, total_mem = sp.computation_ns, sp.comm_ns, sp.memcpy_ns
     exposed_comm, exposed_mem, overlap = sp.exposed_comm_ns, sp.exposed_memcpy_ns, sp.comm_comp_overlap_ns
@@ -219,7 +229,7 @@ def _stream_idle(trace: Trace, ops: str, params: list, threshold: int, limit: in
         idle = u.idle_ns
         out.append(StreamIdle(
             device_id=k[0], pid=k[1], stream_id=k[2], ops=u.ops, first_ns=u.first_ns, last_ns=u.last_ns, busy_ns=u.busy_ns,
-            idle_ns=idle, gaps=int(u.gap_start_ns.size), host_wait_ns=hw, kernel_wait_ns=kw, other_ns=ot, launch_unknown_ns=un,
+            idle_ns=idle, gaps=u.gaps, host_wait_ns=hw, kernel_wait_ns=kw, other_ns=ot, launch_unknown_ns=un,
             host_wait_pct_of_stream_idle=pct(hw, idle), kernel_wait_pct_of_stream_idle=pct(kw, idle),
             other_pct_of_stream_idle=pct(ot, idle), launch_unknown_pct_of_stream_idle=pct(un, idle)))
     out.sort(key=lambda r: (-r.idle_ns, r.device_id, -1 if r.stream_id is None else r.stream_id))
@@ -229,58 +239,22 @@ def _stream_idle(trace: Trace, ops: str, params: list, threshold: int, limit: in
 def _gap_classes(trace: Trace, ops: str, params: list, threshold: int) -> dict[tuple, tuple[int, int, int, int]]:
     """Per stream, idle ns by HTA category: (host_wait, kernel_wait, other, launch_unknown).
 
-    Ops are sorted per stream by start; a gap opens where an op starts after every earlier op of the
-    stream ended. The ops starting exactly at the gap's end decide its category with their earliest
-    launch-call start (any op without a launch in the profile makes it launch_unknown)."""
-    cur = trace.con.cursor()
-    try:
-        d = cur.execute(
-            f"""WITH o AS ({ops}),
-                 calls AS (SELECT pid, tid, correlation_id, min(start_ns) AS launch_ns FROM api_calls
-                           WHERE correlation_id IS NOT NULL GROUP BY ALL)
-                SELECT o.device_id, coalesce(o.owner, {NULL_KEY}) AS owner, coalesce(o.stream_id, {NULL_KEY}) AS stream_id,
-                       o.start_ns, o.end_ns, coalesce(CASE WHEN o.launched THEN c.launch_ns END, {NULL_KEY}) AS launch_ns
-                -- (a condition on o.launched inside ON would turn this hash join into a nested loop)
-                FROM o LEFT JOIN calls c ON c.pid = o.pid AND c.tid = o.tid AND c.correlation_id = o.correlation_id
-                WHERE o.end_ns > o.start_ns""", params).fetchnumpy()
-    finally:
-        cur.close()
-    n = len(d["start_ns"])
-    if n == 0:
-        return {}
-    dev, own, strm = (np.asarray(d[c], dtype=np.int64) for c in ("device_id", "owner", "stream_id"))
-    start, end, launch = (np.asarray(d[c], dtype=np.int64) for c in ("start_ns", "end_ns", "launch_ns"))
-    order = np.lexsort((start, strm, own, dev))
-    dev, own, strm, start, end, launch = (a[order] for a in (dev, own, strm, start, end, launch))
-    new_part = np.ones(n, dtype=bool)
-    new_part[1:] = (dev[1:] != dev[:-1]) | (own[1:] != own[:-1]) | (strm[1:] != strm[:-1])
-    # running max of end within each partition: offset partitions so a plain cumulative max works
-    pid_idx = np.cumsum(new_part) - 1
-    base = end.min()
-    span = int(end.max() - base) + 1
-    reach = np.maximum.accumulate((end - base) + pid_idx * span) - pid_idx * span + base
-    # runs of equal (partition, start): the category uses every op starting at the gap's end
-    new_run = new_part.copy()
-    new_run[1:] |= start[1:] != start[:-1]
-    runs = np.flatnonzero(new_run)
-    unknown = launch == NULL_KEY
-    run_unknown = np.logical_or.reduceat(unknown, runs)
-    run_launch = np.minimum.reduceat(np.where(unknown, np.iinfo(np.int64).max, launch), runs)
-    first = runs[1:] if runs.size > 1 else np.zeros(0, dtype=np.int64)
-    is_gap = ~new_part[first] & (start[first] > reach[first - 1])
-    g = first[is_gap]
-    run_of_g = np.flatnonzero(is_gap) + 1
-    gs, ge = reach[g - 1], start[g]
-    category = np.where(run_unknown[run_of_g], 3, np.where(run_launch[run_of_g] > gs, 0, np.where(ge - gs < threshold, 1, 2)))
-    out: dict[tuple, tuple[int, int, int, int]] = {}
-    if g.size == 0:
-        return out
-    part_of_g = pid_idx[g]
-    lengths = ge - gs
-    for p in np.unique(part_of_g):
-        sel = part_of_g == p
-        sums = np.bincount(category[sel], weights=lengths[sel], minlength=4)
-        i = int(np.flatnonzero(pid_idx == p)[0])
-        key = (int(dev[i]), None if own[i] == NULL_KEY else int(own[i]), None if strm[i] == NULL_KEY else int(strm[i]))
-        out[key] = tuple(int(round(x)) for x in sums)
-    return out
+    The stream's gaps come from its union (stacked.gaps_sql); the ops starting exactly at a gap's end decide its
+    category with their earliest launch-call start (any op without a launch in the profile makes it launch_unknown).
+    Only those ops meet the API calls, so the join's size follows the gaps, not the ops."""
+    part = ("device_id", "owner", "stream_id")
+    same = " AND ".join(f"o.{c} IS NOT DISTINCT FROM g.{c}" for c in part)
+    cat = f"CASE WHEN unknown THEN 3 WHEN launch_ns > gs THEN 0 WHEN ge - gs < {int(threshold)} THEN 1 ELSE 2 END"
+    sums = ", ".join(f"coalesce(sum(ge - gs) FILTER (WHERE {cat} = {c}), 0)::BIGINT" for c in range(4))
+    rows = trace.sql(f"""
+        WITH o AS ({ops}),
+        g AS ({gaps_sql('SELECT * FROM o', ', '.join(part))}),
+        ga AS (SELECT g.device_id, g.owner, g.stream_id, g.gap_start_ns AS gs, g.gap_end_ns AS ge,
+                      CASE WHEN o.launched THEN (SELECT min(c.start_ns) FROM api_calls c
+                                                 WHERE c.pid = o.pid AND c.tid = o.tid AND c.correlation_id = o.correlation_id)
+                      END AS launch_ns
+               FROM g JOIN o ON {same} AND o.start_ns = g.gap_end_ns AND o.end_ns > o.start_ns),
+        c AS (SELECT device_id, owner, stream_id, gs, ge, bool_or(launch_ns IS NULL) AS unknown, min(launch_ns) AS launch_ns
+              FROM ga GROUP BY ALL)
+        SELECT device_id, owner, stream_id, {sums} FROM c GROUP BY ALL""", params)
+    return {tuple(r[:3]): tuple(int(v) for v in r[3:]) for r in rows}

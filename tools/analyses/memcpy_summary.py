@@ -45,7 +45,7 @@ from ..hardware.peaks import DevicePeaks, default_table
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
-from .intervals import Union, intersect, measure, merged, unions
+from .intervals import Union, overlaps, unions
 from .requirements import require
 
 UNITS = "1 GB = 10^9 bytes; GB/s = bytes per ns; times in ns on the profile timeline"
@@ -190,11 +190,17 @@ def memcpy_summary(
         raise ProfileError("no memory copy or set matches the filters (device/stream/time window: operations starting in it). "
                            "Widen them; trace_info lists devices and spans.")
     # Wall time per group and per (device, op); kernel wall time per device (whole profile, any stream).
-    grp_u = unions(trace, f"SELECT {GROUP_RANK} AS grp, start_ns, end_ns FROM ({base})", params, ("grp",))
-    op_u = unions(trace, f"SELECT device_id, (op = 'set')::INTEGER AS is_set, start_ns, end_ns FROM memops WHERE {where}",
+    grp_sql = f"SELECT {GROUP_RANK} AS grp, device_id, start_ns, end_ns FROM ({base})"
+    grp_u = unions(trace, grp_sql, params, ("grp",))
+    op_sql = f"SELECT device_id, (op = 'set')::INTEGER AS is_set, start_ns, end_ns FROM memops WHERE {where}"
+    op_u = unions(trace, op_sql,
                   params, ("device_id", "is_set"))
     devs = sorted({r["device_id"] for r in rows})
-    kern_u = {k[0]: u for k, u in unions(trace, "SELECT device_id, start_ns, end_ns FROM kernels", [], ("device_id",)).items()}
+    kernels = "SELECT device_id, start_ns, end_ns FROM kernels"
+    kern_u = {k[0]: u for k, u in unions(trace, kernels, [], ("device_id",)).items()}
+    # time under a kernel of the same device (any stream), per group and per (device, copy/set)
+    grp_ov = {k[0]: v for k, v in overlaps(trace, grp_sql, params, ("grp", "device_id"), kernels, [], ("device_id",)).items()}
+    op_ov = overlaps(trace, op_sql, params, ("device_id", "is_set"), kernels, [], ("device_id",))
     dev_info = {r["device_id"]: r for r in trace.sql_dicts("SELECT device_id, name, memory_bandwidth_bytes_per_s FROM devices")}
     bw_absent = [v for (v,) in trace.sql("SELECT value FROM trace_meta WHERE key = 'absent' AND value ILIKE '%bandwidth%'")]
     notes: list[str] = []
@@ -213,15 +219,15 @@ def memcpy_summary(
         dev_groups = []
         for r in (r for r in rows if r["device_id"] == dev):
             ref = _reference(r, model_of, peer_ends.get(r["grp"]), mem_bw, mem_note, host_link_gb_per_s, peer_link_gb_per_s)
-            dev_groups.append(_group(r, grp_u.get((r["grp"],)), k, ref))
+            dev_groups.append(_group(r, grp_u.get((r["grp"],)), grp_ov.get(r["grp"], 0), ref))
         dev_groups.sort(key=lambda g: (-g.wall_ns, -g.work_ns, g.op, g.direction, g.src_kind or "", g.dst_kind or "", g.link))
         truncated |= len(dev_groups) > limit
         groups += dev_groups[:limit]
         copies = [g for g in dev_groups if g.op == "copy"]
         sets = [g for g in dev_groups if g.op == "set"]
         cu, su = op_u.get((dev, 0)), op_u.get((dev, 1))
-        c_wall, c_ov = (cu.busy_ns, _overlap(cu, k)) if cu else (0, 0)
-        s_wall, s_ov = (su.busy_ns, _overlap(su, k)) if su else (0, 0)
+        c_wall, c_ov = (cu.busy_ns, op_ov.get((dev, 0), 0)) if cu else (0, 0)
+        s_wall, s_ov = (su.busy_ns, op_ov.get((dev, 1), 0)) if su else (0, 0)
         pageable = [g for g in copies if g.pageable]
         unknown_host = [g for g in copies if g.host_kind_known is False]
         totals.append(DeviceMemTotals(
@@ -387,9 +393,8 @@ def _link_notes(dev: int, groups: list[MemGroup], pk: DevicePeaks | None) -> lis
     return out
 
 
-def _group(r: dict, u: Union | None, k: Union | None, reference: Ref) -> MemGroup:
+def _group(r: dict, u: Union | None, ov: int, reference: Ref) -> MemGroup:
     wall = u.busy_ns if u else 0
-    ov = _overlap(u, k) if u else 0
     nbytes = None if r["bytes_unknown"] == r["n"] else int(r["bytes"])
     complete = r["bytes_unknown"] == 0
     link, src, dst = r["link"], r["src_kind"], r["dst_kind"]
@@ -447,8 +452,3 @@ def _sum_bytes(groups: list[MemGroup]) -> int | None:
 
 def _fmt_bytes(n: int | None) -> str:
     return "size unknown" if n is None else f"{n} bytes"
-
-
-def _overlap(a: Union | None, b: Union | None) -> int:
-    """|A ∩ B| of two unions, ns."""
-    return measure(intersect(merged(a), merged(b)))

@@ -39,7 +39,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note, ToolResult
-from .intervals import merged, unions
+from .intervals import EMPTY, gaps, merged, unions
 from .iterations import iterations
 from .projection import with_sql
 from .requirements import require
@@ -164,7 +164,9 @@ def phases(
     dev_acts = f"SELECT * FROM ({acts}) WHERE device_id = ? AND end_ns >= start_ns"
     dev_params = acts_params + [dev]
 
-    m_start, m_end = merged(u)  # the device's busy intervals
+    g_start, g_end = gaps(trace, f"SELECT device_id, start_ns, end_ns FROM ({acts}) WHERE device_id = ?", dev_params,
+                          ("device_id",)).get((dev,), EMPTY)
+    m_start, m_end = merged(u, (g_start, g_end))  # the device's busy intervals
 
     width = max(MIN_BIN_NS, -(-span // TARGET_BINS))
     nbins = max(1, -(-span // width))
@@ -202,7 +204,7 @@ def phases(
     for i, c in enumerate(cuts):
         t = int(edges[c])
         right_idle = seg_idle[i + 1] > 1 - IDLE_BUSY_PCT / 100
-        x, why = _snap(t, width, iter_starts, u.gap_start_ns, u.gap_end_ns, s_all, e_all, right_idle,
+        x, why = _snap(t, width, iter_starts, g_start, g_end, s_all, e_all, right_idle,
                        iters[0] if iters else None)
         if x <= bounds[-1] or x >= t1:
             continue  # snapping merged it into a neighbour

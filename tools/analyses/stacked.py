@@ -10,14 +10,17 @@ fixed, however many ranks it reads:
   prime(traces)              one statement for the per-profile counts (requirements.present, Trace.count,
                              projection.linked) and one for the data_issues rows, stored in each trace's memo, so that
                              the per-profile helpers that read them (data_issue_notes, left_out, ...) issue no query;
-  union_measures_sql(...)    interval-union figures (TraceLens's busy / exposed / span split) per partition, as SQL
-                             window functions, so the union runs for every (rank, device) in one statement.
+  reach_sql / union_stats_sql / gaps_sql / merged_sql / union_measures_sql
+                             interval unions per partition as SQL window functions: the one implementation, for one
+                             profile (intervals.py runs them on a trace) and for every (rank, device) of a job.
 
 Union of intervals in SQL: sorted by start, an interval adds what reaches past the running maximum of the ends
-before it: |∪ [s_i, e_i)| = Σ max(0, e_i - max(s_i, max_{j<i} e_j)). Exact in integer ns, independent of how
-equal starts are ordered; zero-length intervals are left out (they neither fill nor split gaps, as in intervals.py).
-The split of a timeline into computation / exposed comm / exposed memcpy needs only unions:
-|COMM - COMP| = |COMM ∪ COMP| - |COMP| and |MEMCPY - COMP - COMM| = |ALL| - |COMM ∪ COMP|.
+before it (its reach): |∪ [s_i, e_i)| = Σ max(0, e_i - max(s_i, max_{j<i} e_j)), and an idle gap [reach, s_i) opens
+wherever s_i > reach. Exact in integer ns, independent of how equal starts are ordered; zero-length intervals are left
+out (they neither fill nor split gaps); touching intervals join. DuckDB sorts and windows out of core, so the memory
+of a union does not grow with the number of intervals: only per-partition figures (or the gaps asked for) come back.
+Set algebra needs only unions: |A ∩ B| = |A| + |B| - |A ∪ B|, |COMM - COMP| = |COMM ∪ COMP| - |COMP| and
+|MEMCPY - COMP - COMM| = |ALL| - |COMM ∪ COMP|.
 
 Names from profiles never enter the SQL text: only gpuscope's own table and column names, integers, and catalog
 names through quote_ident (inside union_sql); strings go in as parameters.
@@ -102,23 +105,77 @@ def prime(traces: list[Trace]) -> None:
         t.memo(("data_issues",), lambda: issues.get(i, []))
 
 
+def reach_sql(intervals: str, partition: str) -> str:
+    """The non-empty intervals of `intervals` (columns: those of `partition`, a comma-separated list, and start_ns,
+    end_ns, any others) with reach_ns: the latest end of the earlier intervals of their partition (NULL for the first).
+    An idle gap [reach_ns, start_ns) precedes each interval with start_ns > reach_ns."""
+    return f"""
+        SELECT *, max(end_ns) OVER (PARTITION BY {partition} ORDER BY start_ns, end_ns
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach_ns
+        FROM ({intervals}) WHERE end_ns > start_ns"""
+
+
+_ADDS = "greatest(0, end_ns - greatest(start_ns, coalesce(reach_ns, start_ns)))"  # what an interval adds to its union
+_GAP = "start_ns > reach_ns"
+
+
+def union_stats_sql(intervals: str, partition: str, bounds: tuple[int, ...] = (), top: int = 0) -> str:
+    """Per partition of `intervals` (as reach_sql): ops (non-empty intervals), first_ns, last_ns, work_ns (summed
+    lengths), busy_ns (length of the union), gaps (idle gaps inside first..last); with `bounds` (increasing gap
+    lengths, ns) the count n<i> and summed length ns<i> of the gaps in each of the len(bounds) + 1 ranges
+    [bounds[i-1], bounds[i]); with `top`, top_gaps: the `top` longest gaps as [start, end] pairs, longest first,
+    equal lengths in time order."""
+    edges = [None, *(int(b) for b in bounds), None]
+    cols = []
+    for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+        cond = " AND ".join([_GAP] + ([f"start_ns - reach_ns >= {lo}"] if lo is not None else [])
+                            + ([f"start_ns - reach_ns < {hi}"] if hi is not None else []))
+        cols.append(f"count(*) FILTER (WHERE {cond}) AS n{i}, "
+                    f"coalesce(sum(start_ns - reach_ns) FILTER (WHERE {cond}), 0)::BIGINT AS ns{i}")
+    if top:
+        cols.append(f"max_by([reach_ns, start_ns], (start_ns - reach_ns, -reach_ns), {int(top)}) FILTER (WHERE {_GAP}) AS top_gaps")
+    extra = "".join(", " + c for c in cols)
+    return f"""
+        SELECT {partition}, count(*) AS ops, min(start_ns) AS first_ns, max(end_ns) AS last_ns,
+               sum(end_ns - start_ns)::BIGINT AS work_ns, sum({_ADDS})::BIGINT AS busy_ns,
+               count(*) FILTER (WHERE {_GAP}) AS gaps{extra}
+        FROM ({reach_sql(intervals, partition)})
+        GROUP BY {partition}"""
+
+
+def gaps_sql(intervals: str, partition: str) -> str:
+    """The idle gaps of each partition's union: the columns of `partition`, gap_start_ns, gap_end_ns."""
+    return f"SELECT {partition}, reach_ns AS gap_start_ns, start_ns AS gap_end_ns FROM ({reach_sql(intervals, partition)}) WHERE {_GAP}"
+
+
+def merged_sql(intervals: str, partition: str) -> str:
+    """The merged intervals of each partition's union (disjoint, not touching): the columns of `partition`, start_ns,
+    end_ns, and before_ns, the union's length before start_ns (so the busy time before any t inside or after a merged
+    interval is before_ns + least(t, end_ns) - start_ns: an ASOF join on start_ns <= t answers coverage questions)."""
+    return f"""
+        SELECT {partition}, start_ns, end_ns,
+               (sum(end_ns - start_ns) OVER (PARTITION BY {partition} ORDER BY start_ns) - (end_ns - start_ns))::BIGINT AS before_ns
+        FROM (SELECT {partition}, min(start_ns) AS start_ns, max(end_ns) AS end_ns
+              FROM (SELECT *, sum((reach_ns IS NULL OR {_GAP})::INTEGER) OVER (
+                                  PARTITION BY {partition} ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
+                    FROM ({reach_sql(intervals, partition)}))
+              GROUP BY {partition}, island)"""
+
+
 def union_measures_sql(intervals: str, partition: str, sets: dict[int, tuple[int, ...]]) -> str:
     """Per partition: for each set id s of `sets` (s -> the classes it holds), u<s> = the length of the union of the
     intervals whose `cls` is in the set; and first_ns / last_ns of the last set (meant to hold every class).
-    `intervals` selects the columns of `partition` (a comma-separated list), cls, start_ns, end_ns."""
+    `intervals` selects the columns of `partition` (a comma-separated list), cls, start_ns, end_ns. Each class is
+    merged first (one pass over the intervals); the sets then unite the far fewer merged intervals."""
     member = ", ".join(f"({s}, {c})" for s, cs in sets.items() for c in cs)
     every = max(sets)
-    cols = ", ".join(f"coalesce(sum(add_ns) FILTER (WHERE set_id = {s}), 0)::BIGINT AS u{s}" for s in sets)
+    cols = ", ".join(f"coalesce(sum({_ADDS}) FILTER (WHERE set_id = {s}), 0)::BIGINT AS u{s}" for s in sets)
+    merged = merged_sql(f"SELECT {partition}, cls, start_ns, end_ns FROM ({intervals})", f"{partition}, cls")
+    joined = f"SELECT {partition}, set_id, start_ns, end_ns FROM ({merged}) m JOIN (VALUES {member}) sets(set_id, cls) USING (cls)"
     return f"""
         SELECT {partition}, {cols},
                min(start_ns) FILTER (WHERE set_id = {every}) AS first_ns, max(end_ns) FILTER (WHERE set_id = {every}) AS last_ns
-        FROM (
-            SELECT {partition}, set_id, start_ns, end_ns,
-                   greatest(0, end_ns - greatest(start_ns, coalesce(max(end_ns) OVER (
-                       PARTITION BY {partition}, set_id ORDER BY start_ns, end_ns
-                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), start_ns))) AS add_ns
-            FROM ({intervals}) iv JOIN (VALUES {member}) sets(set_id, cls) USING (cls)
-            WHERE end_ns > start_ns)
+        FROM ({reach_sql(joined, partition + ', set_id')})
         GROUP BY {partition}"""
 
 

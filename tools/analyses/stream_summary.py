@@ -17,14 +17,14 @@ Window: ops overlapping [start_ns, end_ns) are counted; their times are clipped 
 
 from __future__ import annotations
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, ToolResult
-from .intervals import merged, unions
+from .intervals import unions
 from .requirements import require
+from .stacked import merged_sql
 
 
 class StreamRow(BaseModel):
@@ -120,21 +120,17 @@ def stream_summary(
         raise ProfileError(f"no GPU activity ({what}) in the selection (device/time window), so there are no streams to "
                            "summarise. trace_info shows what the profile holds." + skipped_note(trace, ("kernels", "memops")))
     per_stream = unions(trace, acts, acts_params, ("device_id", "stream_id", "owner"))
+    sweeps = trace.memo(("stream_summary.sweep", acts, tuple(acts_params)), lambda: _sweeps(trace, acts, acts_params))
     names = dict(trace.sql("SELECT device_id, name FROM devices"))
     devices, rows, truncated = [], [], False
     for dev in sorted({r["device_id"] for r in stats}):
         dev_stats = [r for r in stats if r["device_id"] == dev]
         us = {k: u for k, u in per_stream.items() if k[0] == dev}
-        starts, ends, stream_busy = [], [], 0
-        for u in us.values():
-            s, e = merged(u)
-            starts.append(s)
-            ends.append(e)
-            stream_busy += u.busy_ns
-        sweep = _sweep(np.concatenate(starts), np.concatenate(ends)) if starts else None
+        stream_busy = sum(u.busy_ns for u in us.values())
+        sweep = sweeps.get(dev)
         busy = sweep["busy_ns"] if sweep else 0
         span = sweep["span_ns"] if sweep else 0
-        hist = sweep["hist"] if sweep else np.zeros(1, dtype=np.int64)
+        hist = sweep["hist"] if sweep else [0]
         top = len(hist) - 1
         ids = {}
         for r in dev_stats:
@@ -153,7 +149,7 @@ def stream_summary(
                                         -1 if s.stream_id is None else s.stream_id, -1 if s.pid is None else s.pid))
         truncated |= len(stream_rows) > limit
         rows += stream_rows[:limit]
-        concurrent = int(hist[2:].sum())
+        concurrent = sum(hist[2:])
         devices.append(DeviceStreams(
             device_id=dev, device_name=names.get(dev), streams=len(dev_stats),
             gpu_first_ns=sweep["first_ns"] if sweep else None, gpu_last_ns=sweep["last_ns"] if sweep else None,
@@ -179,24 +175,31 @@ def stream_summary(
     )
 
 
-def _sweep(starts: np.ndarray, ends: np.ndarray) -> dict:
-    """Sweep over the streams' busy intervals (disjoint within a stream): +1 at a start, -1 at an end,
-    ends before starts at equal times so touching intervals of two streams are not concurrent."""
-    times = np.concatenate((starts, ends))
-    delta = np.concatenate((np.ones(starts.size, dtype=np.int64), -np.ones(ends.size, dtype=np.int64)))
-    order = np.lexsort((delta, times))
-    times, delta = times[order], delta[order]
-    level = np.cumsum(delta)[:-1]          # streams busy on [times[i], times[i+1])
-    seg = np.diff(times)
-    hist = np.bincount(level, weights=seg, minlength=1)
-    hist = np.rint(hist).astype(np.int64)  # integer ns below 2^53: the float sums are exact
-    top = int(level[seg > 0].max())
-    hist = hist[: top + 1]
-    first = int(np.flatnonzero((level == top) & (seg > 0))[0])
-    # The first period at the top level ends where fewer streams are busy for a non-zero time (a stream
-    # ending exactly where another starts does not end it).
-    below = np.flatnonzero((level < top) & (seg > 0))
-    below = below[below > first]
-    end = int(times[below[0]]) if below.size else int(times[-1])
-    return {"first_ns": int(times[0]), "last_ns": int(times[-1]), "span_ns": int(times[-1] - times[0]),
-            "busy_ns": int(hist[1:].sum()), "hist": hist, "max_start_ns": int(times[first]), "max_end_ns": end}
+def _sweeps(trace: Trace, acts: str, params: list) -> dict[int, dict]:
+    """Per device, a sweep over the streams' busy intervals (stacked.merged_sql: disjoint within a stream): +1 at a
+    start, -1 at an end, ends before starts at equal times so touching intervals of two streams are not concurrent.
+    In SQL: only the per-level times and the bounds of the first period at the top level come back."""
+    rows = trace.sql(f"""
+        WITH m AS ({merged_sql(acts, "device_id, stream_id, owner")}),
+        ev AS (SELECT device_id, start_ns AS t, 1 AS d FROM m UNION ALL SELECT device_id, end_ns, -1 FROM m),
+        lv AS (SELECT device_id, t, sum(d) OVER w AS level, lead(t) OVER w - t AS seg   -- streams busy on [t, t + seg)
+               FROM ev WINDOW w AS (PARTITION BY device_id ORDER BY t, d ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)),
+        tops AS (SELECT device_id, min(t) AS first_ns, max(t) AS last_ns, max(level) FILTER (WHERE seg > 0) AS top
+                 FROM lv GROUP BY device_id),
+        hist AS (SELECT device_id, list([level, ns] ORDER BY level) AS hist
+                 FROM (SELECT device_id, level, sum(seg)::BIGINT AS ns FROM lv WHERE seg > 0 GROUP BY ALL) GROUP BY device_id),
+        mx AS (SELECT device_id, min(t) AS max_start FROM lv JOIN tops USING (device_id) WHERE seg > 0 AND level = top GROUP BY ALL),
+        -- the first period at the top level ends where fewer streams are busy for a non-zero time (a stream ending
+        -- exactly where another starts does not end it)
+        me AS (SELECT device_id, min(t) AS max_end FROM lv JOIN tops USING (device_id) JOIN mx USING (device_id)
+               WHERE seg > 0 AND level < top AND t > max_start GROUP BY ALL)
+        SELECT device_id, first_ns, last_ns, top, max_start, coalesce(max_end, last_ns), hist
+        FROM tops LEFT JOIN mx USING (device_id) LEFT JOIN me USING (device_id) LEFT JOIN hist USING (device_id)""", params)
+    out = {}
+    for dev, first, last, top, max_start, max_end, levels in rows:
+        hist = [0] * (int(top) + 1)
+        for level, ns in levels:
+            hist[int(level)] = int(ns)
+        out[dev] = {"first_ns": int(first), "last_ns": int(last), "span_ns": int(last - first), "busy_ns": sum(hist[1:]),
+                    "hist": hist, "max_start_ns": int(max_start), "max_end_ns": int(max_end)}
+    return out
