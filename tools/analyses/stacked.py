@@ -41,12 +41,13 @@ def run(traces: list[Trace], sql: str, params: list | dict | None = None) -> lis
     return jobs.job_sql(traces, sql, params)
 
 
-def stack(traces: list[Trace], table: str, columns: str, where: str = "TRUE") -> str:
+def stack(traces: list[Trace], table: str, columns: str, where: str = "TRUE", only: set[int] | None = None) -> str:
     """`table` of every trace with its position `part` (job.union_sql); a lone profile held in memory (the cache
     folder cannot be written) is read on its own instance, so one-profile calls work without the on-disk store."""
     if len(traces) == 1 and traces[0].store.in_memory:
-        return f"SELECT 0 AS part, {columns} FROM {quote_ident(traces[0].con.catalog)}.main.{table} WHERE {where}"
-    return jobs.union_sql(traces, table, columns, where)
+        qualified = table if "." in table else f"main.{table}"
+        return f"SELECT 0 AS part, {columns} FROM {quote_ident(traces[0].con.catalog)}.{qualified} WHERE {where}"
+    return jobs.union_sql(traces, table, columns, where, only)
 
 
 def sql_value(v: Any) -> str:

@@ -186,16 +186,20 @@ def open_job(items: Iterable[str | Path], progress: Progress = lambda f, m: None
     return [open_trace(p) for p in paths] if in_lease() else [load_trace(p) for p in paths]
 
 
-def union_sql(traces: list[Trace], table: str, columns: str, where: str = "TRUE") -> str:
-    """`table` of every trace stacked, with column `part` = the trace's position in `traces`. `table`, `columns`
-    and `where` are gpuscope's own SQL text (never from a profile); store names go through quote_ident."""
+def union_sql(traces: list[Trace], table: str, columns: str, where: str = "TRUE", only: set[int] | None = None) -> str:
+    """`table` of every trace stacked (of the positions in `only`, when given), with column `part` = the trace's
+    position in `traces`. `table` is a model table or schema.table (e.g. 'native.events'); `table`, `columns` and
+    `where` are gpuscope's own SQL text (never from a profile); store names go through quote_ident."""
+    qualified = table if "." in table else f"main.{table}"
     parts = []
     for i, t in enumerate(traces):
+        if only is not None and i not in only:
+            continue
         if t.store.in_memory:
             raise ProfileError(f"{t.path.name} is held in memory (the trace-store cache cannot be written), so it cannot be "
                                "queried together with the other ranks. Free disk space in the cache folder or set "
                                "GPUSCOPE_CACHE_DIR to a writable folder.")
-        parts.append(f"SELECT {i} AS part, {columns} FROM {quote_ident(t.con.catalog)}.main.{table} WHERE {where}")
+        parts.append(f"SELECT {i} AS part, {columns} FROM {quote_ident(t.con.catalog)}.{qualified} WHERE {where}")
     return "\nUNION ALL\n".join(parts)
 
 
