@@ -66,6 +66,17 @@ def expand(items: Iterable[str | Path]) -> list[Path]:
     return out  # duplicates stay: the analyses refuse a rank given twice rather than count it once silently
 
 
+def names_job(item: str | Path) -> bool:
+    """True when `item` names several profiles at once: a folder, or a glob pattern that is not itself a file's name."""
+    from .detect import user_path
+
+    path = user_path(item)
+    try:
+        return path.is_dir() or (bool(GLOB_CHARS & set(str(path))) and not path.exists())
+    except OSError:  # a name too long for the file system ...: opening it as a profile reports the problem
+        return False
+
+
 def _build_one(path: str) -> tuple[str, str | None, float]:
     """Worker: build (or find) the store of one profile. Returns (path, error message or None, seconds)."""
     from .trace import load_trace
