@@ -265,8 +265,8 @@ def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = N
 
 def _messages_sql(traces: list[Trace]) -> str:
     """(part, device_id, pid, src, coll, comm, bytes, dur) of every call whose message the profiles record: NCCL
-    payloads (nccl_calls, every store; empty outside Nsight exports) and NCCL kernel args (native.events of the
-    Kineto stores only, joined to their kernels as comm_summary does)."""
+    payloads (nccl_calls, every store; empty outside Nsight exports) and NCCL kernel args (comm_args: the NCCL
+    kernels' native.events rows of the Kineto stores, joined to their kernels as comm_summary does)."""
     dtype_map = "MAP {" + ", ".join(f"'{k}': {v}" for k, v in DTYPE_BYTES.items()) + "}"
     out = (f"""SELECT part, device_id, pid, 'nccl payloads' AS src, regexp_replace(name, '^nccl', '') AS coll,
                       comm_id AS comm, bytes, kernel_end_ns - kernel_start_ns AS dur
@@ -274,7 +274,7 @@ def _messages_sql(traces: list[Trace]) -> str:
                             'bytes IS NOT NULL')})""")
     kineto = {i for i, t in enumerate(traces) if t.format == "kineto"}
     if kineto:
-        events = stack(traces, "native.events", KINETO_MESSAGE, "cat = 'kernel' AND args LIKE '%Collective name%'", kineto)
+        events = stack(traces, "comm_args", KINETO_MESSAGE, only=kineto)  # the NCCL kernels' native.events rows
         kernels = stack(traces, "kernels", "device_id, pid, name, start_ns, end_ns, stream_id", only=kineto)
         out += f"""
             UNION ALL

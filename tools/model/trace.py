@@ -66,7 +66,7 @@ class Trace:
 
     def __post_init__(self) -> None:
         # A Trace dropped without close() (tests, one-shot CLI calls) still lets go of its store.
-        self._finalizer = weakref.finalize(self, _release, self.store)
+        self._finalizer = weakref.finalize(self, _release, self.store, self.con)
 
     @property
     def format_name(self) -> str:
@@ -140,10 +140,10 @@ class Trace:
         self._finalizer()
 
 
-def _release(store: Store) -> None:
+def _release(store: Store, con: ModelConnection | None = None) -> None:
     try:
-        if not store.in_memory:
-            hub().detach(store.model_file)
+        if con is not None:
+            con.release()
     finally:
         store.close()
 
@@ -162,18 +162,19 @@ def load_trace(path: Path, progress: Progress = _no_progress) -> Trace:
         store = open_store(path, found.format, lambda con: _ingest(con, path, found, progress))
     except OSError as exc:
         raise ProfileError(f"Cannot read {shown_path(path)}: {exc.strerror or exc}. Check the path and its permissions.") from None
+    con = None
     try:
         if store.in_memory:
             lock_down(store.memory)
             con = ModelConnection(store.memory, "memory")
         else:
-            con = ModelConnection(hub().con, hub().attach(store.model_file))
+            con = ModelConnection(hub().con, file=store.model_file)
         cur = con.cursor()
         meta_rows = cur.execute("SELECT key, value FROM trace_meta").fetchall()
         cur.close()
         native = store.catalog()
     except BaseException:
-        _release(store)
+        _release(store, con)
         raise
     meta = {k: v for k, v in meta_rows if k != "warning"}
     warnings = [v for k, v in meta_rows if k == "warning"] + ([store.warning] if store.warning else [])
