@@ -1,7 +1,7 @@
 """Building blocks for analyses over many ranks at once: one SQL statement over every store, not one per rank.
 
-A job's stores share one DuckDB instance (tools/model/hub.py); `union_sql` (tools/model/job.py) stacks a table of
-every store with its position `part` in the job. The helpers here keep the number of statements an analysis runs
+A job's tables are stacked once into one store of the job (tools/model/job.py job_stack); `union_sql` reads a
+table of it with each row's position `part` in the job (one scan, however many ranks). The helpers here keep the number of statements an analysis runs
 fixed, however many ranks it reads:
 
   run(traces, sql, params)   one statement over the stacked stores (through job.job_sql, so a test can count them);
@@ -45,11 +45,13 @@ def stack(traces: list[Trace], table: str, columns: str, where: str = "TRUE", on
     """`table` of every trace with its position `part` (job.union_sql); a lone profile held in memory (the cache
     folder cannot be written) is read on its own instance, so one-profile calls work without the on-disk store."""
     if len(traces) == 1 and traces[0].store.in_memory:
-        source = jobs.source_sql(table, quote_ident(traces[0].con.catalog), traces[0].format)
-        keep = source is not None and (only is None or 0 in only)
-        if source is None:  # a derived table this format has no rows for: an empty relation of its columns
-            source = jobs.empty_sql(table)
-        return f"SELECT 0 AS part, {columns} FROM ({source}) WHERE {where if keep else 'FALSE'}"
+        t = traces[0]
+        if table in jobs.DERIVED_TABLES:
+            source = jobs.source_sql(table, quote_ident(t.con.catalog), t.format) or jobs.empty_sql(table)
+            source = f"({source})"
+        else:  # the table itself, not a subquery: `columns` may read its rowid
+            source = f"{quote_ident(t.con.catalog)}.main.{table}"
+        return f"SELECT 0 AS part, {columns} FROM {source} WHERE {where if only is None or 0 in only else 'FALSE'}"
     return jobs.union_sql(traces, table, columns, where, only)
 
 

@@ -1,10 +1,13 @@
 """A distributed job: many ranks' profiles, their stores built in parallel, queried as one relation.
 
 Each rank's profile gets its own store (tools/model/store.py). Stores not yet built are built in parallel, one
-process per core (`build_stores`), or on a Dask cluster when one is named (tools/model/cluster.py);
-then every store is attached to the process's one DuckDB instance (tools/model/hub.py), and a question over all
-ranks is one SQL statement over `union_sql(...)`: the same table of every store stacked with its position in
-the job. No model is held in Python memory, and the instance's memory limit covers all ranks together.
+process per core (`build_stores`), or on a Dask cluster when one is named (tools/model/cluster.py). Then the tables
+the job analyses read are stacked once into one DuckDB file for the job (`job_stack`: every row with the rank
+profile's position, stores attached 64 at a time while it is built), and a question over all ranks is one SQL
+statement over `union_sql(...)`: one scan of the stacked table, whatever the number of ranks. The ranks' own
+stores are not kept attached: each attached store costs the shared DuckDB instance (tools/model/hub.py) about
+0.5 MB of its memory limit, and a UNION ALL of one subquery per rank pins a block per rank and table (1,000 ranks
+ran out of the default 1 GB). No model is held in Python memory.
 """
 
 from __future__ import annotations
@@ -198,12 +201,8 @@ def open_job(items: Iterable[str | Path], progress: Progress = lambda f, m: None
     if not paths:
         raise ProfileError("no profiles given: pass one profile per rank, a folder of them, or a glob pattern.")
     build_stores(paths, progress, cluster=cluster or os.environ.get("GPUSCOPE_DASK_CLUSTER") or None)
-    traces = []
-    for p in paths:
-        t = open_trace(p) if in_lease() else load_trace(p)
-        if not t.store.in_memory:
-            t.con.release()  # the job is read through its stacked store: no rank's store stays attached
-        traces.append(t)
+    # the job is read through its stacked store: a rank's store is not kept attached (one already open stays so)
+    traces = [open_trace(p, attached=False) if in_lease() else load_trace(p, attached=False) for p in paths]
     if len(traces) > 1 and not any(t.store.in_memory for t in traces):
         job_stack(traces, progress)
     return traces

@@ -148,8 +148,10 @@ def _release(store: Store, con: ModelConnection | None = None) -> None:
         store.close()
 
 
-def load_trace(path: Path, progress: Progress = _no_progress) -> Trace:
-    """Detect the format, open its store (building it on the first open of this content) and read it (uncached)."""
+def load_trace(path: Path, progress: Progress = _no_progress, attached: bool = True) -> Trace:
+    """Detect the format, open its store (building it on the first open of this content) and read it (uncached).
+    attached=False: the store is let go once its metadata is read, and attached again on first use (a job's ranks
+    are read through its stacked store; done here, before any other thread can hold the Trace)."""
     path = regular_file(path)
     found: Detected = detect(path)
     if found.format == "nsys-rep":
@@ -168,11 +170,13 @@ def load_trace(path: Path, progress: Progress = _no_progress) -> Trace:
             lock_down(store.memory)
             con = ModelConnection(store.memory, "memory")
         else:
-            con = ModelConnection(hub().con, file=store.model_file)
+            con = ModelConnection.of_store(hub(), store.model_file)
         cur = con.cursor()
         meta_rows = cur.execute("SELECT key, value FROM trace_meta").fetchall()
         cur.close()
         native = store.catalog()
+        if not attached:
+            con.release()
     except BaseException:
         _release(store, con)
         raise
