@@ -54,7 +54,7 @@ from gpuscope.tools.analyses.sql_query import DescribeResult, SqlResult, TablesR
 from gpuscope.tools.analyses.top_kernels import TopKernelsResult
 from gpuscope.tools.analyses.trace_info import TraceInfoResult
 from gpuscope.tools.model.cache import leases, open_trace
-from gpuscope.tools.model.job import open_job
+from gpuscope.tools.model.job import names_job, open_job
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import Trace
 from gpuscope.tools.remote_context import RemoteContextResult
@@ -664,8 +664,10 @@ async def diagnose(
 
 @profile_tool("Compare two profiles")
 async def compare_traces(
-    baseline: Annotated[str, Field(description="Profile file taken as the reference (before / platform A)")],
-    candidate: Annotated[str, Field(description="Profile file compared against it (after / platform B); formats may differ")],
+    baseline: Annotated[str, Field(description="Profile file taken as the reference (before / platform A), or a job: a "
+                                               "folder or glob of per-rank profiles")],
+    candidate: Annotated[str, Field(description="Profile file compared against it (after / platform B; formats may differ), "
+                                                "or a job (folder or glob) when baseline is one")],
     device: Annotated[int | list[int] | None, Field(description="Device id used on both sides, or [baseline id, candidate id]; "
                                                                "default: the single GPU with work, else all merged")] = None,
     limit: Annotated[int, Field(ge=1, le=200, description="Changed kernels / ops shown per list")] = 15,
@@ -676,9 +678,16 @@ async def compare_traces(
     """Two profiles side by side: GPU span, busy, idle, computation, exposed communication/copies with deltas; kernels
     (by name) and PyTorch ops (by name + shapes) that are new, removed, take longer or less time on the candidate,
     ranked by |delta| with their share of the gross change; for different GPU models, the time ratio expected from
-    the hardware peaks (bandwidth / matrix peak by roofline bound) and entries far from it flagged."""
+    the hardware peaks (bandwidth / matrix peak by roofline bound) and entries far from it flagged. Two jobs (folders
+    or globs of per-rank profiles): kernels summed over ranks with the per-rank median, step time per job, and which
+    ranks got slower (compute time) with the kernel that changed most on each."""
     return await _answer(ctx, "Comparison", lambda: _compare_traces(
-        _open(baseline, ctx), _open(candidate, ctx), device=device, limit=limit, match=match))
+        _open_side(baseline, ctx), _open_side(candidate, ctx), device=device, limit=limit, match=match))
+
+
+def _open_side(path: str, ctx: Context | None) -> Trace | list[Trace]:
+    """A profile, or every rank's profile when `path` is a folder or glob (compare_traces over two jobs)."""
+    return _open_job([path], ctx) if names_job(path) else _open(path, ctx)
 
 
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from gpuscope import __version__
 from gpuscope.tools import analyses as A
 from gpuscope.tools.model.cache import leases, open_trace
-from gpuscope.tools.model.job import open_job
+from gpuscope.tools.model.job import names_job, open_job
 from gpuscope.tools.model.errors import ProfileError
 
 from . import install
@@ -182,11 +182,17 @@ COMMANDS["diagnose"] = (_with_trace(A.diagnose), "Diagnosis", [
 def _compare_traces(trace: str, candidate: str, device: int | None = None, candidate_device: int | None = None,
                     **kw) -> BaseModel:
     dev = device if candidate_device is None else [device if device is not None else candidate_device, candidate_device]
-    return A.compare_traces(open_trace(trace), open_trace(candidate), device=dev, **kw)
+    return A.compare_traces(_side(trace), _side(candidate), device=dev, **kw)
+
+
+def _side(path: str):
+    """A profile, or every rank's profile when `path` is a folder or glob (compare-traces over two jobs)."""
+    return open_job([path], _stderr_progress) if names_job(path) else open_trace(path)
 
 
 COMMANDS["compare-traces"] = (_compare_traces, "Comparison", [
-    (("candidate",), {"help": "profile compared against the first (baseline)"}),
+    (("candidate",), {"help": "profile compared against the first (baseline); two folders or globs of per-rank "
+                              "profiles compare two jobs"}),
     (("--device",), {"type": int, "help": "device id (both sides, or the baseline side with --candidate-device)"}),
     (("--candidate-device",), {"type": int}), (("--limit",), {"type": int, "default": 15}),
     (("--match",), {"choices": ["name", "short_name"], "default": "short_name"})])

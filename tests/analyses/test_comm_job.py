@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from gpuscope.fixtures.scenarios_job import PID0, TAIL_US, US, compute_us, job
-from gpuscope.fixtures.writers import kineto
+from gpuscope.fixtures.scenarios_job import COMM_IDS, MESSAGES, PID0, TAIL_US, US, compute_us, job, message_bytes
+from gpuscope.fixtures.writers import kineto, nsys
 from gpuscope.tools import analyses as A
 from gpuscope.tools.model import hub as hubs
 from gpuscope.tools.model import job as jobs
@@ -38,7 +38,36 @@ def _truth(n: int, straggler: int, silent: tuple[int, ...] = ()) -> dict[int, di
     return out
 
 
+def _message_truth(n: int, straggler: int, silent: tuple[int, ...] = (), source: str = "kernel args") -> list[tuple]:
+    """Per (communicator, bytes) of MESSAGES, from the generator: the per-rank sums of the all-reduce durations of the
+    steps using it (silent ranks count 0), as the tool's MessageSpread fields, largest total first."""
+    durs = _truth(n, straggler, silent)
+    groups: dict[tuple, list[int]] = {}
+    for i in range(STEPS):
+        group = MESSAGES[i % len(MESSAGES)][0]
+        comm = group if source == "kernel args" else f"0x{COMM_IDS[group]:016x}"
+        per_rank = groups.setdefault((comm, message_bytes(i)), [0] * n)
+        calls = groups.setdefault(("calls", comm, message_bytes(i)), [0] * n)
+        for r in range(n):
+            if r not in silent:
+                per_rank[r] += durs[r]["durs"][i]
+                calls[r] += 1
+    out = []
+    for (comm, b), totals in ((k, v) for k, v in groups.items() if k[0] != "calls"):
+        calls = groups[("calls", comm, b)]
+        out.append((source, "allreduce" if source == "kernel args" else "AllReduce", comm, b,
+                    sum(1 for c in calls if c), n, sum(calls), sum(calls), sum(totals), min(totals),
+                    float(statistics.median(totals)), max(totals), totals.index(min(totals)), totals.index(max(totals))))
+    return sorted(out, key=lambda m: (-m[8], m[2], m[3]))
+
+
+def _messages(res) -> list[tuple]:
+    return [(m.source, m.collective, m.communicator, m.message_bytes, m.ranks_with, m.ranks_counted, m.calls,
+             m.timed_calls, m.total_ns, m.min_ns, m.median_ns, m.max_ns, m.min_rank, m.max_rank) for m in res.messages]
+
+
 def _check(res, n: int, straggler: int, silent: tuple[int, ...] = ()):
+    assert _messages(res) == _message_truth(n, straggler, silent)
     truth = _truth(n, straggler, silent)
     assert res.ranks_found == n and res.traces == n and not res.truncated
     assert res.ranks_with_comm == n - len(silent)
@@ -89,6 +118,22 @@ def test_32_ranks_with_a_silent_rank_and_the_limit(tmp_path):
     assert cut.collectives == res.collectives  # spreads cover all ranks
 
 
+@pytest.mark.parametrize("n", [2, 8, 32])
+def test_messages_by_communicator_and_size(tmp_path, n):
+    """Three message groups (two sizes on group '0', the larger size on group '1'): per group the per-rank GPU time
+    spread, from Kineto kernel args (one file per rank) and from NCCL payloads (one Nsight export of every rank)."""
+    straggler, silent = n // 2, ((n - 1,) if n > 2 else ())
+    res = A.comm_job_summary([load_trace(p) for p in _write(tmp_path / "kineto", n, straggler, silent)])
+    want = _message_truth(n, straggler, silent)
+    assert _messages(res) == want and len(want) == 3
+    assert {(m.communicator, m.message_bytes) for m in res.messages} == {("0", 4 << 20), ("0", 2 << 20), ("1", 4 << 20)}
+    export = nsys.write(job(n, straggler, STEPS, silent, nccl_ranges=True), tmp_path / "job.sqlite")
+    res = A.comm_job_summary([load_trace(export)])
+    assert res.ranks_found == n and _messages(res) == _message_truth(n, straggler, silent, "nccl payloads")
+    cut = A.comm_job_summary([load_trace(export)], limit=2)
+    assert cut.truncated and _messages(cut) == _message_truth(n, straggler, silent, "nccl payloads")[:2]
+
+
 def test_one_profile_and_refusals(tmp_path):
     (p,) = _write(tmp_path, 1, 0)
     res = A.comm_job_summary([load_trace(p)])
@@ -132,7 +177,7 @@ def test_statements_do_not_grow_with_the_ranks(tmp_path, monkeypatch):
         counts[n] = (stacked, per_trace)
         monkeypatch.undo()
     assert counts[4] == counts[16], f"statements (stacked, per trace) for 4 vs 16 ranks: {counts}"
-    assert counts[16][0] == 7, counts  # prime 2, ranks 2, figures 3 (README)
+    assert counts[16][0] == 8, counts  # prime 2, ranks 2, figures 4 (README)
 
 
 def test_cli_and_mcp_over_a_folder_and_a_glob(tmp_path, capsys):

@@ -116,3 +116,26 @@ def test_a_job_larger_than_the_trace_cache_stays_open(tmp_path, monkeypatch, lea
         for t in traces:
             t.close()
     assert res.ranks_found == 6 and res.straggler is not None and res.straggler.rank == 4
+
+
+def test_a_job_is_read_through_one_stacked_store(tmp_path):
+    """However many ranks, an opened job keeps no rank's store attached (each costs DuckDB ~0.5 MB of its memory
+    limit: 1,000 attached stores exhausted the default 1 GB) and a stacked table is one scan of the job's store,
+    not a UNION of one subquery per rank."""
+    n = 12
+    folder = tmp_path / "run"
+    folder.mkdir()
+    s = job(n, 3, 2)
+    for r in range(n):
+        kineto.write(s, folder / f"rank{r:03d}.pt.trace.json", pid=PID0 + r)
+    traces = jobs.open_job([folder])
+
+    def attached_ranks():
+        return sum(str(t.store.model_file.resolve()) in hubs.hub()._attached for t in traces)
+
+    assert attached_ranks() == 0  # read through the job's stacked store only
+    sql = jobs.union_sql(traces, "kernels", "pid")
+    assert sql.count(".main.kernels") == 1 and "UNION ALL" not in sql
+    res = A.rank_summary(traces)
+    assert res.ranks_found == n and res.straggler.rank == 3
+    assert attached_ranks() == 0  # Kineto ranks need nothing outside the stacked store

@@ -48,7 +48,8 @@ def test_straggler_found_exactly_across_per_rank_profiles(tmp_path, n, straggler
         traces = jobs.open_job([str(tmp_path / "run")], lambda f, m: progress.append(m))
         res = A.straggler_summary(traces, limit=1024)
     _check(res, n, straggler)
-    assert len(progress) == n  # one progress message per rank whose store was built
+    assert len([m for m in progress if m.startswith("built store")]) == n  # one per rank whose store was built
+    assert progress[-1].startswith(f"stacked {n}/{n} ranks")  # then the ranks stacked into one job store
     # Parallel builds: reopening needs no build at all.
     assert jobs.missing_stores(sorted((tmp_path / "run").iterdir())) == []
 

@@ -11,10 +11,16 @@ rank_summary's, so the figures agree with it:
       = |COMM ∪ COMP| − |COMP| (stacked.union_measures_sql), summed over the rank's devices;
   per collective type across ranks: min / median / max of the ranks' summed time (a rank that never ran it counts
       0) and the ranks holding the min and the max. All ranks leave a collective together, so the rank that waits
-      longest for the others has the largest time; the last to arrive (often the straggler) the smallest.
+      longest for the others has the largest time; the last to arrive (often the straggler) the smallest;
+  per message group (collective, communicator, message size) across ranks, where the profiles record messages:
+      calls and the same min / median / max of the per-rank summed GPU time. Two sources, as comm_summary reads them
+      from one profile: Nsight exports with NCCL's NVTX payloads (the nccl_calls table: communicator id, 'Message
+      size [bytes]', GPU time of the one kernel the call launched) and PyTorch (Kineto) NCCL kernels' args
+      ('Process Group Name', 'In msg nelems' x dtype size, the kernel's duration). A group is owned by the rank that
+      owns its kernel (as for the kernels), an uncalled-for payload without a kernel by its calling process.
 
 However many ranks: a fixed number of SQL statements over all ranks' stores at once (stacked.py) — two for the
-row counts and data issues (prime), two for the ranks, three for the figures. Python assembles one row per rank.
+row counts and data issues (prime), two for the ranks, four for the figures. Python assembles one row per rank.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import COLLECTIVES, collective_index_sql, is_comm_sql
 from .comm_patterns import comm_patterns as active_patterns
+from .comm_summary import DTYPE_BYTES
 from .common import data_issue_notes, data_issues_field, pct, ToolResult
 from .gpu_timeline import COMM, COMP, MEMCPY, ROCM_COPY_KERNEL
 from .rank_summary import job_ranks
@@ -81,6 +88,29 @@ class CollectiveSpread(BaseModel):
     spread_pct_of_max: float | None = Field(description="(max_ns - min_ns) / max_ns, %")
 
 
+class MessageSpread(BaseModel):
+    source: str = Field(description="'nccl payloads' (Nsight: NCCL's NVTX payload; time = GPU duration of the one kernel "
+                                    "the call launched) or 'kernel args' (PyTorch Kineto: the NCCL kernel's args and duration)")
+    collective: str = Field(description="collective as the profile names it: the NCCL call without 'nccl' (AllReduce) or "
+                                        "PyTorch's 'Collective name' (allreduce)")
+    communicator: str | None = Field(description="NCCL communicator id (payload) or PyTorch process group name "
+                                                 "('Process Group Name'); null when the profile does not record it")
+    message_bytes: int | None = Field(description="bytes per call: payload 'Message size [bytes]', or 'In msg nelems' x "
+                                                  "dtype size; null for an unknown dtype")
+    ranks_with: int = Field(description="ranks with at least one call of this group")
+    ranks_counted: int = Field(description="ranks the spread is over: every rank of the job (those without it count 0)")
+    calls: int = Field(description="calls over all ranks")
+    timed_calls: int = Field(description="calls with a GPU time (payloads: the call launched exactly one kernel)")
+    total_ns: int = Field(description="summed GPU time over all ranks, ns")
+    min_ns: int = Field(description="smallest per-rank summed GPU time, ns")
+    median_ns: float = Field(description="median per-rank summed GPU time (mean of the two middle ranks for an even "
+                                         "count), ns")
+    max_ns: int = Field(description="largest per-rank summed GPU time, ns")
+    min_rank: int = Field(description="rank with the smallest summed time (lowest rank on ties)")
+    max_rank: int = Field(description="rank with the largest summed time (lowest rank on ties)")
+    spread_pct_of_max: float | None = Field(description="(max_ns - min_ns) / max_ns, %")
+
+
 class CommJobSummaryResult(ToolResult):
     traces: int = Field(description="profiles given")
     ranks_found: int = Field(description="ranks (processes) found in them")
@@ -88,6 +118,8 @@ class CommJobSummaryResult(ToolResult):
     comm_patterns: list[str] = Field(description="regexes (case-insensitive) over kernel names that counted as communication")
     definitions: str
     collectives: list[CollectiveSpread] = Field(description="per collective type across ranks, largest total first")
+    messages: list[MessageSpread] = Field(description="per (source, collective, communicator, message size) across ranks, "
+                                                      "largest total first; empty when no profile records messages")
     ranks: list[RankComm] = Field(description="one row per rank, by rank")
     notes: list[str]
     truncated: bool = Field(description="true when ranks were cut to `limit`")
@@ -100,8 +132,13 @@ DEFINITIONS = (
     "memsets. Per rank and collective type: kernels (non-zero duration) and summed duration (work). Per rank: "
     "comm_wall = |COMM| (interval union), exposed_comm = |COMM − COMP|, summed over its GPUs. Per collective type "
     "across all ranks (a rank without it counts 0): min / median / max of the per-rank summed time, min_rank / "
-    "max_rank (lowest rank on ties). Ratios name their denominator in the field name."
+    "max_rank (lowest rank on ties). messages: the same spread per (collective, communicator, message size) from "
+    "NCCL payloads (Nsight) or NCCL kernel args (Kineto). Ratios name their denominator in the field name."
 )
+# PyTorch's args of an NCCL kernel (Kineto): collective, process group and message size
+KINETO_MESSAGE = ("""name, ts_ns, tid, json_extract_string(args, '$."Collective name"') AS cname,
+    json_extract_string(args, '$."Process Group Name"') AS pg, json_extract_string(args, '$.dtype') AS dtype,
+    TRY_CAST(json_extract_string(args, '$."In msg nelems"') AS BIGINT) AS inn""")
 
 
 def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = None, limit: int = 64) -> CommJobSummaryResult:
@@ -147,6 +184,26 @@ def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = N
         SELECT agg.*, (SELECT min(rank) FROM grid g WHERE g.coll = agg.coll AND g.total = agg.mn),
                (SELECT min(rank) FROM grid g WHERE g.coll = agg.coll AND g.total = agg.mx)
         FROM agg ORDER BY total DESC, coll""")
+    messages = run(traces, base + f""",
+        msgs AS ({_messages_sql(traces)}),
+        m AS (SELECT u.rank, msgs.src, msgs.coll, msgs.comm, msgs.bytes, msgs.dur FROM msgs
+              LEFT JOIN owners ON owners.part = msgs.part AND owners.device_id = msgs.device_id
+              JOIN units u ON u.part = msgs.part
+                   AND (u.whole OR u.pid = CASE WHEN owners.n <= 1 THEN owners.only_pid ELSE msgs.pid END)),
+        groups AS (SELECT row_number() OVER (ORDER BY src, coll, comm, bytes) AS g, * FROM (SELECT DISTINCT src, coll, comm, bytes FROM m)),
+        rm AS (SELECT g, rank, count(*) AS n, count(dur) AS timed, coalesce(sum(dur), 0)::BIGINT AS total FROM m JOIN groups
+               ON m.src = groups.src AND m.coll IS NOT DISTINCT FROM groups.coll AND m.comm IS NOT DISTINCT FROM groups.comm
+                  AND m.bytes IS NOT DISTINCT FROM groups.bytes GROUP BY g, rank),
+        grid AS (SELECT groups.g, ranks.rank, coalesce(rm.n, 0) AS n, coalesce(rm.timed, 0) AS timed, coalesce(rm.total, 0) AS total
+                 FROM (SELECT DISTINCT rank FROM units) ranks CROSS JOIN groups LEFT JOIN rm USING (g, rank)),
+        agg AS (SELECT g, count(*) FILTER (WHERE n > 0) AS ranks_with, count(*) AS ranks_counted, sum(n)::BIGINT AS n,
+                       sum(timed)::BIGINT AS timed, sum(total)::BIGINT AS total, min(total)::BIGINT AS mn,
+                       median(total)::DOUBLE AS med, max(total)::BIGINT AS mx FROM grid GROUP BY g)
+        SELECT groups.src, groups.coll, groups.comm, groups.bytes, agg.ranks_with, agg.ranks_counted, agg.n, agg.timed,
+               agg.total, agg.mn, agg.med, agg.mx,
+               (SELECT min(rank) FROM grid WHERE grid.g = agg.g AND grid.total = agg.mn),
+               (SELECT min(rank) FROM grid WHERE grid.g = agg.g AND grid.total = agg.mx)
+        FROM agg JOIN groups USING (g) ORDER BY agg.total DESC, groups.src, groups.coll, groups.comm, groups.bytes""")
 
     rows: list[RankComm] = []
     for u in sorted(units, key=lambda x: x.rank):
@@ -168,6 +225,12 @@ def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = N
         collective=LABELS[int(c)], ranks_with=int(rw), ranks_counted=int(rn), count=int(n), total_ns=int(total),
         min_ns=int(mn), median_ns=float(med), max_ns=int(mx), min_rank=int(lo), max_rank=int(hi),
         spread_pct_of_max=pct(int(mx) - int(mn), int(mx))) for c, rw, rn, n, total, mn, med, mx, lo, hi in spread]
+    message_rows = [MessageSpread(
+        source=src, collective=coll or "unknown", communicator=comm, message_bytes=None if b is None else int(b),
+        ranks_with=int(rw), ranks_counted=int(rn), calls=int(n), timed_calls=int(timed), total_ns=int(total),
+        min_ns=int(mn), median_ns=float(med), max_ns=int(mx), min_rank=int(lo), max_rank=int(hi),
+        spread_pct_of_max=pct(int(mx) - int(mn), int(mx)))
+        for src, coll, comm, b, rw, rn, n, timed, total, mn, med, mx, lo, hi in messages]
     with_comm = sum(1 for r in rows if r.comm_kernels)
     if not with_comm:
         notes.append("no rank has communication kernels matching " + "; ".join(patterns) + ": pass comm_patterns when "
@@ -175,7 +238,14 @@ def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = N
     elif with_comm < len(rows):
         notes.append(f"{len(rows) - with_comm} of {len(rows)} ranks ran no communication kernel: their rows are 0 and "
                      "they count 0 in the spread of each collective")
+    if with_comm and not message_rows:
+        notes.append("messages: no profile records message sizes (PyTorch traces keep them in NCCL kernel args, Nsight "
+                     "exports in NCCL's NVTX payloads with `nsys export --include-blobs=true`, NCCL 2.19+)")
     truncated, hint = False, None
+    if len(message_rows) > limit:
+        truncated = True
+        message_rows = message_rows[:limit]
+        hint = f"only the {limit} message groups of most time are listed; raise limit (max {MAX_LIMIT}) for all."
     if len(rows) > limit:
         truncated = True
         keep: list[int] = []
@@ -184,9 +254,32 @@ def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = N
                 keep.append(rank)
         rows = [r for r in rows if r.rank in keep]
         hint = (f"{len(units)} ranks; the table shows {len(rows)} (the ranks holding each collective's max and min, then "
-                f"the lowest ranks). The collective spreads cover all ranks. Raise limit (max {MAX_LIMIT}) for all.")
+                f"the lowest ranks). The collective spreads cover all ranks. Raise limit (max {MAX_LIMIT}) for all."
+                + (" " + hint if hint else ""))
     return CommJobSummaryResult(
         traces=len(traces), ranks_found=len(units), ranks_with_comm=with_comm, comm_patterns=patterns,
-        definitions=DEFINITIONS, collectives=collectives, ranks=rows, notes=notes, truncated=truncated, hint=hint,
+        definitions=DEFINITIONS, collectives=collectives, messages=message_rows, ranks=rows, notes=notes, truncated=truncated, hint=hint,
         data_issues=[f"{t.path.name}: {note}" if len(traces) > 1 else note for t in traces
                      for note in data_issue_notes(t, ("kernels", "memops"))])
+
+
+def _messages_sql(traces: list[Trace]) -> str:
+    """(part, device_id, pid, src, coll, comm, bytes, dur) of every call whose message the profiles record: NCCL
+    payloads (nccl_calls, every store; empty outside Nsight exports) and NCCL kernel args (comm_args: the NCCL
+    kernels' native.events rows of the Kineto stores, joined to their kernels as comm_summary does)."""
+    dtype_map = "MAP {" + ", ".join(f"'{k}': {v}" for k, v in DTYPE_BYTES.items()) + "}"
+    out = (f"""SELECT part, device_id, pid, 'nccl payloads' AS src, regexp_replace(name, '^nccl', '') AS coll,
+                      comm_id AS comm, bytes, kernel_end_ns - kernel_start_ns AS dur
+               FROM ({stack(traces, 'nccl_calls', 'device_id, pid, name, comm_id, bytes, kernel_start_ns, kernel_end_ns',
+                            'bytes IS NOT NULL')})""")
+    kineto = {i for i, t in enumerate(traces) if t.format == "kineto"}
+    if kineto:
+        events = stack(traces, "comm_args", KINETO_MESSAGE, only=kineto)  # the NCCL kernels' native.events rows
+        kernels = stack(traces, "kernels", "device_id, pid, name, start_ns, end_ns, stream_id", only=kineto)
+        out += f"""
+            UNION ALL
+            SELECT k.part, k.device_id, k.pid, 'kernel args', e.cname, e.pg, (e.inn * {dtype_map}[e.dtype])::BIGINT,
+                   k.end_ns - k.start_ns
+            FROM ({events}) e JOIN ({kernels}) k
+              ON k.part = e.part AND k.name = e.name AND k.start_ns = e.ts_ns AND k.stream_id = e.tid"""
+    return out

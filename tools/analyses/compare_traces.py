@@ -6,10 +6,19 @@ and ranked by |delta|. Cross-platform pairs (different device models) get the ti
 from the hardware peaks (memory-bound: bandwidth ratio; compute-bound: matrix peak for the dtype,
 bounds from roofline on the baseline) and entries far from it are flagged. Wording is neutral:
 'takes N % longer on candidate', never 'X is better'.
+
+Two jobs (each a list of per-rank profiles: a folder or glob) are compared as SQL over both jobs' stores at once
+(stacked.py), a fixed number of statements however many ranks: ranks as rank_summary numbers them and matched by
+rank number; kernels by name summed over each job's ranks, with the median over the job's ranks of a rank's summed
+time (ranks without the kernel count 0); the totals are sums over ranks of rank_summary's per-rank figures; step
+time per rank by step_choice.py (rank_summary's steps), per job the median and the maximum over ranks of a rank's
+mean step; per rank the change of its compute time (which ranks got slower), its step time and the kernel that
+changed most on it. PyTorch ops are compared for single profiles only.
 """
 
 from __future__ import annotations
 
+import statistics
 from functools import partial
 
 from typing import Literal
@@ -22,7 +31,9 @@ from ..model.trace import Trace
 from .common import ALL_TABLES, capture_window, clip_name, data_issue_notes, data_issues_field, pct, ToolResult
 from .gpu_timeline import gpu_timeline
 from .ops_summary import ops_summary
+from .rank_summary import job_ranks, rank_rows
 from .requirements import require
+from .stacked import run, stack, values
 
 UNCHANGED_FRACTION = 0.02   # |delta| below 2 % of the baseline time (or 1 µs) counts as unchanged
 UNCHANGED_MIN_NS = 1_000
@@ -61,6 +72,12 @@ class Entry(BaseModel):
     expected_ratio: float | None = Field(None, description="cross-platform: candidate/baseline time expected from the peaks")
     measured_ratio: float | None = Field(None, description="candidate_ns / baseline_ns")
     off_expected: bool | None = Field(None, description="measured ratio outside the tolerance band around the expected one")
+    baseline_rank_median_ns: float | None = Field(None, description="jobs: median over the baseline job's ranks of a rank's "
+                                                                    "summed time (ranks without it count 0), ns; null for "
+                                                                    "single profiles and for kernels the job never ran")
+    candidate_rank_median_ns: float | None = Field(None, description="jobs: the same over the candidate job's ranks, ns")
+    baseline_ranks_with: int | None = Field(None, description="jobs: baseline ranks that ran it")
+    candidate_ranks_with: int | None = Field(None, description="jobs: candidate ranks that ran it")
 
 
 class EntryList(BaseModel):
@@ -87,6 +104,46 @@ class PlatformRatio(BaseModel):
     note: str | None = None
 
 
+class JobSide(BaseModel):
+    profiles: int = Field(description="profiles of the job")
+    ranks: int = Field(description="ranks found in them (as rank_summary)")
+    ranks_with_steps: int = Field(description="ranks with step ranges (step_choice.py: ProfilerStep#N, or the repeating "
+                                              "range covering the GPU work)")
+    median_rank_step_ns: float | None = Field(description="median over ranks_with_steps of a rank's mean step time, ns")
+    max_rank_step_ns: float | None = Field(description="largest mean step time of a rank (the slowest rank), ns")
+    slowest_rank: int | None = Field(description="rank with the largest mean step time (lowest rank on ties)")
+
+
+class RankChange(BaseModel):
+    rank: int
+    status: str = Field(description="by compute time: 'slower' / 'faster' (|delta| >= max(1 µs, 2 % of the baseline "
+                                    "rank's)), 'only in baseline', 'only in candidate'")
+    baseline_compute_ns: int | None = Field(description="union of the rank's non-communication kernels and memsets "
+                                                        "(rank_summary compute_ns), ns")
+    candidate_compute_ns: int | None
+    compute_delta_ns: int | None = Field(description="candidate - baseline compute time, ns")
+    compute_change_pct: float | None = Field(description="compute_delta_ns / baseline_compute_ns, %")
+    baseline_step_ns: float | None = Field(description="the rank's mean step time, ns")
+    candidate_step_ns: float | None
+    step_change_pct: float | None = Field(description="(candidate - baseline) / baseline_step_ns, %")
+    baseline_kernel_ns: int = Field(description="Σ durations of the rank's kernels (work), ns")
+    candidate_kernel_ns: int
+    top_kernel: str | None = Field(description="kernel whose summed time on this rank changed most (clipped)")
+    top_kernel_delta_ns: int | None = Field(description="its candidate - baseline summed time on this rank, ns")
+
+
+class JobComparison(BaseModel):
+    baseline: JobSide
+    candidate: JobSide
+    ranks_matched: int = Field(description="rank numbers present in both jobs")
+    median_rank_step_change_pct: float | None = Field(description="(candidate - baseline median_rank_step_ns) / baseline "
+                                                                  "median_rank_step_ns, %")
+    counts: dict[str, int] = Field(description="ranks per status (slower, faster, unchanged, only in baseline, only in "
+                                               "candidate)")
+    ranks: list[RankChange] = Field(description="ranks whose compute time changed, largest |compute_delta_ns| first")
+    truncated: bool = Field(description="true when changed ranks were cut to `limit`")
+
+
 class CompareResult(ToolResult):
     baseline: str
     candidate: str
@@ -94,7 +151,10 @@ class CompareResult(ToolResult):
     totals: list[TotalDelta]
     platform: PlatformRatio
     kernels: EntryList
-    ops: EntryList | None = Field(description="PyTorch ops by name + shapes; null unless both sides have cpu_ops")
+    ops: EntryList | None = Field(description="PyTorch ops by name + shapes; null unless both sides have cpu_ops "
+                                              "(and for jobs)")
+    job: JobComparison | None = Field(None, description="two jobs (folders/globs of per-rank profiles): per job step time "
+                                                        "and per rank the change; null for two single profiles")
     notes: list[str]
     data_issues: list[str] = data_issues_field()
 
@@ -156,7 +216,7 @@ def _status(b: int, c: int, in_b: bool, in_c: bool) -> str:
     return "regressed" if d > 0 else "improved"
 
 
-def _entries(base: dict, cand: dict, matched_by: str, limit: int, ratio_for=None) -> EntryList:
+def _entries(base: dict, cand: dict, matched_by: str, limit: int, ratio_for=None, extra: dict | None = None) -> EntryList:
     keys = set(base) | set(cand)
     gross = sum(abs(cand.get(k, (0, 0))[1] - base.get(k, (0, 0))[1]) for k in keys)
     rows: list[Entry] = []
@@ -170,7 +230,7 @@ def _entries(base: dict, cand: dict, matched_by: str, limit: int, ratio_for=None
         e = Entry(key=clip_name(k[0]) or "<unnamed>", input_dims=k[1] if len(k) > 1 else None,
                   input_types=k[2] if len(k) > 2 else None, status=st, baseline_count=bc, candidate_count=cc,
                   baseline_ns=bt, candidate_ns=ct, delta_ns=ct - bt, change_pct=pct(ct - bt, bt),
-                  pct_of_gross_change=pct(ct - bt, gross))
+                  pct_of_gross_change=pct(ct - bt, gross), **(extra or {}).get(k, {}))
         if ratio_for is not None and bt and ct:
             bound, exp = ratio_for(k)
             e.bound, e.expected_ratio, e.measured_ratio = bound, exp, round(ct / bt, 3)
@@ -213,16 +273,23 @@ def _bounds(trace: Trace, dev: int | None) -> dict[tuple, tuple[str, str | None]
 
 
 def compare_traces(
-    baseline: Trace,
-    candidate: Trace,
+    baseline: Trace | list[Trace],
+    candidate: Trace | list[Trace],
     *,
     device: int | tuple[int, int] | list[int] | None = None,
     limit: int = 15,
     match: Literal["name", "short_name"] = "short_name",
 ) -> CompareResult:
+    """`baseline` and `candidate` are profiles, or jobs (lists of per-rank profiles, e.g. from job.open_job)."""
     if match not in ("name", "short_name"):
         raise ProfileError("match must be 'name' (full kernel name) or 'short_name' (base name).")
     limit = max(1, min(int(limit), 200))
+    if isinstance(baseline, list) or isinstance(candidate, list):
+        if device is not None:
+            raise ProfileError("device applies to two single profiles; comparing jobs, every rank's GPUs are its own. "
+                               "Call without device.")
+        return _compare_jobs(baseline if isinstance(baseline, list) else [baseline],
+                             candidate if isinstance(candidate, list) else [candidate], limit, match)
     if device is None or isinstance(device, int):
         bdev, cdev = device, device
     elif isinstance(device, (list, tuple)) and len(device) == 2:
@@ -300,3 +367,138 @@ def _expected_ratio(bounds: dict, bw: float | None, pb, pc, key: tuple) -> tuple
     if not vb or not vc:
         return "compute", None
     return f"compute ({field})", round(vb / vc, 3)
+
+
+# -- two jobs --------------------------------------------------------------------------------------
+
+# figure -> RankRow field summed over a job's ranks
+JOB_TOTALS = (("gpu_span_ns", "gpu_span_ns"), ("busy_ns", "busy_ns"), ("idle_ns", "idle_in_gpu_span_ns"),
+              ("computation_ns", "compute_ns"), ("total_comm_ns", "comm_ns"), ("exposed_comm_ns", "exposed_comm_ns"),
+              ("exposed_memcpy_ns", "exposed_memcpy_ns"))
+RANK_STATUSES = ("slower", "faster", "unchanged", "only in baseline", "only in candidate")
+
+
+def _job_label(traces: list[Trace]) -> str:
+    if len(traces) == 1:
+        return str(traces[0].path)
+    folders = {t.path.parent for t in traces}
+    where = str(next(iter(folders))) if len(folders) == 1 else f"{traces[0].path} .. {traces[-1].path}"
+    return f"{where} ({len(traces)} profiles)"
+
+
+def _side(traces: list[Trace], rows: list) -> JobSide:
+    stepped = [(r.rank, r.mean_step_ns) for r in rows if r.mean_step_ns is not None]
+    vals = [v for _, v in stepped]
+    top = max(vals) if vals else None
+    return JobSide(profiles=len(traces), ranks=len(rows), ranks_with_steps=len(stepped),
+                   median_rank_step_ns=float(statistics.median(vals)) if vals else None, max_rank_step_ns=top,
+                   slowest_rank=min(r for r, v in stepped if v == top) if vals else None)
+
+
+def _compare_jobs(base: list[Trace], cand: list[Trace], limit: int, match: str) -> CompareResult:
+    notes: list[str] = []
+    jobs = (base, cand)
+    units = [job_ranks(j, notes) for j in jobs]  # refuses an empty job and a profile given twice in one job
+    both = base + cand
+    unit_rows = values([(side, u.order + side * len(base), u.pid, u.whole or u.pid is None, u.rank)
+                        for side in (0, 1) for u in units[side]], ("INTEGER", "BIGINT", "BIGINT", "BOOLEAN", "BIGINT"))
+    # kernels by rank, owned as rank_summary and comm_job_summary own them (a device's only process owns all its work)
+    base_sql = f"""
+        WITH units(job, part, pid, whole, rank) AS ({unit_rows}),
+        kk AS ({stack(both, 'kernels', f'device_id, pid, {match} AS key, dur_ns')}),
+        owners AS (SELECT part, device_id, count(DISTINCT pid) AS n, min(pid) AS only_pid FROM kk GROUP BY part, device_id),
+        rk AS (SELECT u.job, u.rank, kk.key, count(*) AS n, sum(kk.dur_ns)::BIGINT AS total
+               FROM kk JOIN owners USING (part, device_id) JOIN units u ON u.part = kk.part
+                    AND (u.whole OR u.pid = CASE WHEN owners.n <= 1 THEN owners.only_pid ELSE kk.pid END)
+               GROUP BY u.job, u.rank, kk.key)"""
+    families = run(both, base_sql + """,
+        keys AS (SELECT DISTINCT job, key FROM rk),
+        grid AS (SELECT keys.job, keys.key, jr.rank, coalesce(rk.n, 0) AS n, coalesce(rk.total, 0) AS total
+                 FROM keys JOIN (SELECT DISTINCT job, rank FROM units) jr USING (job) LEFT JOIN rk USING (job, rank, key))
+        SELECT job, key, sum(n)::BIGINT, sum(total)::BIGINT, median(total)::DOUBLE, count(*) FILTER (WHERE n > 0)
+        FROM grid GROUP BY job, key""")
+    per_rank = {int(r): (int(bt), int(ct), key, None if d is None else int(d)) for r, bt, ct, key, d in run(both, base_sql + """,
+        d AS (SELECT coalesce(b.rank, c.rank) AS rank, coalesce(b.key, c.key) AS key, coalesce(b.total, 0) AS bt,
+                     coalesce(c.total, 0) AS ct
+              FROM (SELECT * FROM rk WHERE job = 0) b FULL JOIN (SELECT * FROM rk WHERE job = 1) c
+                   ON b.rank = c.rank AND b.key = c.key),
+        ranked AS (SELECT *, row_number() OVER (PARTITION BY rank ORDER BY abs(ct - bt) DESC, key) AS rn FROM d)
+        SELECT rank, sum(bt)::BIGINT, sum(ct)::BIGINT, any_value(key) FILTER (WHERE rn = 1 AND ct <> bt),
+               any_value(ct - bt) FILTER (WHERE rn = 1 AND ct <> bt)
+        FROM ranked GROUP BY rank""")}
+    sides: list[dict] = [{}, {}]
+    extra: dict[tuple, dict] = {}
+    for job, key, n, total, med, ranks_with in families:
+        side = "baseline" if job == 0 else "candidate"
+        sides[job][(key,)] = (int(n), int(total))
+        extra.setdefault((key,), {}).update({f"{side}_rank_median_ns": float(med), f"{side}_ranks_with": int(ranks_with)})
+    kernels = _entries(sides[0], sides[1], f"kernel {match}, summed over each job's ranks", limit, extra=extra)
+
+    rows = []  # per job {rank: RankRow}: figures and steps (step_choice.py), a fixed number of statements per job
+    for j, u in zip(jobs, units):
+        rows.append({r.rank: r for r in rank_rows(j, u, None, None)[0]})
+    totals = []
+    for figure, field in JOB_TOTALS:
+        b, c = (sum(getattr(x, field) or 0 for x in rows[i].values()) for i in (0, 1))
+        totals.append(TotalDelta(figure=figure, baseline_ns=b, candidate_ns=c, delta_ns=c - b, change_pct=pct(c - b, b)))
+    b, c = (sum(v[i] for v in per_rank.values()) for i in (0, 1))
+    totals.append(TotalDelta(figure="summed_kernel_time_ns", baseline_ns=b, candidate_ns=c, delta_ns=c - b,
+                             change_pct=pct(c - b, b)))
+
+    changes: list[RankChange] = []
+    counts = dict.fromkeys(RANK_STATUSES, 0)
+    for rank in sorted(set(rows[0]) | set(rows[1])):
+        rb, rc = rows[0].get(rank), rows[1].get(rank)
+        bc, cc = (rb.compute_ns if rb else None), (rc.compute_ns if rc else None)
+        if rb is None or rc is None:
+            status = "only in candidate" if rb is None else "only in baseline"
+        else:
+            st = _status(bc or 0, cc or 0, True, True)
+            status = {"regressed": "slower", "improved": "faster"}.get(st, st)
+        counts[status] += 1
+        if status == "unchanged":
+            continue
+        bt, ct, key, kd = per_rank.get(rank, (0, 0, None, None))
+        bs, cs = (rb.mean_step_ns if rb else None), (rc.mean_step_ns if rc else None)
+        delta = cc - bc if bc is not None and cc is not None else None
+        changes.append(RankChange(
+            rank=rank, status=status, baseline_compute_ns=bc, candidate_compute_ns=cc, compute_delta_ns=delta,
+            compute_change_pct=pct(delta, bc) if delta is not None else None, baseline_step_ns=bs, candidate_step_ns=cs,
+            step_change_pct=pct(cs - bs, bs) if bs is not None and cs is not None else None,
+            baseline_kernel_ns=bt, candidate_kernel_ns=ct, top_kernel=clip_name(key) if key is not None else None,
+            top_kernel_delta_ns=kd))
+    changes.sort(key=lambda x: (-abs(x.compute_delta_ns or 0), x.rank))
+    side_b, side_c = (_side(j, list(rows[i].values())) for i, j in enumerate(jobs))
+    mb, mc = side_b.median_rank_step_ns, side_c.median_rank_step_ns
+    job = JobComparison(
+        baseline=side_b, candidate=side_c, ranks_matched=len(set(rows[0]) & set(rows[1])),
+        median_rank_step_change_pct=pct(mc - mb, mb) if mb is not None and mc is not None else None,
+        counts=counts, ranks=changes[:limit], truncated=len(changes) > limit)
+    if len(rows[0]) != len(rows[1]):
+        notes.append(f"the jobs have {len(rows[0])} and {len(rows[1])} ranks: ranks are matched by number, and sums over "
+                     "ranks cover different rank counts")
+    notes.append("jobs: totals are sums over ranks of each rank's own figures (rank_summary: interval unions per rank and "
+                 "GPU), not unions across ranks; kernels are summed over each job's ranks, with the median over its ranks; "
+                 "ranks are slower/faster by their compute time. PyTorch ops are compared for single profiles only.")
+    if kernels.truncated:
+        notes.append(f"kernels: {kernels.remainder_entries} more changed entries (Σ delta {kernels.remainder_delta_ns} ns) "
+                     f"beyond limit={limit}; pass a larger limit to see them.")
+    if job.truncated:
+        notes.append(f"ranks: {len(changes) - limit} more changed ranks beyond limit={limit}; pass a larger limit to see them.")
+    notes.append(f"'unchanged' = |delta| < max({UNCHANGED_MIN_NS} ns, {UNCHANGED_FRACTION:.0%} of baseline); "
+                 "positive delta: takes longer on candidate.")
+    return CompareResult(
+        baseline=_job_label(base), candidate=_job_label(cand), devices=[None, None], totals=totals,
+        platform=PlatformRatio(baseline_device=_job_devices(base), candidate_device=_job_devices(cand),
+                               cross_platform=False, memory_bandwidth_ratio=None, matrix_ratios={},
+                               tolerance="not applied to jobs", note="jobs: no expected cross-platform ratios"),
+        kernels=kernels, ops=None, job=job, notes=notes,
+        data_issues=[f"{side}: {t.path.name}: {note}" for side, j in (("baseline", base), ("candidate", cand))
+                     for t in j for note in data_issue_notes(t, ("kernels", "memops", "api_calls", "markers"))])
+
+
+def _job_devices(traces: list[Trace]) -> str | None:
+    """Device models of a job, from every store in one statement."""
+    names = sorted({n for (n,) in run(traces, f"SELECT DISTINCT name FROM ({stack(traces, 'devices', 'name')}) "
+                                              "WHERE name IS NOT NULL")})
+    return ", ".join(names) or None

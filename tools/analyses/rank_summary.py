@@ -205,16 +205,7 @@ def rank_summary(
         notes.append(f"{len(units)} of {world_size} ranks are compared; imbalance and straggler refer to these ranks only")
 
     active_patterns(comm_patterns)  # a bad user pattern is refused here, before any work
-    figs = _device_figures(traces, units, comm_patterns)
-    counts = _kernel_counts(traces, comm_patterns)
-    series = _steps(traces, units, marker)
-    rows: list[RankRow] = []
-    step_maps: dict[int, dict[str, int]] = {}
-    for u in units:  # one small row per rank from the results above: no query per rank
-        row, steps = _rank_row(u, figs, counts, series)
-        rows.append(row)
-        if steps:
-            step_maps[u.rank] = steps
+    rows, step_maps = rank_rows(traces, units, marker, comm_patterns)
     if marker is not None and not step_maps:
         raise ProfileError(f"no rank has step ranges matching marker {marker!r} (an exact name, a name with its number "
                            "written as <N> such as 'ProfilerStep#<N>', or a glob such as 'iter*'). " + _marker_suggestions(traces))
@@ -408,6 +399,23 @@ def _kernel_counts(traces: list[Trace], patterns: list[str] | None) -> dict[int,
             GROUP BY part, pid, device_id"""):
         out.setdefault(part, []).append((pid, dev, int(k), int(c)))
     return out
+
+
+def rank_rows(traces: list[Trace], units: list[_Unit], marker: str | None,
+              comm_patterns: list[str] | None) -> tuple[list[RankRow], dict[int, dict[str, int]]]:
+    """Every rank's row, in `units` order, and {rank: {step name: wall ns}} of the ranks with steps: a fixed number
+    of statements over all stores (compare_traces reads a job's ranks through this too)."""
+    figs = _device_figures(traces, units, comm_patterns)
+    counts = _kernel_counts(traces, comm_patterns)
+    series = _steps(traces, units, marker)
+    rows: list[RankRow] = []
+    step_maps: dict[int, dict[str, int]] = {}
+    for u in units:  # one small row per rank from the results above: no query per rank
+        row, steps = _rank_row(u, figs, counts, series)
+        rows.append(row)
+        if steps:
+            step_maps[u.rank] = steps
+    return rows, step_maps
 
 
 def _rank_row(u: _Unit, figs: dict, counts: dict, series: dict) -> tuple[RankRow, dict[str, int]]:

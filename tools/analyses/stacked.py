@@ -1,7 +1,7 @@
 """Building blocks for analyses over many ranks at once: one SQL statement over every store, not one per rank.
 
-A job's stores share one DuckDB instance (tools/model/hub.py); `union_sql` (tools/model/job.py) stacks a table of
-every store with its position `part` in the job. The helpers here keep the number of statements an analysis runs
+A job's tables are stacked once into one store of the job (tools/model/job.py job_stack); `union_sql` reads a
+table of it with each row's position `part` in the job (one scan, however many ranks). The helpers here keep the number of statements an analysis runs
 fixed, however many ranks it reads:
 
   run(traces, sql, params)   one statement over the stacked stores (through job.job_sql, so a test can count them);
@@ -44,12 +44,18 @@ def run(traces: list[Trace], sql: str, params: list | dict | None = None) -> lis
     return jobs.job_sql(traces, sql, params)
 
 
-def stack(traces: list[Trace], table: str, columns: str, where: str = "TRUE") -> str:
+def stack(traces: list[Trace], table: str, columns: str, where: str = "TRUE", only: set[int] | None = None) -> str:
     """`table` of every trace with its position `part` (job.union_sql); a lone profile held in memory (the cache
     folder cannot be written) is read on its own instance, so one-profile calls work without the on-disk store."""
     if len(traces) == 1 and traces[0].store.in_memory:
-        return f"SELECT 0 AS part, {columns} FROM {quote_ident(traces[0].con.catalog)}.main.{table} WHERE {where}"
-    return jobs.union_sql(traces, table, columns, where)
+        t = traces[0]
+        if table in jobs.DERIVED_TABLES:
+            source = jobs.source_sql(table, quote_ident(t.con.catalog), t.format) or jobs.empty_sql(table)
+            source = f"({source})"
+        else:  # the table itself, not a subquery: `columns` may read its rowid
+            source = f"{quote_ident(t.con.catalog)}.main.{table}"
+        return f"SELECT 0 AS part, {columns} FROM {source} WHERE {where if only is None or 0 in only else 'FALSE'}"
+    return jobs.union_sql(traces, table, columns, where, only)
 
 
 def sql_value(v: Any) -> str:
@@ -72,35 +78,24 @@ def values(rows: list[tuple], types: tuple[str, ...]) -> str:
     return "VALUES " + ", ".join([first, *rest])
 
 
-_COUNT = re.compile(r"^SELECT count\(\*\) FROM (\w+)(?: WHERE (.*))?$", re.S)
-
-
 def prime(traces: list[Trace]) -> None:
-    """Fill each trace's memo with its row counts and data_issues rows: two statements for the whole job."""
+    """Fill each trace's memo with its row counts and data_issues rows: two statements for the whole job (the counts
+    are the stacked store's kind_counts, made with requirements.KINDS' count queries)."""
     todo = [t for t in traces if ("requirements.present",) not in t._memo or ("data_issues",) not in t._memo]
     if not todo:
         return
-    parts = []
-    for kind, k in KINDS.items():
-        m = _COUNT.match(k.count_sql)
-        if m is None:  # pragma: no cover - a new kind with another shape of count query
-            raise ValueError(f"cannot stack the count query of {kind}: {k.count_sql}")
-        parts.append(f"(SELECT part, {len(parts)} AS kind, count(*) AS n FROM ({stack(todo, m[1], '1 AS one', m[2] or 'TRUE')}) "
-                     "GROUP BY part)")
-    kinds = list(KINDS)
-    parts.append(f"(SELECT part, {len(kinds)} AS kind, count(*) FROM ({stack(todo, 'kernels', '1 AS one', 'launched')}) GROUP BY part)")
-    parts.append(f"(SELECT part, {len(kinds) + 1} AS kind, count(*) FROM ({stack(todo, 'memops', '1 AS one', 'launched')}) GROUP BY part)")
-    counts: dict[tuple[int, int], int] = {(p, k): int(n) for p, k, n in run(todo, " UNION ALL ".join(parts))}
+    counts: dict[tuple[int, str], int] = {(p, k): int(n) for p, k, n in run(
+        todo, f"SELECT part, kind, n FROM ({stack(todo, 'kind_counts', 'kind, n')})")}
     issues: dict[int, list] = {}
     for p, t_, a, n, r in run(todo, f"SELECT * FROM ({stack(todo, 'data_issues', 'table_name, action, rows, reason')}) "
                                     "ORDER BY part, table_name, action DESC, rows DESC, reason"):
         issues.setdefault(p, []).append((t_, a, int(n), r))
     for i, t in enumerate(todo):
-        present = {k: counts.get((i, j), 0) for j, k in enumerate(kinds)}
+        present = {k: counts.get((i, k), 0) for k in KINDS}
         t.memo(("requirements.present",), lambda: present)
         for table in ("kernels", "memops", "api_calls"):
             t.memo(("count", table), lambda table=table: present[table])
-        linked = counts.get((i, len(kinds)), 0) + counts.get((i, len(kinds) + 1), 0)
+        linked = counts.get((i, "launched_kernels"), 0) + counts.get((i, "launched_memops"), 0)
         t.memo(("projection.linked",), lambda: linked)
         t.memo(("data_issues",), lambda: issues.get(i, []))
 

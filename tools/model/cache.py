@@ -78,8 +78,8 @@ def _hold(trace: Trace) -> Trace:
     return trace
 
 
-def open_trace(path: str | Path, progress: Progress = _no_progress) -> Trace:
-    """The trace model of `path`, loaded once and reused while the file is unchanged."""
+def open_trace(path: str | Path, progress: Progress = _no_progress, attached: bool = True) -> Trace:
+    """The trace model of `path`, loaded once and reused while the file is unchanged (`attached`: load_trace's)."""
     resolved = regular_file(path)
     try:
         key = _key(resolved)
@@ -101,7 +101,7 @@ def open_trace(path: str | Path, progress: Progress = _no_progress) -> Trace:
                 if refused is not None and time.monotonic() - refused[0] < REFUSAL_TTL_S:
                     raise ProfileError(refused[1])
             try:
-                trace = load_trace(resolved, progress)
+                trace = load_trace(resolved, progress, attached)
             except ProfileError as exc:
                 with _guard:
                     _refused[key] = (time.monotonic(), str(exc))

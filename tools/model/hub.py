@@ -80,11 +80,37 @@ def hub() -> Hub:
 
 
 class ModelConnection:
-    """What tools get as `trace.con`: cursors on a shared instance whose default catalog is one profile's model."""
+    """What tools get as `trace.con`: cursors on a shared instance whose default catalog is one profile's model.
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, catalog: str):
+    A store on disk is attached on first use and can be let go (`release`) while the Trace stays open: a job of
+    1,000 ranks is read through its stacked tables (tools/model/job.py), and every attached store costs the
+    instance about 0.5 MB of its memory limit, so its ranks' stores are not kept attached."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, catalog: str | None = None, file: Path | None = None,
+                 owner: Hub | None = None):
         self._con = con
-        self.catalog = catalog
+        self._catalog = catalog
+        self._file = file    # the store attached on demand (None: `catalog` is the instance's own, e.g. 'memory')
+        self._owner = owner  # the hub `con` belongs to (tests switch cache folders, and with them hubs)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of_store(cls, owner: Hub, file: Path) -> "ModelConnection":
+        return cls(owner.con, file=file, owner=owner)
+
+    @property
+    def catalog(self) -> str:
+        with self._lock:
+            if self._catalog is None:
+                self._catalog = self._owner.attach(self._file)
+            return self._catalog
+
+    def release(self) -> None:
+        """Detach the store (attached again on the next use)."""
+        with self._lock:
+            if self._owner is not None and self._catalog is not None:
+                self._catalog = None
+                self._owner.detach(self._file)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         cur = self._con.cursor()

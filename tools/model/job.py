@@ -1,26 +1,33 @@
 """A distributed job: many ranks' profiles, their stores built in parallel, queried as one relation.
 
 Each rank's profile gets its own store (tools/model/store.py). Stores not yet built are built in parallel, one
-process per core (`build_stores`), or on a Dask cluster when one is named (tools/model/cluster.py);
-then every store is attached to the process's one DuckDB instance (tools/model/hub.py), and a question over all
-ranks is one SQL statement over `union_sql(...)`: the same table of every store stacked with its position in
-the job. No model is held in Python memory, and the instance's memory limit covers all ranks together.
+process per core (`build_stores`), or on a Dask cluster when one is named (tools/model/cluster.py). Then the tables
+the job analyses read are stacked once into one DuckDB file for the job (`job_stack`: every row with the rank
+profile's position, stores attached 64 at a time while it is built), and a question over all ranks is one SQL
+statement over `union_sql(...)`: one scan of the stacked table, whatever the number of ranks. The ranks' own
+stores are not kept attached: each attached store costs the shared DuckDB instance (tools/model/hub.py) about
+0.5 MB of its memory limit, and a UNION ALL of one subquery per rank pins a block per rank and table (1,000 ranks
+ran out of the default 1 GB). No model is held in Python memory.
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
 
+import duckdb
+
 from .errors import ProfileError, shown_path
-from .quote import quote_ident
+from .quote import quote_ident, quote_literal
 from .trace import Trace
 
 # Below this many stores to build, the cost of starting worker processes (an interpreter and imports each,
@@ -64,6 +71,17 @@ def expand(items: Iterable[str | Path]) -> list[Path]:
             raise ProfileError(f"Cannot read {shown_path(text)}: {exc.strerror or exc}. Check the path and its "
                                "permissions.") from None
     return out  # duplicates stay: the analyses refuse a rank given twice rather than count it once silently
+
+
+def names_job(item: str | Path) -> bool:
+    """True when `item` names several profiles at once: a folder, or a glob pattern that is not itself a file's name."""
+    from .detect import user_path
+
+    path = user_path(item)
+    try:
+        return path.is_dir() or (bool(GLOB_CHARS & set(str(path))) and not path.exists())
+    except OSError:  # a name too long for the file system ...: opening it as a profile reports the problem
+        return False
 
 
 def _build_one(path: str) -> tuple[str, str | None, float]:
@@ -183,20 +201,159 @@ def open_job(items: Iterable[str | Path], progress: Progress = lambda f, m: None
     if not paths:
         raise ProfileError("no profiles given: pass one profile per rank, a folder of them, or a glob pattern.")
     build_stores(paths, progress, cluster=cluster or os.environ.get("GPUSCOPE_DASK_CLUSTER") or None)
-    return [open_trace(p) for p in paths] if in_lease() else [load_trace(p) for p in paths]
+    # the job is read through its stacked store: a rank's store is not kept attached (one already open stays so)
+    traces = [open_trace(p, attached=False) if in_lease() else load_trace(p, attached=False) for p in paths]
+    if len(traces) > 1 and not any(t.store.in_memory for t in traces):
+        job_stack(traces, progress)
+    return traces
 
 
-def union_sql(traces: list[Trace], table: str, columns: str, where: str = "TRUE") -> str:
-    """`table` of every trace stacked, with column `part` = the trace's position in `traces`. `table`, `columns`
-    and `where` are gpuscope's own SQL text (never from a profile); store names go through quote_ident."""
-    parts = []
-    for i, t in enumerate(traces):
+# A job's analyses read these tables of every rank: copied once into the job's stacked store (JobStack), with
+# `_part` = the rank profile's position in the job. Two derived tables ride along: each profile's row counts
+# (stacked.prime) and the args of Kineto NCCL kernels (comm_job_summary's messages), so the large tables they come
+# from (cpu_ops, native.events) are not copied.
+STACKED_TABLES = ("kernels", "memops", "processes", "api_calls", "markers", "nccl_calls", "devices", "data_issues")
+DERIVED_TABLES = ("kind_counts", "comm_args")
+EMPTY_DERIVED = {"kind_counts": "kind VARCHAR, n BIGINT", "comm_args": "name VARCHAR, ts_ns BIGINT, tid BIGINT, args VARCHAR"}
+# Stores attached at once while a job's stacked store is built: each costs DuckDB about 0.5 MB of its memory limit
+# while attached, so a batch bounds the memory however many ranks the job has.
+STACK_BATCH = 64
+MAX_STACKS = 4  # stacked stores kept attached in this process (a compare_traces call holds two)
+STACK_VERSION = "1"
+
+
+def empty_sql(table: str) -> str:
+    """An empty relation with the columns of derived `table`."""
+    cols = ", ".join(f"NULL::{typ} AS {col}" for col, typ in (d.split() for d in EMPTY_DERIVED[table].split(", ")))
+    return f"SELECT {cols} WHERE FALSE"
+
+
+def source_sql(table: str, catalog: str, fmt: str) -> str | None:
+    """`table` of one store (catalog: its quoted catalog name) as a SELECT; None when the store has no such rows
+    (comm_args of a profile that is not Kineto)."""
+    if table == "kind_counts":
+        from ..analyses.requirements import KINDS  # the count queries the tools' requirements use
+
+        parts = []
+        for kind, k in KINDS.items():
+            sql = k.count_sql.replace("SELECT count(*) FROM ", f"SELECT '{kind}' AS kind, count(*) AS n FROM {catalog}.main.", 1)
+            parts.append(sql)
+        parts += [f"SELECT 'launched_{t}', count(*) FROM {catalog}.main.{t} WHERE launched" for t in ("kernels", "memops")]
+        return " UNION ALL ".join(parts)
+    if table == "comm_args":
+        if fmt != "kineto":
+            return None
+        return (f"SELECT name, ts_ns, tid, args FROM {catalog}.native.events "
+                "WHERE cat = 'kernel' AND args LIKE '%Collective name%'")
+    schema_table = table if "." in table else f"main.{table}"
+    return f"SELECT * FROM {catalog}.{schema_table}"
+
+
+class JobStack:
+    """One DuckDB file holding STACKED_TABLES and DERIVED_TABLES of several stores, each row with `_part` (the
+    store's position when it was built). Built once per ordered set of stores (by any process) and attached once."""
+
+    def __init__(self, file: Path, members: dict[str, int]):
+        self.file = file
+        self.members = members  # store model file -> _part
+        from .hub import hub
+
+        self.catalog = hub().attach(file)
+
+
+_stacks: "dict[str, JobStack]" = {}       # stack file -> its JobStack, oldest first
+_member_of: "dict[str, JobStack]" = {}    # store model file -> the newest stack holding it
+_stacks_lock = threading.Lock()
+
+
+def job_stack(traces: list[Trace], progress: Progress = lambda f, m: None) -> JobStack:
+    """The stacked store of `traces` (in this order), built when missing: stores attached STACK_BATCH at a time to a
+    build connection of their own, each table copied with one INSERT per batch; written to a temporary file and
+    renamed, so a concurrent builder or a crash leaves no half-built stack behind."""
+    from .limits import duckdb_config
+    from .store import version_dir
+
+    files = [str(t.store.model_file) for t in traces]
+    key = hashlib.sha1("\n".join([STACK_VERSION, *files]).encode()).hexdigest()
+    target = version_dir() / ".jobs" / f"{key}.duckdb"  # a dot folder: not a store to list_stores / evict
+    with _stacks_lock:
+        found = _stacks.get(str(target))
+        if found is not None:
+            return found
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = target.with_name(f"{key}.{os.getpid()}.{threading.get_ident()}.tmp")
+            con = duckdb.connect(str(tmp), config=duckdb_config())
+            try:
+                created: set[str] = set()
+                for start in range(0, len(traces), STACK_BATCH):
+                    batch = traces[start:start + STACK_BATCH]
+                    names = [quote_ident(f"s{j}") for j in range(len(batch))]
+                    for name, t in zip(names, batch):
+                        con.execute(f"ATTACH {quote_literal(str(t.store.model_file))} AS {name} (READ_ONLY)")
+                    for table in STACKED_TABLES + DERIVED_TABLES:
+                        parts = [f"SELECT {start + j} AS _part, * FROM ({sql})" for j, (name, t) in enumerate(zip(names, batch))
+                                 if (sql := source_sql(table, name, t.format)) is not None]
+                        if parts:
+                            verb = f"INSERT INTO {table} " if table in created else f"CREATE TABLE {table} AS "
+                            con.execute(verb + " UNION ALL ".join(parts))
+                            created.add(table)
+                    for name in names:
+                        con.execute(f"DETACH {name}")
+                    progress(min(1.0, (start + len(batch)) / len(traces)),
+                             f"stacked {start + len(batch)}/{len(traces)} ranks into one job store")
+                for table in DERIVED_TABLES:
+                    if table not in created:
+                        con.execute(f"CREATE TABLE {table} (_part INTEGER, {EMPTY_DERIVED[table]})")
+                con.close()
+                os.replace(tmp, target)
+            except BaseException:
+                con.close()
+                tmp.unlink(missing_ok=True)
+                raise
+        stack = JobStack(target, {f: i for i, f in enumerate(files)})
+        _stacks[str(target)] = stack
+        for f in files:
+            _member_of[f] = stack
+        while len(_stacks) > MAX_STACKS:
+            old = _stacks.pop(next(iter(_stacks)))
+            for f in [f for f, st in _member_of.items() if st is old]:
+                del _member_of[f]
+            from .hub import hub
+
+            hub().detach(old.file)
+        return stack
+
+
+def union_sql(traces: list[Trace], table: str, columns: str, where: str = "TRUE", only: set[int] | None = None) -> str:
+    """`table` of every trace (of the positions in `only`, when given) with column `part` = the trace's position in
+    `traces`, read from the job's stacked store (job_stack; built on first use): one scan per stacked store, whatever
+    the number of ranks. `table` is one of STACKED_TABLES or DERIVED_TABLES; `table`, `columns` and `where` are
+    gpuscope's own SQL text (never from a profile); catalog names go through quote_ident."""
+    picked = [(i, t) for i, t in enumerate(traces) if only is None or i in only]
+    for _, t in picked:
         if t.store.in_memory:
             raise ProfileError(f"{t.path.name} is held in memory (the trace-store cache cannot be written), so it cannot be "
                                "queried together with the other ranks. Free disk space in the cache folder or set "
                                "GPUSCOPE_CACHE_DIR to a writable folder.")
-        parts.append(f"SELECT {i} AS part, {columns} FROM {quote_ident(t.con.catalog)}.main.{table} WHERE {where}")
-    return "\nUNION ALL\n".join(parts)
+    with _stacks_lock:
+        holders = [_member_of.get(str(t.store.model_file)) for t in traces]
+    if any(h is None for h in holders):
+        stack = job_stack(traces)
+        holders = [stack] * len(traces)
+    by_stack: dict[int, tuple[JobStack, list[tuple[int, int]]]] = {}
+    for i, t in picked:
+        st = holders[i]
+        by_stack.setdefault(id(st), (st, []))[1].append((st.members[str(t.store.model_file)], i))
+    if not by_stack:  # `only` picked no trace: an empty relation of the same columns
+        return f"SELECT NULL::BIGINT AS part, {columns} FROM {quote_ident(holders[0].catalog)}.main.{table} WHERE FALSE"
+    selects = []
+    for st, pairs in by_stack.values():
+        mapping = ", ".join(f"({local}, {i})" for local, i in pairs)
+        selects.append(f"""SELECT m.part, x.* EXCLUDE (_part) FROM (
+            SELECT _part, {columns} FROM {quote_ident(st.catalog)}.main.{table} WHERE {where}) x
+            JOIN (VALUES {mapping}) m(_part, part) ON x._part = m._part""")
+    return "\nUNION ALL\n".join(selects)
 
 
 def job_sql(traces: list[Trace], query: str, params: list | None = None) -> list[tuple]:

@@ -66,7 +66,7 @@ class Trace:
 
     def __post_init__(self) -> None:
         # A Trace dropped without close() (tests, one-shot CLI calls) still lets go of its store.
-        self._finalizer = weakref.finalize(self, _release, self.store)
+        self._finalizer = weakref.finalize(self, _release, self.store, self.con)
 
     @property
     def format_name(self) -> str:
@@ -140,16 +140,18 @@ class Trace:
         self._finalizer()
 
 
-def _release(store: Store) -> None:
+def _release(store: Store, con: ModelConnection | None = None) -> None:
     try:
-        if not store.in_memory:
-            hub().detach(store.model_file)
+        if con is not None:
+            con.release()
     finally:
         store.close()
 
 
-def load_trace(path: Path, progress: Progress = _no_progress) -> Trace:
-    """Detect the format, open its store (building it on the first open of this content) and read it (uncached)."""
+def load_trace(path: Path, progress: Progress = _no_progress, attached: bool = True) -> Trace:
+    """Detect the format, open its store (building it on the first open of this content) and read it (uncached).
+    attached=False: the store is let go once its metadata is read, and attached again on first use (a job's ranks
+    are read through its stacked store; done here, before any other thread can hold the Trace)."""
     path = regular_file(path)
     found: Detected = detect(path)
     if found.format == "nsys-rep":
@@ -162,18 +164,21 @@ def load_trace(path: Path, progress: Progress = _no_progress) -> Trace:
         store = open_store(path, found.format, lambda con: _ingest(con, path, found, progress))
     except OSError as exc:
         raise ProfileError(f"Cannot read {shown_path(path)}: {exc.strerror or exc}. Check the path and its permissions.") from None
+    con = None
     try:
         if store.in_memory:
             lock_down(store.memory)
             con = ModelConnection(store.memory, "memory")
         else:
-            con = ModelConnection(hub().con, hub().attach(store.model_file))
+            con = ModelConnection.of_store(hub(), store.model_file)
         cur = con.cursor()
         meta_rows = cur.execute("SELECT key, value FROM trace_meta").fetchall()
         cur.close()
         native = store.catalog()
+        if not attached:
+            con.release()
     except BaseException:
-        _release(store)
+        _release(store, con)
         raise
     meta = {k: v for k, v in meta_rows if k != "warning"}
     warnings = [v for k, v in meta_rows if k == "warning"] + ([store.warning] if store.warning else [])
