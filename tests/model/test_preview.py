@@ -21,7 +21,7 @@ from gpuscope.fixtures import catalog, scenarios_diagnose, scenarios_graph_summa
 from gpuscope.fixtures.writers import nsys
 from gpuscope.tools.analyses.gap_histogram import gap_histogram
 from gpuscope.tools.analyses.top_kernels import top_kernels
-from gpuscope.tools.model import cache, trace as trace_mod
+from gpuscope.tools.model import cache, sqlite_source, trace as trace_mod
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.readers import nsys as nsys_reader
 from gpuscope.tools.model.store import store_exists
@@ -35,6 +35,8 @@ QUESTIONS = [{}, {"group_by": "name"}, {"sort_by": "count", "limit": 2}, {"sort_
 def _every_size(monkeypatch, tmp_path):
     monkeypatch.setattr(nsys_reader, "PREVIEW_MIN_KERNELS", 0)
     monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    # The scanner is looked up again in this cache (a test before may have left it unavailable).
+    monkeypatch.setattr(sqlite_source, "_EXTENSION_FILE", False)
 
 
 def _answer(trace, **kw):
