@@ -27,7 +27,8 @@ from .detect import FORMAT_NAMES, Detected, detect, regular_file
 from .errors import ProfileError, shown_path
 from .hub import ModelConnection, hub
 from .quality import check_model
-from .limits import duckdb_config
+from .limits import duckdb_config, memory_limit_bytes
+from .quote import quote_ident
 from .store import Lease, NativeCatalog, Store, disk_problem, lock_down, open_store, store_exists, store_key
 
 log = logging.getLogger(__name__)
@@ -290,7 +291,7 @@ def _large_nsys(path: Path) -> bool:
     try:
         sqlite = open_sqlite(path)
         try:
-            return int(sqlite.execute(f'SELECT coalesce(max(rowid), 0) FROM "{KERNEL}"').fetchone()[0]) >= PREVIEW_MIN_KERNELS
+            return int(sqlite.execute(f"SELECT coalesce(max(rowid), 0) FROM {quote_ident(KERNEL)}").fetchone()[0]) >= PREVIEW_MIN_KERNELS
         finally:
             sqlite.close()
     except (ProfileError, sqlite3.Error, TypeError, ValueError):  # no kernel table, a damaged file: the build says what
@@ -302,7 +303,9 @@ def _preview_trace(path: Path, fmt: str, progress: Progress) -> Trace | None:
     from .readers.nsys import NoPreview, preview
 
     progress(0.0, "answering from the export while its store is built")
-    con = duckdb.connect(":memory:", config=duckdb_config())
+    # Half the usual limit (the rest spills to the private cache): top_kernels' interval union then fetches the
+    # kernels beside it, and a 10 M-kernel preview at the full limit took the process past 1.8 GB.
+    con = duckdb.connect(":memory:", config=duckdb_config(memory_limit_bytes() // 2))
     try:
         con.execute(SCHEMA_SQL)
         preview(con, path)
