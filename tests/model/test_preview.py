@@ -172,6 +172,14 @@ def test_a_pending_trace_answers_first_then_builds_in_the_background(tmp_path):
     gap_histogram(pending)  # any tool reads the finished store
     again = trace_mod.load_trace(path)  # a new open finds the store: no preview
     assert again.ready and not again.store.built
+    # the preview's answers were kept in the store, and equal what the store computes itself
+    saved = list((again.store.folder / "answers").iterdir())
+    assert saved
+    assert top_kernels(again).model_dump() == first
+    for f in saved:
+        f.unlink()
+    again._memo.clear()
+    assert top_kernels(again).model_dump() == first
     again.close()
     cache.clear()
 

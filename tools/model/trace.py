@@ -88,7 +88,7 @@ class Trace:
     def pending(cls, path: Path, fmt: str, progress: Progress) -> "Trace":
         """A Trace whose store is opened (built if need be) at the first access to its model."""
         trace = cls.__new__(cls)
-        trace.__dict__.update(path=path, format=fmt, lock=threading.Lock(), _memo={}, _held=[], _progress=progress,
+        trace.__dict__.update(path=path, format=fmt, lock=threading.Lock(), _memo={}, _held=[], _progress=progress, _carried=[],
                               _opening=threading.Lock(), _preview=None, _builder=None, _failure=None, _closed=False)
         trace._finalizer = weakref.finalize(trace, _release_all, trace._held)
         return trace
@@ -127,6 +127,13 @@ class Trace:
                 _release_all(self._held)
             for name in _STORE_FIELDS:
                 self.__dict__[name] = getattr(opened, name)
+            # The preview's stored-kind answers (top_kernels' rows, busy time, graph count) equal the store's: keep them.
+            for key, value, codec in self._carried:
+                self.store.save_answer(repr(key), codec.encode(value))
+                with self.lock:
+                    if len(self._memo) < MEMO_ENTRIES:
+                        self._memo[key] = value
+            self._carried.clear()
             self.__dict__["_preview"] = None  # later answers come from the store; the preview goes with its last user
 
     def preview(self) -> "Trace":
@@ -139,6 +146,8 @@ class Trace:
                 return self
             if self._preview is None:
                 self.__dict__["_preview"] = _preview_trace(self.path, self.format, self._progress) or self
+                if self._preview is not self:
+                    self._preview.__dict__["_carry"] = self._carried
             # Used once: the next question waits for the store. The build starts when this answer is given (the
             # caller drops the preview), so that the two neither share the CPU nor hold memory together.
             view, self.__dict__["_preview"] = self._preview, self
@@ -204,6 +213,9 @@ class Trace:
             value = compute()
             if persist is not None:
                 self.store.save_answer(repr(key), persist.encode(value))
+                carry = self.__dict__.get("_carry")
+                if carry is not None:  # a preview's answer, kept for the store it equals
+                    carry.append((key, value, persist))
         with self.lock:
             # Bounded: a long-running server sees many distinct filters; the oldest answers go first.
             while len(self._memo) >= MEMO_ENTRIES:
