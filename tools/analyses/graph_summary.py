@@ -43,11 +43,11 @@ import re
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
+from ..model.names import GRAPH_LAUNCH_RX
 from ..model.trace import VALUE, Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .requirements import gap_text, present, require
 
-GRAPH_LAUNCH_RX = "graph.?launch"  # cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch (version suffixes are folded)
 
 # Kernels of graph replays, by kernels.rowid: the one definition top_kernels and ops_summary use too.
 GRAPH_KERNELS_CTE = f"""

@@ -89,6 +89,7 @@ def open_trace(path: str | Path, progress: Progress = _no_progress, attached: bo
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
+            hit.follow(progress)
             return _hold(hit)
         lock = _loading.setdefault(key, threading.Lock())
     with lock:  # two concurrent first calls load the file once

@@ -90,7 +90,7 @@ def _build_one(path: str) -> tuple[str, str | None, float]:
 
     t0 = time.perf_counter()
     try:
-        load_trace(Path(path)).close()
+        load_trace(Path(path), store_now=True).close()
     except ProfileError as exc:
         return path, str(exc), time.perf_counter() - t0
     return path, None, time.perf_counter() - t0

@@ -13,6 +13,10 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+# API calls that replay a CUDA/HIP graph: cudaGraphLaunch, cuGraphLaunch, hipGraphLaunch (version suffixes are folded).
+# graph_summary marks the kernels they launch; the Nsight preview (readers/nsys.py) keeps exactly these calls.
+GRAPH_LAUNCH_RX = "graph.?launch"
+
 _PARAMS_START = re.compile(r"[\w>]$")
 
 

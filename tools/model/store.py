@@ -124,6 +124,18 @@ def content_key(path: Path, st: os.stat_result | None = None) -> str:
     return h.hexdigest()
 
 
+def store_key(path: Path) -> str:
+    return content_key(path)
+
+
+def store_exists(path: Path) -> bool:
+    """True when this content's store is built (a later open_store only reopens it)."""
+    try:
+        return (version_dir() / content_key(path)).is_dir()
+    except OSError:
+        return False
+
+
 def connect_locked(file: Path, memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
     """A read-only connection on a store file in a fresh DuckDB instance that can reach nothing else."""
     con = duckdb.connect(str(file), read_only=True, config={**duckdb_config(memory_limit), "allow_community_extensions": "false"})

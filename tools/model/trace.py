@@ -1,8 +1,18 @@
-"""The shared trace object: one profile's trace model in its store, read through a locked connection."""
+"""The shared trace object: one profile's trace model in its store, read through a locked connection.
+
+The first answer need not wait for the store. Opening a large Nsight export that has no store yet returns
+a *pending* Trace at once: the first access to its model (con, meta, store, ...) builds or reopens the store
+as before, waiting for it. top_kernels asks `trace.preview()` first: while the store is not built, that is
+a small in-memory model holding exactly what top_kernels reads, filled from the export in one scan
+(readers/nsys.py `preview`), and the store's build then starts in a background thread, so the next question
+finds it built (or waits for it). Every preview answer equals the stored one (tests/model/test_preview.py);
+an export the preview cannot match exactly, or any failure making it, is answered from the store instead.
+A failed background build raises its error at the next access to the model, like a failed open."""
 
 from __future__ import annotations
 
 import importlib
+import logging
 import sqlite3
 import threading
 import time
@@ -17,8 +27,11 @@ from .detect import FORMAT_NAMES, Detected, detect, regular_file
 from .errors import ProfileError, shown_path
 from .hub import ModelConnection, hub
 from .quality import check_model
-from .store import NativeCatalog, Store, disk_problem, lock_down, open_store
+from .limits import duckdb_config, memory_limit_bytes
+from .quote import quote_ident
+from .store import Lease, NativeCatalog, Store, disk_problem, lock_down, open_store, store_exists, store_key
 
+log = logging.getLogger(__name__)
 SCHEMA_SQL = (Path(__file__).parent / "schema.sql").read_text()
 MODEL_TABLES = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops",
                 "nccl_calls", "memory_events", "data_issues")
@@ -26,6 +39,7 @@ SQLITE_FORMATS = ("nsys", "rocpd", "rpd")
 
 Progress = Callable[[float, str], None]
 MEMO_ENTRIES = 256  # memoized figures kept per open profile
+PREVIEW_HOLD_S = 60.0  # the store's build waits this long at most for a preview answer to be given
 
 
 def _no_progress(fraction: float, message: str) -> None:
@@ -66,7 +80,91 @@ class Trace:
 
     def __post_init__(self) -> None:
         # A Trace dropped without close() (tests, one-shot CLI calls) still lets go of its store.
-        self._finalizer = weakref.finalize(self, _release, self.store, self.con)
+        self._held: list[tuple[Store, ModelConnection | None]] = [(self.store, self.con)]
+        self._finalizer = weakref.finalize(self, _release_all, self._held)
+
+    # -- a store still to be built (see the module docstring) ----------------------------------------------
+    @classmethod
+    def pending(cls, path: Path, fmt: str, progress: Progress) -> "Trace":
+        """A Trace whose store is opened (built if need be) at the first access to its model."""
+        trace = cls.__new__(cls)
+        trace.__dict__.update(path=path, format=fmt, lock=threading.Lock(), _memo={}, _held=[], _progress=progress, _carried=[],
+                              _opening=threading.Lock(), _preview=None, _builder=None, _failure=None, _closed=False)
+        trace._finalizer = weakref.finalize(trace, _release_all, trace._held)
+        return trace
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for a field not set yet: the model of a pending Trace.
+        if name in _STORE_FIELDS and "_opening" in self.__dict__:
+            self._settle()
+            return self.__dict__[name]
+        raise AttributeError(name)
+
+    @property
+    def ready(self) -> bool:
+        """True once the model is open (always, except for a pending Trace whose store is still being built)."""
+        return "store" in self.__dict__
+
+    def follow(self, progress: Progress) -> None:
+        """Report the pending store's build to this caller (the latest tool call that opened the profile)."""
+        if not self.ready:
+            self.__dict__["_progress"] = progress
+
+    def _settle(self) -> None:
+        with self._opening:
+            if self.ready:
+                return
+            if self._failure is not None:
+                raise self._failure
+            try:
+                opened = load_trace(self.path, lambda f, m: self._progress(f, m), store_now=True)
+            except ProfileError as exc:  # the profile's content does not change: neither will the answer
+                self.__dict__["_failure"] = exc
+                raise
+            opened._finalizer.detach()
+            self._held.append((opened.store, opened.con))
+            if self._closed:
+                _release_all(self._held)
+            for name in _STORE_FIELDS:
+                self.__dict__[name] = getattr(opened, name)
+            # The preview's stored-kind answers (top_kernels' rows, busy time, graph count) equal the store's: keep them.
+            for key, value, codec in self._carried:
+                self.store.save_answer(repr(key), codec.encode(value))
+                with self.lock:
+                    if len(self._memo) < MEMO_ENTRIES:
+                        self._memo[key] = value
+            self._carried.clear()
+            self.__dict__["_preview"] = None  # later answers come from the store; the preview goes with its last user
+
+    def preview(self) -> "Trace":
+        """The model to answer top_kernels from now: this trace's, or while its store is not built, a preview of
+        the export (module docstring) - after which the store's build goes on in the background."""
+        if self.ready or "_opening" not in self.__dict__:
+            return self
+        with self._opening:
+            if self.ready or self._failure is not None:
+                return self
+            if self._preview is None:
+                self.__dict__["_preview"] = _preview_trace(self.path, self.format, self._progress) or self
+                if self._preview is not self:
+                    self._preview.__dict__["_carry"] = self._carried
+            # Used once: the next question waits for the store. The build starts when this answer is given (the
+            # caller drops the preview), so that the two neither share the CPU nor hold memory together.
+            view, self.__dict__["_preview"] = self._preview, self
+            if self._builder is None and view is not self:
+                answered = threading.Event()
+                weakref.finalize(view, answered.set)
+                self.__dict__["_builder"] = threading.Thread(target=self._build_quietly, args=(answered,),
+                                                             name="gpuscope-store-build")
+                self._builder.start()
+        return view
+
+    def _build_quietly(self, answered: threading.Event) -> None:
+        answered.wait(PREVIEW_HOLD_S)
+        try:
+            self._settle()
+        except BaseException:  # raised again to whoever next reads the model
+            pass
 
     @property
     def format_name(self) -> str:
@@ -115,6 +213,9 @@ class Trace:
             value = compute()
             if persist is not None:
                 self.store.save_answer(repr(key), persist.encode(value))
+                carry = self.__dict__.get("_carry")
+                if carry is not None:  # a preview's answer, kept for the store it equals
+                    carry.append((key, value, persist))
         with self.lock:
             # Bounded: a long-running server sees many distinct filters; the oldest answers go first.
             while len(self._memo) >= MEMO_ENTRIES:
@@ -137,7 +238,16 @@ class Trace:
             "AND table_name = ?", [table])}
 
     def close(self) -> None:
+        self.__dict__["_closed"] = True
         self._finalizer()
+
+
+_STORE_FIELDS = ("con", "open_seconds", "store", "native", "meta", "warnings")
+
+
+def _release_all(held: list[tuple[Store, ModelConnection | None]]) -> None:
+    while held:
+        _release(*held.pop())
 
 
 def _release(store: Store, con: ModelConnection | None = None) -> None:
@@ -148,10 +258,11 @@ def _release(store: Store, con: ModelConnection | None = None) -> None:
         store.close()
 
 
-def load_trace(path: Path, progress: Progress = _no_progress, attached: bool = True) -> Trace:
+def load_trace(path: Path, progress: Progress = _no_progress, attached: bool = True, store_now: bool = False) -> Trace:
     """Detect the format, open its store (building it on the first open of this content) and read it (uncached).
     attached=False: the store is let go once its metadata is read, and attached again on first use (a job's ranks
-    are read through its stacked store; done here, before any other thread can hold the Trace)."""
+    are read through its stacked store; done here, before any other thread can hold the Trace).
+    A large Nsight export without a store gives a pending Trace (module docstring) unless `store_now`."""
     path = regular_file(path)
     found: Detected = detect(path)
     if found.format == "nsys-rep":
@@ -159,6 +270,8 @@ def load_trace(path: Path, progress: Progress = _no_progress, attached: bool = T
 
         path = export_nsys_rep(path, progress)
         found = detect(path)
+    if not store_now and found.format == "nsys" and not store_exists(path) and _large_nsys(path):
+        return Trace.pending(path, found.format, progress)
     t0 = time.perf_counter()
     try:
         store = open_store(path, found.format, lambda con: _ingest(con, path, found, progress))
@@ -185,6 +298,44 @@ def load_trace(path: Path, progress: Progress = _no_progress, attached: bool = T
     progress(1.0, "ready")
     return Trace(path=path, format=found.format, con=con, open_seconds=time.perf_counter() - t0, store=store,
                  native=native, meta=meta, warnings=warnings)
+
+
+def _large_nsys(path: Path) -> bool:
+    """True when the export's kernel table is large enough for a preview to pay (readers/nsys.py)."""
+    from .readers.nsys import KERNEL, PREVIEW_MIN_KERNELS
+    from .sqlite_source import open_sqlite
+
+    try:
+        sqlite = open_sqlite(path)
+        try:
+            return int(sqlite.execute(f"SELECT coalesce(max(rowid), 0) FROM {quote_ident(KERNEL)}").fetchone()[0]) >= PREVIEW_MIN_KERNELS
+        finally:
+            sqlite.close()
+    except (ProfileError, sqlite3.Error, TypeError, ValueError):  # no kernel table, a damaged file: the build says what
+        return False
+
+
+def _preview_trace(path: Path, fmt: str, progress: Progress) -> Trace | None:
+    """A Trace over an in-memory preview model of `path` (readers/nsys.py), or None where there is none."""
+    from .readers.nsys import NoPreview, preview
+
+    progress(0.0, "answering from the export while its store is built")
+    # Half the usual limit (the rest spills to the private cache): top_kernels' interval union then fetches the
+    # kernels beside it, and a 10 M-kernel preview at the full limit took the process past 1.8 GB.
+    con = duckdb.connect(":memory:", config=duckdb_config(memory_limit_bytes() // 2))
+    try:
+        con.execute(SCHEMA_SQL)
+        preview(con, path)
+        meta_rows = con.execute("SELECT key, value FROM trace_meta").fetchall()
+        lock_down(con)
+    except (NoPreview, ProfileError, duckdb.Error, sqlite3.Error, OSError) as exc:
+        log.info("no preview of %s (%s); answering from its store", path, exc)
+        con.close()
+        return None
+    store = Store(store_key(path), None, Lease(None), memory=con, native=NativeCatalog(source="model"), built=True)
+    return Trace(path=path, format=fmt, con=ModelConnection(con, "memory"), open_seconds=0.0, store=store,
+                 native=store.catalog(), meta={k: v for k, v in meta_rows if k != "warning"},
+                 warnings=[v for k, v in meta_rows if k == "warning"])
 
 
 def _ingest(con: duckdb.DuckDBPyConnection, path: Path, found: Detected, progress: Progress) -> NativeCatalog:

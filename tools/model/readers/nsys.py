@@ -17,7 +17,8 @@ from pathlib import Path
 import duckdb
 
 from ..errors import ProfileError
-from ..quality import END_BEFORE_START, count_sql, record, record_query, time_checks
+from ..quality import END_BEFORE_START, LAUNCH_BEFORE_CALL, MAX_NAME_CHARS, count_sql, record, record_query, time_checks
+from ..names import GRAPH_LAUNCH_RX
 from ..quote import quote_ident, quote_literal
 from ..sqlite_source import SqliteSource
 from . import nccl_payloads
@@ -71,13 +72,18 @@ class _Reader:
     def scalar(self, sql: str):
         return self.con.execute(sql).fetchone()[0]
 
-    def run(self) -> None:
+    def _strings(self) -> str:
+        """The StringIds relation names are resolved from (also sets self.strings)."""
         if not self.src.has("StringIds"):
             raise ProfileError(f"{self.src.path} has no StringIds table, so no names can be resolved; re-export it with `nsys export --type sqlite`.")
         # One name per id: Nsight declares id the primary key, but a hand-edited or damaged file can repeat
         # one, and a plain join would then repeat every kernel that names it.
         strings = self.src.relation("StringIds", text=True)
         self.strings = f"(SELECT id, min(value) AS value FROM {strings} GROUP BY id)"
+        return strings
+
+    def run(self) -> None:
+        strings = self._strings()
         dup = self.scalar(f"SELECT count(*) - count(DISTINCT id) FROM {strings}")
         if dup:
             self.warn(f"StringIds repeats {dup} id(s); the alphabetically first name of each is used")
@@ -502,3 +508,114 @@ class _Reader:
         if lo is not None:
             self.meta += [("capture_start_ns", str(int(lo))), ("capture_end_ns", str(int(hi))),
                           ("capture_span_source", "first to last event in the CUDA, NVTX, sync and OS-runtime tables (no ANALYSIS_DETAILS table)")]
+
+
+# -- the first answer while the store builds ----------------------------------------------------------------
+PREVIEW_MIN_KERNELS = 500_000  # smaller exports build their store in a few seconds: no preview
+
+
+class NoPreview(Exception):
+    """The export holds something only the full reader handles exactly: answer from the store instead."""
+
+
+def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Fill the model tables top_kernels reads, with the rows and counts the full reader and check_model give them.
+
+    That is kernels (without their launching thread: tid is NULL, launched false), devices, the capture span
+    and the kernels' data_issues, and of api_calls the launching call of each (process, correlation id) - which
+    decides the launch check and graph replays - plus the calls that start first and end last (the capture span
+    without ANALYSIS_DETAILS). One scan of the kernel and runtime tables, nothing written to disk: the store's
+    build repeats this work and more in the background.
+
+    Raises NoPreview where a cheap check cannot rule out a difference from the full reader: a small export
+    (its store is quick), no SQLite scanner, memory copies or NVTX ranges without ANALYSIS_DETAILS (they
+    move the capture span), names longer than MAX_NAME_CHARS (cut by check_model), or kernels left out while
+    the runtime table repeats correlation ids (the reader's row count check then decides differently)."""
+    src = SqliteSource(con, path)
+    con.execute("SET preserve_insertion_order = false")
+    try:
+        if not (src.attached and src.has(KERNEL) and src.has("StringIds")):
+            raise NoPreview("no scanner or no kernels")
+        rows = src.query(f"SELECT coalesce(max(rowid), 0) FROM {quote_ident(KERNEL)}")[0][0]
+        if rows < PREVIEW_MIN_KERNELS:
+            raise NoPreview("small export")
+        r = _Reader(con, src, lambda *_: None)
+        strings = r._strings()
+        if r.scalar(f"SELECT coalesce(max(length(value)), 0) FROM {strings}") > MAX_NAME_CHARS:
+            raise NoPreview("long names")
+        analysed = src.has("ANALYSIS_DETAILS") and (src.query("SELECT duration FROM ANALYSIS_DETAILS LIMIT 1") or [(None,)])[0][0] is not None
+        if not analysed and any(src.has(t) for t in (MEMCPY, MEMSET, "NVTX_EVENTS")):
+            raise NoPreview("capture span needs more tables")
+        r._metadata()
+        con.execute("CREATE TEMP TABLE _launch (pid BIGINT, correlation_id BIGINT, call_start BIGINT)")
+        if src.has(RUNTIME):
+            calls = f"""(SELECT {PID.format(g='globalTid')} AS pid, {TID.format(g='globalTid')} AS tid, start AS start_ns,
+                                greatest("end", start) AS end_ns, nameId, eventClass, correlationId AS correlation_id
+                         FROM {src.relation(RUNTIME)} WHERE eventClass <> {BACKTRACE_CLASS} AND start IS NOT NULL AND "end" IS NOT NULL)"""
+            con.execute(f"CREATE TEMP TABLE _apiname AS SELECT id, regexp_replace(value, '_v[0-9]+$', '') AS name FROM {r.strings}")
+            graphs = r.scalar(f"SELECT count(*) FROM _apiname WHERE regexp_matches(name, {quote_literal(GRAPH_LAUNCH_RX)}, 'i')")
+            if graphs:  # graph replays are marked from the calls themselves: keep them (scanned twice otherwise)
+                con.execute(f"CREATE TEMP TABLE _calls AS SELECT * FROM {calls}")
+                calls = "_calls"
+            # The launching call of a (process, correlation id) is its first by (start, end, name), so it starts at the
+            # pair's earliest start: that decides the launch check. One scan also gives the capture bounds of the calls.
+            con.execute(f"""
+                CREATE TEMP TABLE _pairs AS SELECT pid, correlation_id, min(start_ns) AS call_start, max(end_ns) AS last_end,
+                       GROUPING(pid, correlation_id) = 3 AS whole, max(end_ns - start_ns) AS longest  -- overflows where the reader's would
+                FROM {calls} GROUP BY GROUPING SETS ((pid, correlation_id), ())""")
+            con.execute("INSERT INTO _launch SELECT pid, correlation_id, call_start FROM _pairs "
+                        "WHERE NOT whole AND pid IS NOT NULL AND correlation_id IS NOT NULL")
+            # api_calls holds what top_kernels reads of it: one row standing for the calls' capture bounds (no process,
+            # no correlation id, name '(capture bounds)'), and of every pair with a graph-launch call at its earliest
+            # start all its calls there - graph_summary picks the first among them exactly as among all calls.
+            con.execute("""INSERT INTO api_calls SELECT NULL, NULL, call_start, last_end, last_end - call_start, '(capture bounds)',
+                           'cuda_runtime', NULL, NULL FROM _pairs WHERE whole AND call_start IS NOT NULL""")
+            if graphs:
+                con.execute(f"""
+                    INSERT INTO api_calls
+                    SELECT c.pid, c.tid, c.start_ns, c.end_ns, c.end_ns - c.start_ns,
+                           coalesce(s.name, 'unknown API (StringIds ' || c.nameId || ')'),
+                           CASE c.eventClass WHEN 0 THEN 'cuda_runtime' WHEN 1 THEN 'cuda_driver' ELSE 'cuda_class_' || c.eventClass END,
+                           c.correlation_id, NULL
+                    FROM _calls c JOIN _launch l ON l.pid = c.pid AND l.correlation_id = c.correlation_id AND c.start_ns = l.call_start
+                    LEFT JOIN _apiname s ON s.id = c.nameId
+                    QUALIFY bool_or(regexp_matches(coalesce(s.name, ''), {quote_literal(GRAPH_LAUNCH_RX)}, 'i'))
+                            OVER (PARTITION BY c.pid, c.correlation_id)""")
+                con.execute("DROP TABLE _calls")
+            con.execute("DROP TABLE _pairs")
+        k = lambda c: r.col(KERNEL, c, "k")  # noqa: E731
+        inserted = con.execute(f"""
+            INSERT INTO kernels
+            SELECT k.deviceId, k.streamId, k.start, k."end", k."end" - k.start,
+                   coalesce(dn.value, sn.value, 'unknown kernel (StringIds ' || k.demangledName || ')'),
+                   coalesce(sn.value, dn.value, 'unknown kernel (StringIds ' || k.shortName || ')'),
+                   {k('gridX')}, {k('gridY')}, {k('gridZ')}, {k('blockX')}, {k('blockY')}, {k('blockZ')},
+                   {k('registersPerThread')}, {k('staticSharedMemory')}, {k('dynamicSharedMemory')},
+                   k.correlationId, {k('graphId')}, {PID.format(g='k.globalPid')}, NULL, false
+            FROM {src.relation(KERNEL)} k LEFT JOIN {r.strings} dn ON dn.id = k.demangledName
+            LEFT JOIN {r.strings} sn ON sn.id = k.shortName
+            WHERE k.start IS NOT NULL AND k."end" IS NOT NULL AND k.deviceId IS NOT NULL""").fetchone()[0]
+        if inserted != rows:  # as _gpu_rows: the rows left out, counted when the reader's row check counts them
+            if src.has(RUNTIME) and r.scalar(
+                    f"""SELECT count(*) FROM (SELECT 1 FROM {src.relation(RUNTIME)} WHERE eventClass <> {BACKTRACE_CLASS}
+                        GROUP BY globalTid >> 24, correlationId HAVING count(*) > 1)"""):
+                raise NoPreview("rows left out and correlation ids repeat")
+            missing_time, _ = time_checks("k.start", 'k."end"')
+            record(con, con.execute(count_sql("kernels", f"{src.relation(KERNEL)} k", [
+                missing_time, ("k.deviceId IS NULL", "skipped", "deviceId is missing or not an integer")])).fetchall())
+        bad = r.scalar("SELECT count(*) FROM kernels WHERE dur_ns < 0")
+        if bad:
+            con.execute("UPDATE kernels SET end_ns = start_ns, dur_ns = 0 WHERE dur_ns < 0")
+            record(con, [("kernels", "repaired", bad, END_BEFORE_START)])
+        # check_model's launch check (the first call of a pair starts at the pair's earliest start)
+        early = con.execute("UPDATE kernels SET correlation_id = NULL FROM _launch c WHERE kernels.pid = c.pid "
+                            "AND kernels.correlation_id = c.correlation_id AND kernels.start_ns < c.call_start").fetchone()[0]
+        record(con, [("kernels", "repaired", early, LAUNCH_BEFORE_CALL)])
+        r._devices()
+        r._span()
+        con.executemany("INSERT INTO trace_meta VALUES (?, ?)", r.meta)
+    except duckdb.Error as exc:  # whatever the full reader makes of it, it will say so
+        raise NoPreview(str(exc)) from None
+    finally:
+        con.execute("SET preserve_insertion_order = true")
+        src.close()

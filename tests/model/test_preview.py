@@ -1,0 +1,234 @@
+"""The first answer while the store builds (tools/model/trace.py, readers/nsys.py `preview`) equals the stored one.
+
+Every Nsight profile the fixtures write - clean, damaged (end before start, rows without times or device,
+launches before their call, repeated string ids, graph replays, old schemas) - and every real Nsight profile
+in ../shared/data is answered twice: from a preview of the export and from its finished store. The answers
+(rows, per-device busy and summed time, data-issue notes, window) must be equal, or the preview must
+decline (and the store answer); that the preview declines only where the docstring says is checked too.
+"""
+
+from __future__ import annotations
+
+import copy
+import sqlite3
+import threading
+from dataclasses import replace
+
+import pytest
+
+from conftest import real_files
+from gpuscope.fixtures import catalog, scenarios_diagnose, scenarios_graph_summary, scenarios_legacy
+from gpuscope.fixtures.writers import nsys
+from gpuscope.tools.analyses.gap_histogram import gap_histogram
+from gpuscope.tools.analyses.top_kernels import top_kernels
+from gpuscope.tools.model import cache, sqlite_source, trace as trace_mod
+from gpuscope.tools.model.errors import ProfileError
+from gpuscope.tools.model.readers import nsys as nsys_reader
+from gpuscope.tools.model.store import store_exists
+
+# Each question top_kernels can be asked of a preview (a device filter goes to the store).
+QUESTIONS = [{}, {"group_by": "name"}, {"sort_by": "count", "limit": 2}, {"sort_by": "max"}, {"name_contains": "a"},
+             {"stream": 7}]
+
+
+@pytest.fixture(autouse=True)
+def _every_size(monkeypatch, tmp_path):
+    monkeypatch.setattr(nsys_reader, "PREVIEW_MIN_KERNELS", 0)
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    # The scanner is looked up again in this cache (a test before may have left it unavailable).
+    monkeypatch.setattr(sqlite_source, "_EXTENSION_FILE", False)
+
+
+def _answer(trace, **kw):
+    try:
+        return top_kernels(trace, **kw).model_dump()
+    except ProfileError as exc:
+        return f"refused: {exc}"
+
+
+def _compare(path) -> bool:
+    """Assert the preview's answers equal the store's; False when the preview declined."""
+    view = trace_mod._preview_trace(path, "nsys", lambda *_: None)
+    stored = trace_mod.load_trace(path, store_now=True)
+    try:
+        if view is None:
+            return False
+        try:
+            for kw in QUESTIONS:
+                assert _answer(view, **kw) == _answer(stored, **kw), (path.name, kw)
+        finally:
+            view.close()
+        return True
+    finally:
+        stored.close()
+
+
+def _nsys_scenarios():
+    makers = {**catalog.SCENARIOS, **scenarios_graph_summary.SCENARIOS, **scenarios_diagnose.SCENARIOS,
+              **scenarios_legacy.SCENARIOS}
+    out = []
+    for name, maker in sorted(makers.items()):
+        out.append(pytest.param(maker, id=name))
+    return out
+
+
+@pytest.mark.parametrize("maker", _nsys_scenarios())
+def test_preview_answers_as_the_store_on_every_scenario(maker, tmp_path):
+    try:
+        path = nsys.write(maker(), tmp_path / "p.sqlite")
+    except (ValueError, NotImplementedError, KeyError) as exc:
+        pytest.skip(f"no Nsight form: {exc}")
+    assert _compare(path) is _previewable(path)
+
+
+def _previewable(path) -> bool:
+    """The docstring's rule: kernels, and a capture span that ANALYSIS_DETAILS or the kernels and calls alone give."""
+    con = sqlite3.connect(path)
+    tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    kernels = "CUPTI_ACTIVITY_KIND_KERNEL" in tables and con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    con.close()
+    others = tables & {"CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS"}
+    return bool(kernels) and ("ANALYSIS_DETAILS" in tables or not others)
+
+
+def _damaged(tmp_path, name="bad.sqlite"):
+    """Kernels and calls with end before start, a kernel that starts before its launching call (clocks out of step)."""
+    s = copy.deepcopy(scenarios_diagnose.launch_bound())
+    for i in (3, 4, 9):
+        s.kernels[i] = replace(s.kernels[i], end_ns=s.kernels[i].start_ns - 5)
+    s.api_calls[2] = replace(s.api_calls[2], end_ns=s.api_calls[2].start_ns - 7)
+    call = next(c for c in s.api_calls if c.correlation_id == s.kernels[20].correlation_id)
+    s.kernels[20] = replace(s.kernels[20], start_ns=call.start_ns - 1_000, end_ns=call.start_ns + 500)
+    return nsys.write(s, tmp_path / name)
+
+
+def _edit(path, sql: str) -> None:
+    con = sqlite3.connect(path)
+    con.executescript(sql)
+    con.commit()
+    con.close()
+
+
+def test_preview_counts_the_data_issues_the_store_counts(tmp_path):
+    path = _damaged(tmp_path)
+    assert _compare(path)
+    stored = trace_mod.load_trace(path, store_now=True)
+    notes = top_kernels(stored).data_issues
+    stored.close()
+    assert any("end before start" in n for n in notes) and any("before its launching API call" in n for n in notes)
+
+
+def test_preview_counts_rows_without_times_or_device(tmp_path):
+    path = _damaged(tmp_path)
+    _edit(path, """
+        ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO k_old;
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM k_old;
+        DROP TABLE k_old;
+        UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = NULL WHERE rowid = 1;
+        UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = NULL WHERE rowid = 2;
+        UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET deviceId = NULL WHERE rowid = 5;
+        DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid = 7;""")
+    assert _compare(path)
+
+
+def test_preview_with_repeated_string_ids_and_correlation_ids(tmp_path):
+    path = _damaged(tmp_path)
+    _edit(path, """
+        ALTER TABLE StringIds RENAME TO s_old;
+        CREATE TABLE StringIds AS SELECT * FROM s_old;
+        DROP TABLE s_old;
+        INSERT INTO StringIds SELECT id, value || '_twin' FROM StringIds WHERE id = (SELECT min(shortName) FROM CUPTI_ACTIVITY_KIND_KERNEL);
+        INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT * FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE rowid <= 3;""")
+    assert _compare(path)
+
+
+def test_preview_declines_where_only_the_full_reader_is_exact(tmp_path):
+    path = _damaged(tmp_path)
+    _edit(path, "UPDATE StringIds SET value = value || printf('%.70000c', 'x') WHERE id = (SELECT min(shortName) FROM CUPTI_ACTIVITY_KIND_KERNEL);")
+    assert not _compare(path)  # the long name is cut by check_model
+    no_span = _damaged(tmp_path, "no_span.sqlite")
+    _edit(no_span, "DROP TABLE IF EXISTS ANALYSIS_DETAILS;")
+    con = sqlite3.connect(no_span)
+    has_other = con.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('CUPTI_ACTIVITY_KIND_MEMCPY', "
+                            "'CUPTI_ACTIVITY_KIND_MEMSET', 'NVTX_EVENTS')").fetchone()[0]
+    con.close()
+    assert _compare(no_span) is not bool(has_other)
+
+
+@pytest.mark.parametrize("path", real_files("nsys/*.sqlite"), ids=lambda p: p.name)
+def test_preview_answers_as_the_store_on_real_profiles(path):
+    assert _compare(path)
+
+
+def test_a_pending_trace_answers_first_then_builds_in_the_background(tmp_path):
+    path = _damaged(tmp_path)
+    cache.clear()
+    pending = cache.open_trace(path)
+    assert not pending.ready and not store_exists(path)
+    first = top_kernels(pending).model_dump()
+    pending._builder.join(timeout=120)
+    assert pending.ready and store_exists(path) and pending.store.built
+    assert top_kernels(pending).model_dump() == first
+    gap_histogram(pending)  # any tool reads the finished store
+    again = trace_mod.load_trace(path)  # a new open finds the store: no preview
+    assert again.ready and not again.store.built
+    # the preview's answers were kept in the store, and equal what the store computes itself
+    saved = list((again.store.folder / "answers").iterdir())
+    assert saved
+    assert top_kernels(again).model_dump() == first
+    for f in saved:
+        f.unlink()
+    again._memo.clear()
+    assert top_kernels(again).model_dump() == first
+    again.close()
+    cache.clear()
+
+
+def test_another_tool_first_waits_for_the_store(tmp_path):
+    path = _damaged(tmp_path)
+    pending = trace_mod.load_trace(path)
+    assert not pending.ready
+    gap_histogram(pending)
+    assert pending.ready and pending._builder is None and store_exists(path)
+    pending.close()
+
+
+def test_a_failed_background_build_is_an_error_not_a_hang(tmp_path, monkeypatch):
+    path = _damaged(tmp_path)
+    pending = trace_mod.load_trace(path)
+
+    def broken(con, path, progress, detected):
+        raise ProfileError("the export could not be read (test)")
+
+    monkeypatch.setattr(nsys_reader, "load", broken)
+    first = top_kernels(pending)  # the preview still answers
+    assert first.kernels
+    pending._builder.join(timeout=120)
+    assert not pending._builder.is_alive()
+    for _ in range(2):  # every later question says why, at once
+        with pytest.raises(ProfileError, match="could not be read"):
+            gap_histogram(pending)
+    assert not store_exists(path)
+    pending.close()
+
+
+def test_concurrent_first_questions_share_one_build(tmp_path):
+    path = _damaged(tmp_path)
+    pending = trace_mod.load_trace(path)
+    answers, errors = [], []
+
+    def ask():
+        try:
+            answers.append(top_kernels(pending).model_dump())
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors and len(answers) == 4 and all(a == answers[0] for a in answers)
+    pending._builder.join(timeout=120)
+    assert pending.ready
+    pending.close()
