@@ -171,6 +171,44 @@ def test_cache_list_and_clear_from_the_command_line(tmp_path):
     assert not list((tmp_path / "cache" / "stores").glob("*/*/model.duckdb"))
 
 
+def test_a_job_s_stacked_store_is_listed_counted_evicted_and_cleared(tmp_path, monkeypatch):
+    """The job file rank_summary builds (tools/model/job.py: one DuckDB file stacking the ranks' tables) is part of
+    the cache: `cache list` shows it, a process using it holds it against eviction, GPUSCOPE_CACHE_GB counts it and
+    `cache clear` removes it."""
+    from gpuscope.fixtures.scenarios_job import PID0, job
+    from gpuscope.fixtures.writers import kineto
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    paths = [kineto.write(job(3, 1, 2), folder / f"rank{r}.pt.trace.json", pid=PID0 + r) for r in range(3)]
+    env = _env(tmp_path / "cache")
+    subprocess.run([str(GPUSCOPE), "rank-summary", str(folder)], env=env, check=True, capture_output=True)
+    listed = json.loads(subprocess.run([str(GPUSCOPE), "cache", "list", "--json"], env=env, check=True,
+                                       capture_output=True, text=True).stdout)
+    (stack,) = [e for e in listed["stores"] if e["format"] == "job"]
+    assert sorted(e["profile"] for e in listed["stores"] if e["format"] != "job") == sorted(map(str, paths))
+    assert stack["profile"] == f"{paths[0]} (+2 more ranks)" and stack["store_bytes"] > 0 and not stack["in_use"]
+    assert stack["profile_bytes"] == sum(p.stat().st_size for p in paths)
+
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    traces = [load_trace(p) for p in paths]
+    A.rank_summary(traces)  # this process now holds the job file
+    monkeypatch.setenv("GPUSCOPE_CACHE_GB", "0")
+    for t in traces:
+        t.close()
+    removed = store.evict()
+    assert "job" not in [e.format for e in removed]  # still attached here: kept
+    assert [e.format for e in store.list_stores()] == ["job"]
+    deleted, kept = store.clear()
+    assert deleted == [] and [e.format for e in kept] == ["job"]
+    from gpuscope.tools.model.job import release_stacks
+
+    release_stacks()
+    deleted, kept = store.clear()
+    assert [e.format for e in deleted] == ["job"] and kept == [] and store.list_stores() == []
+    assert not list((tmp_path / "cache" / "stores").glob("*/.jobs/*.duckdb"))
+
+
 def test_xdg_cache_home_is_the_default_cache(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "GPUSCOPE_CACHE_DIR"}
     env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")

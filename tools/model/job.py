@@ -253,12 +253,19 @@ class JobStack:
     """One DuckDB file holding STACKED_TABLES and DERIVED_TABLES of several stores, each row with `_part` (the
     store's position when it was built). Built once per ordered set of stores (by any process) and attached once."""
 
-    def __init__(self, file: Path, members: dict[str, int]):
+    def __init__(self, file: Path, members: dict[str, int], lease):
         self.file = file
         self.members = members  # store model file -> _part
+        self.lease = lease      # shared hold on the file while attached here: cache eviction leaves it alone
         from .hub import hub
 
         self.catalog = hub().attach(file)
+
+    def close(self) -> None:
+        from .hub import hub
+
+        hub().detach(self.file)
+        self.lease.release()
 
 
 _stacks: "dict[str, JobStack]" = {}       # stack file -> its JobStack, oldest first
@@ -271,17 +278,20 @@ def job_stack(traces: list[Trace], progress: Progress = lambda f, m: None) -> Jo
     build connection of their own, each table copied with one INSERT per batch; written to a temporary file and
     renamed, so a concurrent builder or a crash leaves no half-built stack behind."""
     from .limits import duckdb_config
-    from .store import version_dir
+    from .store import evict, job_stack_file, job_stack_lease, touch_job, write_job_info
 
     files = [str(t.store.model_file) for t in traces]
     key = hashlib.sha1("\n".join([STACK_VERSION, *files]).encode()).hexdigest()
-    target = version_dir() / ".jobs" / f"{key}.duckdb"  # a dot folder: not a store to list_stores / evict
+    target = job_stack_file(key)
     with _stacks_lock:
         found = _stacks.get(str(target))
         if found is not None:
+            touch_job(target)
             return found
+        lease = job_stack_lease(target)
+        built = False
         if not target.is_file():
-            target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            built = True
             tmp = target.with_name(f"{key}.{os.getpid()}.{threading.get_ident()}.tmp")
             con = duckdb.connect(str(tmp), config=duckdb_config())
             try:
@@ -306,12 +316,15 @@ def job_stack(traces: list[Trace], progress: Progress = lambda f, m: None) -> Jo
                     if table not in created:
                         con.execute(f"CREATE TABLE {table} (_part INTEGER, {EMPTY_DERIVED[table]})")
                 con.close()
+                write_job_info(target, [Path(t.path) for t in traces])
                 os.replace(tmp, target)
             except BaseException:
                 con.close()
                 tmp.unlink(missing_ok=True)
+                lease.release()
                 raise
-        stack = JobStack(target, {f: i for i, f in enumerate(files)})
+        touch_job(target)
+        stack = JobStack(target, {f: i for i, f in enumerate(files)}, lease)
         _stacks[str(target)] = stack
         for f in files:
             _member_of[f] = stack
@@ -319,10 +332,19 @@ def job_stack(traces: list[Trace], progress: Progress = lambda f, m: None) -> Jo
             old = _stacks.pop(next(iter(_stacks)))
             for f in [f for f, st in _member_of.items() if st is old]:
                 del _member_of[f]
-            from .hub import hub
-
-            hub().detach(old.file)
+            old.close()
+        if built:
+            evict(keep={key})  # the cache size limit (GPUSCOPE_CACHE_GB) counts job stacks too
         return stack
+
+
+def release_stacks() -> None:
+    """Detach every job stack this process holds, so that the cache may evict them (`gpuscope cache clear` in
+    another process, the size limit); the next job question attaches its stack again."""
+    with _stacks_lock:
+        while _stacks:
+            _stacks.pop(next(iter(_stacks))).close()
+        _member_of.clear()
 
 
 def union_sql(traces: list[Trace], table: str, columns: str, where: str = "TRUE", only: set[int] | None = None) -> str:

@@ -432,6 +432,45 @@ def _touch(folder: Path) -> None:
         pass
 
 
+# -- job stacks: one DuckDB file per set of rank stores (tools/model/job.py), managed with the stores ----------------
+JOBS_DIR = ".jobs"  # a dot folder inside the version folder: never mistaken for a store folder
+
+
+def job_stack_file(key: str) -> Path:
+    return version_dir() / JOBS_DIR / f"{key}.duckdb"
+
+
+def job_stack_lease(file: Path) -> Lease:
+    """A shared hold on a job stack (taken before it is looked for or built): eviction leaves it alone meanwhile."""
+    file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return Lease(_flock(file.with_suffix(".lock"), fcntl.LOCK_SH))
+
+
+def write_job_info(file: Path, profiles: list[Path]) -> None:
+    """What `gpuscope cache list` shows for a job stack: its first rank and the rank count, the ranks' bytes."""
+    total = 0
+    for prof in profiles:
+        try:
+            total += prof.stat().st_size
+        except OSError:
+            pass
+    shown = f"{profiles[0]} (+{len(profiles) - 1} more ranks)" if len(profiles) > 1 else str(profiles[0])
+    _atomic_json(file.with_suffix(".json"), {"profile": shown, "format": "job", "profile_bytes": total, "ranks": len(profiles)})
+
+
+def touch_job(file: Path) -> None:
+    try:
+        os.utime(file.with_suffix(".json"))
+    except OSError:
+        pass
+
+
+def _atomic_json(target: Path, data: dict) -> None:
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, target)
+
+
 # -- the whole cache: list, evict, clear -------------------------------------------------------------------
 @dataclass
 class StoreEntry:
@@ -482,11 +521,40 @@ def list_stores() -> list[StoreEntry]:
                                       profile=str(info.get("profile", "?")), format=str(info.get("format", "?")),
                                       profile_bytes=int(info.get("profile_bytes", 0)), store_bytes=_folder_bytes(folder),
                                       last_used_unix_s=used, in_use=probe is None))
+        jobs = vdir / JOBS_DIR
+        for file in sorted(jobs.glob("*.duckdb")) if jobs.is_dir() else []:
+            try:
+                info = json.loads(file.with_suffix(".json").read_text())
+                used = file.with_suffix(".json").stat().st_mtime
+            except (OSError, ValueError):
+                info, used = {}, 0.0
+            probe = _flock(file.with_suffix(".lock"), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if probe is not None:
+                os.close(probe)
+            try:
+                size = file.stat().st_size
+            except OSError:
+                continue
+            entries.append(StoreEntry(key=file.stem, folder=file, version=vdir.name, current=vdir.name == STORE_VERSION,
+                                      profile=str(info.get("profile", "?")), format="job",
+                                      profile_bytes=int(info.get("profile_bytes", 0)), store_bytes=size,
+                                      last_used_unix_s=used, in_use=probe is None))
     return sorted(entries, key=lambda e: (e.current, e.last_used_unix_s))
 
 
 def remove_store(entry: StoreEntry) -> bool:
-    """Delete one store unless a process holds it; True when it was deleted."""
+    """Delete one store (or job stack) unless a process holds it; True when it was deleted."""
+    if entry.format == "job":
+        lock = entry.folder.with_suffix(".lock")
+        fd = _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if fd is None:
+            return False
+        try:
+            for f in (entry.folder, entry.folder.with_suffix(".json"), Path(f"{entry.folder}.wal"), lock):
+                f.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+        return True
     lock = entry.folder.parent / f"{entry.key}.lock"
     fd = _flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     if fd is None:
@@ -516,7 +584,8 @@ def evict(keep: set[str] = frozenset(), limit: int | None = None) -> list[StoreE
             total -= e.store_bytes
             removed.append(e)
     for vdir in stores_root().iterdir() if stores_root().is_dir() else []:
-        if vdir.is_dir() and vdir.name != STORE_VERSION and not any(p.is_dir() for p in vdir.iterdir()):
+        if vdir.is_dir() and vdir.name != STORE_VERSION and not any(p.is_dir() and p.name != JOBS_DIR for p in vdir.iterdir()) \
+                and not any((vdir / JOBS_DIR).glob("*.duckdb")):
             shutil.rmtree(vdir, ignore_errors=True)  # an emptied folder of an older version
     return removed
 
