@@ -82,13 +82,14 @@ def test_preview_answers_as_the_store_on_every_scenario(maker, tmp_path):
 
 
 def _previewable(path) -> bool:
-    """The docstring's rule: kernels, and a capture span that ANALYSIS_DETAILS or the kernels and calls alone give."""
+    """The docstring's rule: kernels, no whole-graph executions, and a capture span that ANALYSIS_DETAILS or the
+    kernels and calls alone give."""
     con = sqlite3.connect(path)
     tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     kernels = "CUPTI_ACTIVITY_KIND_KERNEL" in tables and con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     con.close()
     others = tables & {"CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS"}
-    return bool(kernels) and ("ANALYSIS_DETAILS" in tables or not others)
+    return bool(kernels) and "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" not in tables and ("ANALYSIS_DETAILS" in tables or not others)
 
 
 def _damaged(tmp_path, name="bad.sqlite"):

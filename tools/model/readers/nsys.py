@@ -529,7 +529,7 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 
     Raises NoPreview where a cheap check cannot rule out a difference from the full reader: a small export
     (its store is quick), no SQLite scanner, memory copies or NVTX ranges without ANALYSIS_DETAILS (they
-    move the capture span), names longer than MAX_NAME_CHARS (cut by check_model), or kernels left out while
+    move the capture span), whole-graph executions (GRAPH_TRACE: kernels rows of the store), names longer than MAX_NAME_CHARS (cut by check_model), or kernels left out while
     the runtime table repeats correlation ids (the reader's row count check then decides differently)."""
     src = SqliteSource(con, path)
     con.execute("SET preserve_insertion_order = false")
@@ -546,6 +546,8 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         analysed = src.has("ANALYSIS_DETAILS") and (src.query("SELECT duration FROM ANALYSIS_DETAILS LIMIT 1") or [(None,)])[0][0] is not None
         if not analysed and any(src.has(t) for t in (MEMCPY, MEMSET, "NVTX_EVENTS")):
             raise NoPreview("capture span needs more tables")
+        if src.has(GRAPH_TRACE):  # whole-graph executions are kernels rows too (_graph_executions): the store has them
+            raise NoPreview("graph-level trace")
         r._metadata()
         con.execute("CREATE TEMP TABLE _launch (pid BIGINT, correlation_id BIGINT, call_start BIGINT)")
         if src.has(RUNTIME):
@@ -569,14 +571,14 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             # no correlation id, name '(capture bounds)'), and of every pair with a graph-launch call at its earliest
             # start all its calls there - graph_summary picks the first among them exactly as among all calls.
             con.execute("""INSERT INTO api_calls SELECT NULL, NULL, call_start, last_end, last_end - call_start, '(capture bounds)',
-                           'cuda_runtime', NULL, NULL FROM _pairs WHERE whole AND call_start IS NOT NULL""")
+                           'cuda_runtime', NULL, NULL, NULL FROM _pairs WHERE whole AND call_start IS NOT NULL""")
             if graphs:
                 con.execute(f"""
                     INSERT INTO api_calls
                     SELECT c.pid, c.tid, c.start_ns, c.end_ns, c.end_ns - c.start_ns,
                            coalesce(s.name, 'unknown API (StringIds ' || c.nameId || ')'),
                            CASE c.eventClass WHEN 0 THEN 'cuda_runtime' WHEN 1 THEN 'cuda_driver' ELSE 'cuda_class_' || c.eventClass END,
-                           c.correlation_id, NULL
+                           c.correlation_id, NULL, NULL
                     FROM _calls c JOIN _launch l ON l.pid = c.pid AND l.correlation_id = c.correlation_id AND c.start_ns = l.call_start
                     LEFT JOIN _apiname s ON s.id = c.nameId
                     QUALIFY bool_or(regexp_matches(coalesce(s.name, ''), {quote_literal(GRAPH_LAUNCH_RX)}, 'i'))
@@ -591,7 +593,7 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                    coalesce(sn.value, dn.value, 'unknown kernel (StringIds ' || k.shortName || ')'),
                    {k('gridX')}, {k('gridY')}, {k('gridZ')}, {k('blockX')}, {k('blockY')}, {k('blockZ')},
                    {k('registersPerThread')}, {k('staticSharedMemory')}, {k('dynamicSharedMemory')},
-                   k.correlationId, {k('graphId')}, {PID.format(g='k.globalPid')}, NULL, false
+                   k.correlationId, {k('graphId')}, {PID.format(g='k.globalPid')}, NULL, false, false
             FROM {src.relation(KERNEL)} k LEFT JOIN {r.strings} dn ON dn.id = k.demangledName
             LEFT JOIN {r.strings} sn ON sn.id = k.shortName
             WHERE k.start IS NOT NULL AND k."end" IS NOT NULL AND k.deviceId IS NOT NULL""").fetchone()[0]
