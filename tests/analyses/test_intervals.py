@@ -182,7 +182,9 @@ def test_unions_spill_under_a_small_memory_limit(tmp_path):
     want = _raw_truth(path)
     env = {**os.environ, "GPUSCOPE_CACHE_DIR": str(tmp_path / "cache")}
     # the store is built with the default limit (reading an export is not what is tested), then reopened under 64 MiB
-    built = subprocess.run([sys.executable, "-c", "import sys; from gpuscope.tools.model.cache import open_trace; open_trace(sys.argv[1])",
+    # (store_now: an export this large would otherwise open as a pending trace, built only when asked)
+    built = subprocess.run([sys.executable, "-c", "import sys; from gpuscope.tools.model.trace import load_trace; "
+                            "load_trace(sys.argv[1], store_now=True).close()",
                             str(path)], env=env, capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr[-2000:]
     out = subprocess.run([sys.executable, "-c", CHILD, str(path)], env={**env, "GPUSCOPE_MEMORY_LIMIT": "64MiB"},

@@ -38,16 +38,17 @@ from .requirements import KINDS
 
 
 def run(traces: list[Trace], sql: str, params: list | dict | None = None) -> list[tuple]:
-    """One statement over the stacked stores of `traces` (a lone profile held in memory runs on its own instance)."""
-    if len(traces) == 1 and traces[0].store.in_memory:
+    """One statement over the stacked stores of `traces`; a lone profile runs on its own model (stack() reads it
+    there: one profile is never copied into a job file)."""
+    if len(traces) == 1:
         return traces[0].sql(sql, params)
     return jobs.job_sql(traces, sql, params)
 
 
 def stack(traces: list[Trace], table: str, columns: str, where: str = "TRUE", only: set[int] | None = None) -> str:
-    """`table` of every trace with its position `part` (job.union_sql); a lone profile held in memory (the cache
-    folder cannot be written) is read on its own instance, so one-profile calls work without the on-disk store."""
-    if len(traces) == 1 and traces[0].store.in_memory:
+    """`table` of every trace with its position `part` (job.union_sql); a lone profile is read from its own model
+    (its store, or the in-memory model when the cache folder cannot be written), never stacked into a job file."""
+    if len(traces) == 1:
         t = traces[0]
         if table in jobs.DERIVED_TABLES:
             source = jobs.source_sql(table, quote_ident(t.con.catalog), t.format) or jobs.empty_sql(table)
