@@ -376,7 +376,8 @@ class WhatIfRuleIn(BaseModel):
 
 @profile_tool("Critical path of a step, with what-if")
 async def critical_path(
-    trace: TracePath,
+    trace: Annotated[str, Field(description="Path of the profile, or a folder or glob of per-rank profiles (a job: "
+                                            "the ranks' graphs joined at their collectives)")],
     step: Annotated[int | None, Field(ge=0, description="Step index within the iterations series; default the "
                                                         "median-length steady step")] = None,
     marker: Annotated[str | None, Field(description="Step marker as for iterations (default ProfilerStep#N, else the "
@@ -394,10 +395,12 @@ async def critical_path(
     default the median-length steady one; or start_ns/end_ns): path length (= window span), its time split by kind
     (cpu, launch_overhead, gpu_compute, copy, communication, sync_wait, idle_gap; % of the path), top contributors,
     path segments per lane, per-lane slack, and what-if: kernels matching a rule sped up and the graph re-evaluated
-    (new length, change, whether the path moved). Event pairing and sync targets are inferred; the result says how."""
+    (new length, change, whether the path moved). Event pairing and sync targets are inferred; the result says how.
+    A job (folder or glob of per-rank profiles): the same step on every rank, collectives linked across ranks (the
+    k-th communication kernel of a name on each rank), so the path runs through the last-arriving rank."""
     rules = [r.model_dump() for r in what_if] if what_if else None
     return await _answer(ctx, "Critical path", lambda: A.critical_path(
-        _open(trace, ctx), step=step, marker=marker, pid=pid, start_ns=start_ns, end_ns=end_ns, what_if=rules, limit=limit))
+        _open_side(trace, ctx), step=step, marker=marker, pid=pid, start_ns=start_ns, end_ns=end_ns, what_if=rules, limit=limit))
 
 
 @profile_tool("GPU timeline: compute, communication, copies, idle")
@@ -686,7 +689,7 @@ async def compare_traces(
 
 
 def _open_side(path: str, ctx: Context | None) -> Trace | list[Trace]:
-    """A profile, or every rank's profile when `path` is a folder or glob (compare_traces over two jobs)."""
+    """A profile, or every rank's profile when `path` is a folder or glob (a job: compare_traces, critical_path)."""
     return _open_job([path], ctx) if names_job(path) else _open(path, ctx)
 
 

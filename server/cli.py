@@ -166,7 +166,8 @@ def _critical_path(trace: str, what_if: list[str] | None = None, **kw) -> BaseMo
             raise ProfileError(f"--what-if {text!r}: the speedup after '=' must be a number.") from None
         key = "name_glob" if pattern.startswith("glob:") else "name_contains"
         rules.append({key: pattern.removeprefix("glob:"), "speedup": speedup})
-    return A.critical_path(open_trace(trace), what_if=rules or None, **kw)
+    # a folder or glob of per-rank profiles is a job: collectives are linked across the ranks
+    return A.critical_path(open_job([trace], _stderr_progress) if names_job(trace) else open_trace(trace), what_if=rules or None, **kw)
 
 
 COMMANDS["critical-path"] = (_critical_path, "Critical path", [

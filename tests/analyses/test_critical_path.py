@@ -238,3 +238,69 @@ def test_vectorised_evaluation_refuses_a_cycle():
     with pytest.raises(ProfileError, match="cycle"):
         _Lanes(5, np.array([1, 2, 3, 4]), np.array([True, False, True, False]), src[o], dst[o], np.zeros(6, np.int8),
                np.zeros(6, np.int8), np.zeros(6, np.int64), chain[o], np.zeros(5, np.int64))
+
+
+# -- jobs: collectives linked across ranks (fixtures/scenarios_job.py with deps=True; figures from its constants) ----
+
+def _job_folder(tmp_path, n: int, straggler: int) -> str:
+    from gpuscope.fixtures.scenarios_job import PID0, job
+    from gpuscope.fixtures.writers import kineto
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    s = job(n, straggler, 3, deps=True)
+    for r in range(n):
+        kineto.write(s, folder / f"rank{r:03d}.pt.trace.json", pid=PID0 + r)
+    return str(folder)
+
+
+@pytest.mark.parametrize("n,straggler", [(2, 1), (4, 2), (8, 5)])
+def test_job_path_runs_through_the_last_arriving_rank_and_what_if_moves_every_rank(tmp_path, n, straggler):
+    from gpuscope.fixtures.scenarios_job import PID0, TAIL_US, compute_us, step_us
+    from gpuscope.tools.model import job as jobs
+    from gpuscope.tools.model.cache import leases
+
+    with leases():
+        traces = jobs.open_job([_job_folder(tmp_path, n, straggler)])
+        r = critical_path(traces, what_if=[{"name_contains": "gemm", "speedup": 2.0}])
+        start = r.window.start_ns
+        c = critical_path(traces, start_ns=start, end_ns=start + 1_500 * US, what_if=[{"name_contains": "gemm", "speedup": 2.0}])
+    i = 1  # three steps of equal length: the median steady step, on every rank
+    cs = [compute_us(q, i, straggler) for q in range(n)]
+    slow = cs[straggler]
+    step = step_us(slow) * US
+    assert r.iteration.index == i and r.path_ns == r.window_span_ns == step
+    # the straggler's launch (gap 8 µs = cpu, then 22 µs to the gemm's start), its gemm, its event wait (7 µs), one
+    # rank's transfer part (TAIL_US), that rank's sync return (10 µs), its host to the step's end
+    assert _split(r) == {"cpu": step - (22 + slow + 7 + TAIL_US + 10) * US, "launch_overhead": 22 * US,
+                         "gpu_compute": slow * US, "communication": TAIL_US * US, "sync_wait": 17 * US}
+    last = n - 1  # every rank leaves together: the end event is the latest node of equal end, the last rank's
+    p, q = PID0 + straggler, PID0 + last
+    lanes = [f"rank {straggler} host {p}/{p}", f"rank {straggler} gpu {p}/{straggler % 8}/7",
+             f"rank {straggler} gpu {p}/{straggler % 8}/20", f"rank {last} gpu {q}/{last % 8}/20", f"rank {last} host {q}/{q}"]
+    lanes = [x for k, x in enumerate(lanes) if k == 0 or x != lanes[k - 1]]
+    assert [s.lane for s in r.segments] == lanes
+    assert r.segments[0].start_ns == start and r.segments[-1].end_ns == start + step
+    assert r.collectives.model_dump() == {"ranks_with_comm": n, "instances": 1, "unlinked": 0, "edges": n * (n - 1),
+                                          "wait_ns": sum(slow - x for x in cs) * US, "clamped_transfers": 0}
+    assert r.graph.edges["collective"] == n * (n - 1) and [x.rank for x in r.ranks] == list(range(n))
+    assert any("clocks are assumed aligned" in a for a in r.assumptions)
+    # gemm twice as fast on every rank: the straggler still arrives last, 190+ µs earlier; every rank's transfer, sync
+    # return and step end move with it (re-evaluated: the other ranks' waits shrink, they are not subtracted)
+    w = r.what_if[0]
+    assert w.path_ns == step - slow * US // 2 and w.change_ns == -(slow * US // 2)
+    assert f"rank {straggler} gpu {p}/{straggler % 8}/7" in w.lanes_after
+    assert {s.kind: s.ns for s in w.split if s.ns}["gpu_compute"] == slow * US // 2
+    # a caller window ends with the last event: the last rank's sync return after the transfer
+    assert c.path_ns == (37 + slow + TAIL_US + 10) * US and c.what_if[0].path_ns == c.path_ns - slow * US // 2
+    assert c.end_event.lane == f"rank {last} host {q}/{q}"
+
+
+def test_job_refuses_pid(tmp_path):
+    from gpuscope.tools.model import job as jobs
+    from gpuscope.tools.model.cache import leases
+
+    with leases():
+        traces = jobs.open_job([_job_folder(tmp_path, 2, 1)])
+        with pytest.raises(ProfileError, match="pid selects a process"):
+            critical_path(traces, pid=20_000)

@@ -23,6 +23,12 @@ same-stream order and CUDA event syncs, longest path through one ProfilerStep). 
   * What-if: durations of the GPU ops matching a rule are divided by its speedup (rounded to ns) and the whole
     graph is re-evaluated (never by subtracting); a waiting call then returns when its
     awaited op ends, so host work after it moves too. Delays and host durations stay as measured.
+  * Job (several ranks; HTA has no cross-rank path): each rank's graph over the same step, on one timeline (clocks
+    assumed aligned), joined at the collectives: the k-th communication kernel of a name on each rank is one instance,
+    split per rank into its arrival (start, 0 ns) and its transfer part [the instance's last arrival, its end], with
+    an edge from every rank's arrival to every other rank's transfer part. The path therefore runs through the
+    last-arriving rank's chain; what-if re-evaluates the joined graph, so a faster kernel on the straggler moves every
+    rank's transfer and everything after it.
   * Evaluation is numpy (_Lanes): each thread and stream is a chain whose start times are a running maximum, and
     a schedule built once per graph evaluates chain runs in rounds, one per lane switch of the deepest dependency
     chain (host sync -> GPU -> host ...), so cost is O(nodes + edges) plus ~10-20 us per round.
@@ -60,12 +66,14 @@ WAIT_EVENT_RE = r"^(cuda|cu|hip)StreamWaitEvent$"
 EVENT_SYNC_RE = r"^(cuda|cu|hip)EventSynchronize$"
 ASYNC_ISSUE_RE = r"^(cuda|cu|hip)(Memcpy|Memset)[A-Za-z0-9]*Async$"
 
-# edge types (priority on equal ready times: a GPU-side dependency wins over the host)
-ROOT, HOST, LAUNCH, STREAM, EVENT, WAIT = 0, 1, 2, 3, 4, 5
+# edge types (priority on equal ready times: a GPU-side dependency wins over the host; COLL: a rank's arrival at a
+# collective -> every other rank's transfer part, jobs only)
+ROOT, HOST, LAUNCH, STREAM, EVENT, WAIT, COLL = 0, 1, 2, 3, 4, 5, 6
 EDGE_NAMES = {ROOT: "window_start", HOST: "host_order", LAUNCH: "launch", STREAM: "stream_order", EVENT: "event_wait",
-              WAIT: "sync_wait"}
-DELAY_KIND = {ROOT: "idle_gap", HOST: "cpu", LAUNCH: "launch_overhead", STREAM: "idle_gap", EVENT: "sync_wait", WAIT: "sync_wait"}
-DELAY_CODE = np.array([KINDS.index(DELAY_KIND[t]) for t in range(6)], dtype=np.int64)
+              WAIT: "sync_wait", COLL: "collective"}
+DELAY_KIND = {ROOT: "idle_gap", HOST: "cpu", LAUNCH: "launch_overhead", STREAM: "idle_gap", EVENT: "sync_wait", WAIT: "sync_wait",
+              COLL: "sync_wait"}
+DELAY_CODE = np.array([KINDS.index(DELAY_KIND[t]) for t in range(7)], dtype=np.int64)
 FIN, START = 0, 1
 
 ASSUMPTIONS = [
@@ -83,6 +91,17 @@ ASSUMPTIONS = [
     "window); on other threads only where a CPU op or annotation covers them (else idle_gap). The step's thread runs "
     "to the step's end; a caller window ends with its last event",
     "communication kernels are nodes of their own stream; collectives are not linked across ranks (single-profile graph)",
+]
+JOB_ASSUMPTIONS = [
+    *ASSUMPTIONS[:-1],
+    "job (several ranks): each rank's graph is built as for one profile over the same step (the index chosen on the "
+    "first rank, or the caller's start_ns/end_ns on every rank), on one timeline: the ranks' clocks are assumed aligned",
+    "a collective instance = the k-th communication kernel of one name on each rank (in the window; instances missing on "
+    "a rank with communication kernels are left unlinked); on each rank its kernel is split into the arrival (its start, "
+    "0 ns) and the transfer part [the instance's last arrival, its end], and every rank's arrival is an edge to every "
+    "rank's transfer part, so the path runs through the last-arriving rank and the others' waits [arrival, last arrival] "
+    "are off the path (on it only as sync_wait where a wait binds). A transfer part that would end before the last "
+    "arrival (clock skew) is clamped to 0 ns (collectives.clamped_transfers)",
 ]
 
 
@@ -143,7 +162,8 @@ class GraphStats(BaseModel):
     gpu_ops: int = Field(description="kernels, copies and sets in the graph (launched in the window, running in it, or "
                                      "carried in from before it)")
     carried_in_ops: int = Field(description="GPU ops that started before the window and ended inside it (counted from the window start)")
-    edges: dict[str, int] = Field(description="edges by type: host_order, launch, stream_order, event_wait, sync_wait, window_start")
+    edges: dict[str, int] = Field(description="edges by type: host_order, launch, stream_order, event_wait, sync_wait, window_start "
+                                              "(a job adds collective: arrival -> other ranks' transfer parts)")
     event_pairs_inferred: int = Field(description="record -> wait pairs turned into cross-stream edges")
     event_pairs_by_id: int = Field(description="of event_pairs_inferred, pairs matched by the event id the profile records "
                                                "(Nsight); the rest by call order (see assumptions)")
@@ -179,6 +199,25 @@ class WhatIf(BaseModel):
     top_contributors: list[Contributor]
 
 
+class JobRank(BaseModel):
+    rank: int
+    trace: str = Field(description="profile file name")
+    pid: int | None
+    window_start_ns: int = Field(description="the rank's window start (its step's start), ns")
+    nodes: int = Field(description="graph nodes of this rank")
+
+
+class CollectiveLinks(BaseModel):
+    ranks_with_comm: int = Field(description="ranks with communication kernels in their window")
+    instances: int = Field(description="collective instances linked across those ranks")
+    unlinked: int = Field(description="instances missing on some rank (left unlinked: each rank's kernel stays whole)")
+    edges: int = Field(description="arrival -> transfer edges added between ranks")
+    wait_ns: int = Field(description="measured collective wait summed over ranks and instances: last arrival - the "
+                                     "rank's own arrival, ns (off the path unless split says sync_wait)")
+    clamped_transfers: int = Field(description="transfer parts clamped to 0 ns because the last arrival came after the "
+                                               "rank's own kernel end (clock skew between ranks)")
+
+
 class CriticalPathResult(ToolResult):
     trace: str
     window: Window = Field(description="the analysed window; its end is the latest end of anything in the graph, which "
@@ -196,6 +235,9 @@ class CriticalPathResult(ToolResult):
     what_if: list[WhatIf] = Field(description="one entry per what_if scenario (all its rules applied together)")
     graph: GraphStats
     assumptions: list[str]
+    ranks: list[JobRank] | None = Field(None, description="job only (trace names a folder or glob of per-rank profiles): "
+                                                         "the ranks, each with its own window; lanes are prefixed 'rank N'")
+    collectives: CollectiveLinks | None = Field(None, description="job only: how collectives were linked across ranks")
     truncated: bool = Field(description="true when the window was cut at node_cap nodes, or segments beyond `limit` were left out")
     hint: str | None = None
     data_issues: list[str] = data_issues_field()
@@ -209,7 +251,7 @@ def _has(series: pd.Series, rx: str) -> pd.Series:
 
 
 def critical_path(
-    trace: Trace,
+    trace: Trace | list[Trace],
     *,
     step: int | None = None,
     marker: str | None = None,
@@ -220,12 +262,19 @@ def critical_path(
     limit: int = 20,
 ) -> CriticalPathResult:
     """`what_if`: a list of rules {"name_contains": "gemm" | "name_glob": "gemm*", "speedup": 2.0}, applied together
-    as one scenario; a list of such lists evaluates several scenarios."""
-    require(trace, "critical_path")
+    as one scenario; a list of such lists evaluates several scenarios. A list of profiles is a job (one per rank, or
+    one holding several ranks): the ranks' graphs are joined at their collectives (see JOB_ASSUMPTIONS)."""
     limit = max(1, min(int(limit), 200))
     scenarios = _parse_what_if(what_if)
-    ws, we, main_tid, pid, choice, note, source = _window(trace, step, marker, pid, start_ns, end_ns)
-    g = _Graph(trace, ws, we, pid, main_tid)
+    job: dict[str, Any] = {}
+    if isinstance(trace, list):
+        g, ws, choice, note, source, job = _job_graph(trace, step, marker, pid, start_ns, end_ns)
+        traces = trace
+    else:
+        require(trace, "critical_path")
+        ws, we, main_tid, pid, choice, note, source = _window(trace, step, marker, pid, start_ns, end_ns)
+        g = _Graph(trace, ws, we, pid, main_tid)
+        traces = [trace]
     base = g.evaluate(g.d)
     path = g.path(base)
     path_ns = int(base.F[path.end])  # graph times are relative to the window start
@@ -246,13 +295,15 @@ def critical_path(
             end_event=g.end_event(ev, p2), split=_shares(s2, n2), top_contributors=g.contributors(ev, p2, n2, limit=8)))
     segments, n_segments = g.segments(base, path, limit)
     truncated = g.truncated or n_segments > limit
+    tables = ("api_calls", "kernels", "memops", "cpu_ops", "markers")
     return CriticalPathResult(
-        data_issues=data_issue_notes(trace, ("api_calls", "kernels", "memops", "cpu_ops", "markers")),
-        trace=str(trace.path), window=Window(start_ns=ws, end_ns=win_end, span_ns=win_end - ws, source=source),
+        data_issues=[f"{t.path.name}: {x}" if job else x for t in traces for x in data_issue_notes(t, tables)],
+        trace=", ".join(str(t.path) for t in traces), window=Window(start_ns=ws, end_ns=win_end, span_ns=win_end - ws, source=source),
         iteration=choice, window_note=note + (f"; cut at {MAX_NODES} graph nodes: the window ends at {g.we} ns" if g.truncated else ""),
         path_ns=path_ns, window_span_ns=win_end - ws, end_event=g.end_event(base, path),
         split=_shares(split, path_ns), top_contributors=g.contributors(base, path, path_ns, limit=limit),
-        segments=segments, lanes=g.lanes(base, path)[:limit], what_if=outcomes, graph=g.stats(), assumptions=ASSUMPTIONS,
+        segments=segments, lanes=g.lanes(base, path)[:limit], what_if=outcomes, graph=g.stats(),
+        assumptions=JOB_ASSUMPTIONS if job else ASSUMPTIONS, ranks=job.get("ranks"), collectives=job.get("collectives"),
         truncated=truncated,
         hint=(f"{n_segments - limit} more path segments than limit={limit}; raise limit (max 200)" if n_segments > limit
               else "the window was cut at the node cap: pass a narrower start_ns/end_ns" if g.truncated else None))
@@ -328,6 +379,130 @@ def _window(trace: Trace, step, marker, pid, start_ns, end_ns):
     note = (f"step {chosen.index} of '{it.choice.pattern}' ({it.choice.how}: {it.choice.reason}); GPU work launched in "
             "the step is followed past the step's end")
     return chosen.start_ns, chosen.end_ns, chosen.tid, chosen.pid, choice, note, f"iteration step {chosen.index}"
+
+
+def _job_graph(traces: list[Trace], step, marker, pid, start_ns, end_ns):
+    """One graph over the ranks of a job: each rank's graph as for one profile (same step index, on one timeline),
+    joined at the collectives. Returns (graph, window start, choice, note, source, {"ranks", "collectives"})."""
+    from .rank_summary import job_ranks
+
+    if pid is not None:
+        raise ProfileError("pid selects a process of one profile; a job takes every rank: pass one rank's profile with "
+                           "pid, or the job without it.")
+    units = job_ranks(traces, [])
+    graphs: list[_Graph] = []
+    for u in units:
+        require(u.trace, "critical_path")
+        upid = None if (u.whole or u.pid is None) else int(u.pid)
+        at = step if not graphs or choice is None else choice.index  # the first rank's step on every rank
+        ws, we, tid, p, ch, nt, src = _window(u.trace, at, marker, upid, start_ns, end_ns)
+        if not graphs:
+            choice, note, source = ch, nt, src
+        graphs.append(_Graph(u.trace, ws, we, p, tid))
+    g, base, job = _join(graphs, units)
+    return g, base, choice, note + f"; the same window on each of {len(units)} ranks (clocks assumed aligned)", source, job
+
+
+def _join(graphs: list[_Graph], units) -> tuple[_Graph, int, dict]:
+    base = min(g.base for g in graphs)
+    P = np.cumsum([0] + [g.n - 1 for g in graphs])  # node i > 0 of rank graph r -> i + P[r]; every root -> 0
+    LP = np.cumsum([0] + [len(g.lane_names) - 1 for g in graphs])
+    n0 = int(P[-1]) + 1
+
+    def cat(f, first):
+        return np.concatenate([np.asarray([first], dtype=np.asarray(f(graphs[0])).dtype)] + [np.asarray(f(g))[1:] for g in graphs])
+
+    S = cat(lambda g: g.S_meas + (g.base - base), 0)
+    S[0] = 0
+    d = cat(lambda g: g.d, 0)
+    E = S + d
+    kcode = cat(lambda g: g.kcode, KINDS.index("idle_gap"))
+    lcode = np.concatenate([[0]] + [np.where(g.lcode[1:] == 0, 0, g.lcode[1:] + LP[r]) for r, g in enumerate(graphs)]).astype(np.int64)
+    label = np.concatenate([np.asarray(["<window start>"], dtype=object)] + [g.label[1:].astype(object) for g in graphs])
+    lane_names = ["window"] + [f"rank {u.rank} {x}" for u, g in zip(units, graphs) for x in g.lane_names[1:]]
+
+    def nodes(r, i):
+        return np.where(i == 0, 0, i + P[r])
+
+    src = np.concatenate([nodes(r, g.src) for r, g in enumerate(graphs)])
+    dst = np.concatenate([nodes(r, g.dst) for r, g in enumerate(graphs)])
+    typ = np.concatenate([g.typ for g in graphs])
+    anc = np.concatenate([g.anc for g in graphs])
+    w = np.concatenate([g.w for g in graphs]).astype(np.int64)
+    chain = np.concatenate([g.chain for g in graphs])
+    seq = np.concatenate([g.eval.seq + P[r] for r, g in enumerate(graphs)])
+    head = np.concatenate([g.eval.head for g in graphs])
+    gops = pd.concat([g.gops[["name", "short_name", "is_comm"]] for g in graphs], ignore_index=True)
+    gop_nodes = np.concatenate([g.gop_nodes + P[r] for r, g in enumerate(graphs)]).astype(np.int64)
+    rank_of = np.concatenate([np.full(len(g.gop_nodes), u.rank) for u, g in zip(units, graphs)])
+
+    # collective instances: the k-th communication kernel of one name on each rank with communication kernels
+    comm = pd.DataFrame({"rank": rank_of, "node": gop_nodes, "name": gops["name"].astype(str).to_numpy(),
+                         "S": S[gop_nodes], "E": E[gop_nodes]})[gops["is_comm"].fillna(False).to_numpy(dtype=bool)]
+    comm = comm.sort_values(["rank", "S", "E", "node"], kind="stable")
+    comm["k"] = comm.groupby(["rank", "name"]).cumcount()
+    nr = int(comm["rank"].nunique())
+    size = comm.groupby(["name", "k"])["rank"].transform("size").to_numpy()
+    linked = comm[size == nr] if nr > 1 else comm.iloc[:0]
+    linked = linked.assign(inst=linked.groupby(["name", "k"]).ngroup()).sort_values(["inst", "rank"], kind="stable")
+    K = linked["node"].to_numpy(dtype=np.int64)
+    last = linked.groupby("inst")["S"].transform("max").to_numpy(dtype=np.int64)
+    X = n0 + np.arange(len(K), dtype=np.int64)  # the transfer parts: new nodes, each right after its arrival on its lane
+    n = n0 + len(K)
+    grow = lambda a, v: np.concatenate((a, v))  # noqa: E731
+    S, E, d = grow(S, last), grow(E, np.maximum(E[K], last)), grow(d, np.maximum(E[K], last) - last)
+    clamped = int((last > E[K]).sum())
+    wait = int((last - S[K]).sum())
+    kcode, lcode, label = grow(kcode, kcode[K]), grow(lcode, lcode[K]), grow(label, label[K])
+    E[K], d[K] = S[K], 0
+    kcode[K] = KINDS.index("sync_wait")
+    label[K] = label[K] + " (arrival)"
+    xmap = np.full(n0, -1, dtype=np.int64)
+    xmap[K] = X
+    # what left the kernel now leaves its transfer part (a start -> start + lag edge keeps its target time)
+    out = (src < n0) & (xmap[np.minimum(src, n0 - 1)] >= 0)
+    w[out & (anc == START)] = np.maximum(0, w[out & (anc == START)] - (S[xmap[src[out & (anc == START)]]] - S[src[out & (anc == START)]]))
+    src = src.copy()
+    src[out] = xmap[src[out]]
+    gop_nodes = np.where(xmap[gop_nodes] >= 0, xmap[gop_nodes], gop_nodes)
+    a = K.reshape(-1, nr) if len(K) else np.zeros((0, max(nr, 1)), dtype=np.int64)
+    b = X.reshape(-1, nr) if len(K) else a
+    other = ~np.eye(a.shape[1], dtype=bool)
+    cs = np.broadcast_to(a[:, :, None], (len(a), a.shape[1], a.shape[1]))[:, other]
+    cd = np.broadcast_to(b[:, None, :], (len(b), b.shape[1], b.shape[1]))[:, other]
+    src = np.concatenate((src, K, cs.ravel()))
+    dst = np.concatenate((dst, X, cd.ravel()))
+    typ = np.concatenate((typ, np.full(len(K), STREAM, np.int8), np.full(cs.size, COLL, np.int8)))
+    anc = np.concatenate((anc, np.full(len(K) + cs.size, FIN, np.int8)))
+    w = np.concatenate((w, np.zeros(len(K) + cs.size, dtype=np.int64)))
+    chain = np.concatenate((chain, np.ones(len(K), bool), np.zeros(cs.size, bool)))
+    pos = np.empty(n0, dtype=np.int64)
+    pos[seq] = np.arange(len(seq))
+    seq = np.insert(seq, pos[K] + 1, X)
+    head = np.insert(head, pos[K] + 1, False)
+    o = np.lexsort((src, dst))
+    src, dst, typ, anc, w, chain = src[o], dst[o], typ[o], anc[o], w[o], chain[o]
+    # measured ready and fixed delay on the common timeline; skew can make a delay negative: it is clamped to 0
+    ready = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(ready, dst, np.where(anc == FIN, E[src], S[src] + w))
+    ready[0] = 0
+    delay = np.maximum(S - ready, 0)
+
+    m = object.__new__(_Graph)
+    m.trace, m.base, m.ws, m.pid, m.job = None, base, 0, None, True
+    m.truncated, m.we = any(g.truncated for g in graphs), max(g.we for g in graphs)
+    m.n, m.nh, m.ng = n, sum(g.nh for g in graphs), sum(g.ng for g in graphs)
+    for f in ("n_carried", "n_sync", "n_sync_by_id", "n_awaiting", "launch_dropped", "overlaps", "events_ok", "events_by_id",
+              "events_dropped"):
+        setattr(m, f, sum(getattr(g, f) for g in graphs))
+    m.src, m.dst, m.typ, m.anc, m.w, m.chain, m.delay, m.d = src, dst, typ, anc, w, chain, delay, d
+    m.kcode, m.lcode, m.label, m.lane_names, m.gops, m.gop_nodes = kcode, lcode, label, lane_names, gops, gop_nodes
+    m.eval = _Lanes(n, seq, head, src, dst, typ, anc, w, chain, delay)
+    ranks = [JobRank(rank=u.rank, trace=u.trace.path.name, pid=u.pid, window_start_ns=g.base, nodes=g.n - 1)
+             for u, g in zip(units, graphs)]
+    links = CollectiveLinks(ranks_with_comm=nr, instances=len(K) // max(nr, 1), unlinked=int(comm.groupby(["name", "k"]).ngroups) - len(K) // max(nr, 1),
+                            edges=int(cs.size), wait_ns=wait, clamped_transfers=clamped)
+    return m, base, {"ranks": ranks, "collectives": links}
 
 
 # ---------------------------------------------------------------------------------------------- the graph
@@ -794,7 +969,8 @@ class _Graph:
             bad = np.flatnonzero(delay < 0)[:5]
             raise AssertionError(f"dependency edge ends after its successor starts: {[(int(i), self.name[i], int(S[i]), int(ready[i])) for i in bad]}")
         self.delay = delay
-        self.eval = _Lanes(n, seq, head, self.src, self.dst, self.typ, self.anc, self.w, ch_a[o], delay)
+        self.chain, self.gop_nodes, self.job = ch_a[o], gi, False
+        self.eval = _Lanes(n, seq, head, self.src, self.dst, self.typ, self.anc, self.w, self.chain, delay)
 
     def _event_syncs(self, calls: pd.DataFrame, records: pd.DataFrame) -> pd.Series:
         """Recorded op node per waiting (outermost) call that synchronises with an event named in the profile."""
@@ -999,7 +1175,7 @@ class _Graph:
         d = self.d.copy()
         names = self.gops["name"].astype(str)
         shorts = self.gops["short_name"].astype(str)
-        gi = np.arange(1 + self.nh, self.n)
+        gi = self.gop_nodes
         info = []
         for r in rules:
             if r["name_contains"]:
@@ -1015,10 +1191,10 @@ class _Graph:
         return d, info
 
     def stats(self) -> GraphStats:
-        counts = np.bincount(self.typ, minlength=6)
+        counts = np.bincount(self.typ, minlength=7)
         return GraphStats(
             nodes=self.n, host_nodes=self.nh, gpu_ops=self.ng, carried_in_ops=self.n_carried,
-            edges={EDGE_NAMES[t]: int(counts[t]) for t in (HOST, LAUNCH, STREAM, EVENT, WAIT, ROOT)},
+            edges={EDGE_NAMES[t]: int(counts[t]) for t in (HOST, LAUNCH, STREAM, EVENT, WAIT, ROOT, *((COLL,) if self.job else ()))},
             event_pairs_inferred=self.events_ok, event_pairs_by_id=self.events_by_id, event_pairs_dropped=self.events_dropped,
             sync_calls=self.n_sync, sync_calls_by_event_id=self.n_sync_by_id,
             sync_calls_awaiting=self.n_awaiting, launch_edges_dropped=self.launch_dropped,
