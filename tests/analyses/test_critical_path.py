@@ -304,3 +304,28 @@ def test_job_refuses_pid(tmp_path):
         traces = jobs.open_job([_job_folder(tmp_path, 2, 1)])
         with pytest.raises(ProfileError, match="pid selects a process"):
             critical_path(traces, pid=20_000)
+
+
+def test_job_clock_skew_clamps_transfer_parts(tmp_path):
+    """Rank 0's clock runs 500 µs late: its arrival comes after the other ranks' all-reduce ended, so their transfer
+    parts are clamped to 0 ns (counted); the path still ends on the latest rank's step end."""
+    import dataclasses
+
+    from gpuscope.fixtures.scenarios_job import PID0, job
+    from gpuscope.fixtures.writers import kineto
+    from gpuscope.tools.model import job as jobs
+    from gpuscope.tools.model.cache import leases
+
+    n, skew = 4, 500 * US
+    s = job(n, 2, 3, deps=True)
+    for table in ("api_calls", "kernels", "markers", "cpu_ops", "memops"):
+        setattr(s, table, [dataclasses.replace(x, start_ns=x.start_ns + skew, end_ns=x.end_ns + skew) if x.pid == PID0 else x
+                           for x in getattr(s, table)])
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for r in range(n):
+        kineto.write(s, folder / f"rank{r:03d}.pt.trace.json", pid=PID0 + r)
+    with leases():
+        r = critical_path(jobs.open_job([str(folder)]))
+    assert r.collectives.clamped_transfers == n - 1 and r.collectives.instances == 1
+    assert r.path_ns == skew + 1_500 * US and r.end_event.lane == f"rank 0 host {PID0}/{PID0}"
