@@ -64,3 +64,17 @@ async def test_rank_summary_through_mcp(anyio_backend, profiles):
         assert res.structured_content["ranks"]
         res = await client.call_tool("rank_summary", {"traces": [str(profiles["nsys"]), str(profiles["nsys"])]})
         assert res.is_error and "given twice" in res.content[0].text
+
+
+async def test_critical_path_over_a_job_folder_through_mcp(anyio_backend, tmp_path):
+    from gpuscope.fixtures.scenarios_job import PID0, job
+    from gpuscope.fixtures.writers import kineto
+
+    s = job(2, 1, 3, deps=True)
+    for r in range(2):
+        kineto.write(s, tmp_path / f"rank{r}.pt.trace.json", pid=PID0 + r)
+    async with Client(server) as client:
+        res = await client.call_tool("critical_path", {"trace": str(tmp_path)})
+        assert not res.is_error, res.content[0].text
+        assert res.structured_content["collectives"]["instances"] == 1
+        assert [x["rank"] for x in res.structured_content["ranks"]] == [0, 1]
