@@ -449,20 +449,20 @@ def _join(graphs: list[_Graph], units) -> tuple[_Graph, int, dict]:
     last = linked.groupby("inst")["S"].transform("max").to_numpy(dtype=np.int64)
     X = n0 + np.arange(len(K), dtype=np.int64)  # the transfer parts: new nodes, each right after its arrival on its lane
     n = n0 + len(K)
-    grow = lambda a, v: np.concatenate((a, v))  # noqa: E731
-    S, E, d = grow(S, last), grow(E, np.maximum(E[K], last)), grow(d, np.maximum(E[K], last) - last)
+    xend = np.maximum(E[K], last)
     clamped = int((last > E[K]).sum())
     wait = int((last - S[K]).sum())
-    kcode, lcode, label = grow(kcode, kcode[K]), grow(lcode, lcode[K]), grow(label, label[K])
+    S, E, d = np.concatenate((S, last)), np.concatenate((E, xend)), np.concatenate((d, xend - last))
+    kcode, lcode, label = np.concatenate((kcode, kcode[K])), np.concatenate((lcode, lcode[K])), np.concatenate((label, label[K]))
     E[K], d[K] = S[K], 0
     kcode[K] = KINDS.index("sync_wait")
     label[K] = label[K] + " (arrival)"
     xmap = np.full(n0, -1, dtype=np.int64)
     xmap[K] = X
     # what left the kernel now leaves its transfer part (a start -> start + lag edge keeps its target time)
-    out = (src < n0) & (xmap[np.minimum(src, n0 - 1)] >= 0)
-    w[out & (anc == START)] = np.maximum(0, w[out & (anc == START)] - (S[xmap[src[out & (anc == START)]]] - S[src[out & (anc == START)]]))
-    src = src.copy()
+    out = xmap[src] >= 0
+    lag = out & (anc == START)
+    w[lag] = np.maximum(0, w[lag] - (S[xmap[src[lag]]] - S[src[lag]]))
     src[out] = xmap[src[out]]
     gop_nodes = np.where(xmap[gop_nodes] >= 0, xmap[gop_nodes], gop_nodes)
     a = K.reshape(-1, nr) if len(K) else np.zeros((0, max(nr, 1)), dtype=np.int64)
