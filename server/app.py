@@ -74,7 +74,7 @@ profiles (before/after, NVIDIA vs AMD): compare_traces. Where GPU time goes: top
 Triton kernels: graph_summary. Why GPUs idle: gap_histogram, api_summary \
 (host blocking, launch queueing vs latency), stream_summary, memcpy_summary. Device memory use, peak and \
 leak suspects: memory_timeline. Steps and ranges: iterations, \
-marker_summary; what bounds a step and what-if speed-ups: critical_path. Communication and ranks: comm_summary, rank_summary, comm_job_summary (several profiles). PyTorch operators: \
+marker_summary; what bounds a step and what-if speed-ups: critical_path (a folder of per-rank profiles: across ranks). Communication and ranks: comm_summary, rank_summary, comm_job_summary (several profiles). PyTorch operators: \
 ops_summary, perf_summary, roofline, call_stack, replay_spec. Anything else: sql_query / list_tables / \
 describe_table. All times are integer nanoseconds on the profile's own timeline; every percentage names its \
 denominator (e.g. pct_of_device_busy_time). Figures are per device; never add devices together unless a tool \
