@@ -329,3 +329,20 @@ def test_job_clock_skew_clamps_transfer_parts(tmp_path):
         r = critical_path(jobs.open_job([str(folder)]))
     assert r.collectives.clamped_transfers == n - 1 and r.collectives.instances == 1
     assert r.path_ns == skew + 1_500 * US and r.end_event.lane == f"rank 0 host {PID0}/{PID0}"
+
+
+def test_job_in_one_nsight_file_holding_every_rank(tmp_path):
+    """The ranks as processes of one profile (an MPI job's Nsight export): the same joined graph, the same figures."""
+    from gpuscope.fixtures.scenarios_job import PID0, compute_us, job, step_us
+    from gpuscope.fixtures.writers import nsys
+    from gpuscope.tools.model import job as jobs
+    from gpuscope.tools.model.cache import leases
+
+    path = nsys.write(job(4, 2, 3, deps=True), tmp_path / "job.sqlite")
+    with leases():
+        r = critical_path(jobs.open_job([str(path)]), what_if=[{"name_contains": "gemm", "speedup": 2.0}])
+    slow = compute_us(2, 1, 2)
+    assert r.path_ns == step_us(slow) * US and r.what_if[0].path_ns == r.path_ns - slow * US // 2
+    assert r.collectives.instances == 1 and r.collectives.ranks_with_comm == 4
+    assert [s.lane for s in r.segments][1:4] == [f"rank 2 gpu {PID0 + 2}/2/7", f"rank 2 gpu {PID0 + 2}/2/20",
+                                                 f"rank 3 gpu {PID0 + 3}/3/20"]
