@@ -25,9 +25,11 @@ with `from conftest import ...`: tests/ has no __init__.py, so pytest puts tests
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -37,7 +39,10 @@ import pytest
 
 # Stores, spill files and the extension copy go to a cache of the test session's own, never ~/.cache; subprocesses
 # (the CLI, `gpuscope serve`, the SQL worker) inherit it. A caller's explicit GPUSCOPE_CACHE_DIR is kept.
-os.environ.setdefault("GPUSCOPE_CACHE_DIR", tempfile.mkdtemp(prefix="gpuscope-test-cache-"))
+# A cache made here is removed when the session ends: a full run builds ~3 GB of stores, and CI's disk is shared.
+if "GPUSCOPE_CACHE_DIR" not in os.environ:
+    os.environ["GPUSCOPE_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpuscope-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["GPUSCOPE_CACHE_DIR"], ignore_errors=True)
 
 from gpuscope.fixtures import samples
 
