@@ -125,3 +125,29 @@ def test_cli_and_mcp_over_two_folders(tmp_path, capsys):
     res = anyio.run(call)
     assert not res.is_error, res.content[0].text
     assert res.structured_content == want and res.structured_content["job"]["ranks"][0]["rank"] == 2
+
+
+def test_a_rank_without_gpu_work_makes_the_job_total_unknown_not_zero(tmp_path):
+    """A candidate rank whose profile holds no GPU operation has no busy or compute figure (rank_summary: null). Its
+    job's sums must be null with the rank named, never the other ranks' sum (that would count the rank as 0 ns)."""
+    n, empty = 3, 1
+    base = [load_trace(p) for p in _write(tmp_path / "base", n)]
+    s = job(n, NO_STRAGGLER, STEPS)
+    s.kernels = [k for k in s.kernels if k.pid != PID0 + empty]
+    s.memops = [m for m in s.memops if m.pid != PID0 + empty]
+    (tmp_path / "cand").mkdir()
+    cand = [load_trace(kineto.write(s, tmp_path / "cand" / f"rank{r:03d}.pt.trace.json", pid=PID0 + r)) for r in range(n)]
+    res = A.compare_traces(base, cand)
+    tb = _truth(n)
+    totals = {t.figure: t for t in res.totals}
+    for figure in ("gpu_span_ns", "busy_ns", "computation_ns"):
+        t = totals[figure]
+        assert (t.candidate_ns, t.delta_ns, t.change_pct, t.candidate_ranks_without) == (None, None, None, [empty]), figure
+        assert t.baseline_ns is not None and t.baseline_ranks_without is None, figure
+    assert totals["computation_ns"].baseline_ns == sum(tb["gemm"])
+    # summed kernel time is a plain sum of durations: the empty rank truly adds 0 ns to it
+    assert totals["summed_kernel_time_ns"].candidate_ns == sum(tb["gemm"][r] + tb["ar"][r] for r in range(n) if r != empty)
+    assert res.job.counts["no compute figure"] == 1
+    (rc,) = [r for r in res.job.ranks if r.rank == empty]
+    assert (rc.status, rc.baseline_compute_ns, rc.candidate_compute_ns, rc.compute_delta_ns) == (
+        "no compute figure", tb["gemm"][empty], None, None)

@@ -48,10 +48,14 @@ class TotalDelta(BaseModel):
     figure: str = Field(description="what is compared (ns): capture_span (first to last event of the profile), gpu_span "
                                     "(first to last GPU op), busy / idle / computation / total_comm / exposed_comm / total_memcpy / "
                                     "exposed_memcpy as in gpu_timeline, summed_kernel_time (Σ kernel durations)")
-    baseline_ns: int
-    candidate_ns: int
-    delta_ns: int = Field(description="candidate - baseline, ns")
+    baseline_ns: int | None = Field(description="ns; jobs: the sum over the job's ranks, null when a rank lacks its own "
+                                                "figure (listed in baseline_ranks_without)")
+    candidate_ns: int | None
+    delta_ns: int | None = Field(description="candidate - baseline, ns; null when either side is null")
     change_pct: float | None = Field(description="delta / baseline, % (positive: takes longer on candidate)")
+    baseline_ranks_without: list[int] | None = Field(None, description="jobs: ranks whose own figure is null (e.g. no GPU "
+                                                                        "work), so the baseline sum is not given")
+    candidate_ranks_without: list[int] | None = None
 
 
 class Entry(BaseModel):
@@ -139,7 +143,7 @@ class JobComparison(BaseModel):
     median_rank_step_change_pct: float | None = Field(description="(candidate - baseline median_rank_step_ns) / baseline "
                                                                   "median_rank_step_ns, %")
     counts: dict[str, int] = Field(description="ranks per status (slower, faster, unchanged, only in baseline, only in "
-                                               "candidate)")
+                                               "candidate, no compute figure: a side without GPU compute on that rank)")
     ranks: list[RankChange] = Field(description="ranks whose compute time changed, largest |compute_delta_ns| first")
     truncated: bool = Field(description="true when changed ranks were cut to `limit`")
 
@@ -375,7 +379,7 @@ def _expected_ratio(bounds: dict, bw: float | None, pb, pc, key: tuple) -> tuple
 JOB_TOTALS = (("gpu_span_ns", "gpu_span_ns"), ("busy_ns", "busy_ns"), ("idle_ns", "idle_in_gpu_span_ns"),
               ("computation_ns", "compute_ns"), ("total_comm_ns", "comm_ns"), ("exposed_comm_ns", "exposed_comm_ns"),
               ("exposed_memcpy_ns", "exposed_memcpy_ns"))
-RANK_STATUSES = ("slower", "faster", "unchanged", "only in baseline", "only in candidate")
+RANK_STATUSES = ("slower", "faster", "unchanged", "only in baseline", "only in candidate", "no compute figure")
 
 
 def _job_label(traces: list[Trace]) -> str:
@@ -439,8 +443,13 @@ def _compare_jobs(base: list[Trace], cand: list[Trace], limit: int, match: str) 
         rows.append({r.rank: r for r in rank_rows(j, u, None, None)[0]})
     totals = []
     for figure, field in JOB_TOTALS:
-        b, c = (sum(getattr(x, field) or 0 for x in rows[i].values()) for i in (0, 1))
-        totals.append(TotalDelta(figure=figure, baseline_ns=b, candidate_ns=c, delta_ns=c - b, change_pct=pct(c - b, b)))
+        # a rank whose figure is unknown makes the sum unknown: never counted as 0 ns
+        without = [sorted(r for r, x in rows[i].items() if getattr(x, field) is None) for i in (0, 1)]
+        b, c = (None if without[i] else sum(getattr(x, field) for x in rows[i].values()) for i in (0, 1))
+        d = c - b if b is not None and c is not None else None
+        totals.append(TotalDelta(figure=figure, baseline_ns=b, candidate_ns=c, delta_ns=d,
+                                 change_pct=pct(d, b) if d is not None else None,
+                                 baseline_ranks_without=without[0] or None, candidate_ranks_without=without[1] or None))
     b, c = (sum(v[i] for v in per_rank.values()) for i in (0, 1))
     totals.append(TotalDelta(figure="summed_kernel_time_ns", baseline_ns=b, candidate_ns=c, delta_ns=c - b,
                              change_pct=pct(c - b, b)))
@@ -452,8 +461,10 @@ def _compare_jobs(base: list[Trace], cand: list[Trace], limit: int, match: str) 
         bc, cc = (rb.compute_ns if rb else None), (rc.compute_ns if rc else None)
         if rb is None or rc is None:
             status = "only in candidate" if rb is None else "only in baseline"
+        elif bc is None or cc is None:
+            status = "no compute figure"
         else:
-            st = _status(bc or 0, cc or 0, True, True)
+            st = _status(bc, cc, True, True)
             status = {"regressed": "slower", "improved": "faster"}.get(st, st)
         counts[status] += 1
         if status == "unchanged":
@@ -467,7 +478,7 @@ def _compare_jobs(base: list[Trace], cand: list[Trace], limit: int, match: str) 
             step_change_pct=pct(cs - bs, bs) if bs is not None and cs is not None else None,
             baseline_kernel_ns=bt, candidate_kernel_ns=ct, top_kernel=clip_name(key) if key is not None else None,
             top_kernel_delta_ns=kd))
-    changes.sort(key=lambda x: (-abs(x.compute_delta_ns or 0), x.rank))
+    changes.sort(key=lambda x: (x.compute_delta_ns is None, -abs(x.compute_delta_ns or 0), x.rank))
     side_b, side_c = (_side(j, list(rows[i].values())) for i, j in enumerate(jobs))
     mb, mc = side_b.median_rank_step_ns, side_c.median_rank_step_ns
     job = JobComparison(
