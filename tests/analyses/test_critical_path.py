@@ -173,12 +173,12 @@ def _reference_longest_path(n, order, src, dst, typ, anc, w, delay, d):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_vectorised_evaluation_matches_node_by_node_longest_path(seed):
-    """_Lanes (runs of lanes evaluated with running maxima, rounds over cross-lane edges) against the plain loop on
+    """Lanes (runs of lanes evaluated with running maxima, rounds over cross-lane edges) against the plain loop on
     random lane DAGs: random lanes, chain edges end -> start or start -> start + lag, cross edges from any node earlier
     in a random topological interleaving (same lane too), root edges, ties (small integer times), zero durations."""
     import numpy as np
 
-    from gpuscope.tools.analyses.critical_path import _Lanes
+    from gpuscope.tools.analyses.critical_path.lanes import Lanes
 
     rng = np.random.default_rng(seed)
     lanes = [int(x) for x in rng.integers(1, 12, size=rng.integers(1, 7))]
@@ -217,7 +217,7 @@ def test_vectorised_evaluation_matches_node_by_node_longest_path(seed):
     seq = np.concatenate([np.asarray(m) for m in members])
     head = np.concatenate([[True] + [False] * (len(m) - 1) for m in members])
     delay = np.r_[0, rng.integers(0, 4, size=n - 1)]
-    lanes_eval = _Lanes(n, seq, head, src, dst, typ.astype(np.int8), anc.astype(np.int8), w, chain, delay)
+    lanes_eval = Lanes(n, seq, head, src, dst, typ.astype(np.int8), anc.astype(np.int8), w, chain, delay)
     for _ in range(3):
         d = np.r_[0, rng.integers(0, 8, size=n - 1)]
         S, F, bind = lanes_eval.evaluate(d)
@@ -229,14 +229,14 @@ def test_vectorised_evaluation_matches_node_by_node_longest_path(seed):
 def test_vectorised_evaluation_refuses_a_cycle():
     import numpy as np
 
-    from gpuscope.tools.analyses.critical_path import _Lanes
+    from gpuscope.tools.analyses.critical_path.lanes import Lanes
 
     # lanes [1, 2] and [3, 4]; 2 waits for 3 and 4 waits for 1 ... and 3 for 2: a cycle across the lanes
     src, dst, chain = np.array([0, 1, 2, 0, 3]), np.array([1, 2, 3, 3, 4]), np.array([False, True, False, False, True])
     src, dst, chain = np.r_[src, 3], np.r_[dst, 2], np.r_[chain, False]
     o = np.lexsort((src, dst))
     with pytest.raises(ProfileError, match="cycle"):
-        _Lanes(5, np.array([1, 2, 3, 4]), np.array([True, False, True, False]), src[o], dst[o], np.zeros(6, np.int8),
+        Lanes(5, np.array([1, 2, 3, 4]), np.array([True, False, True, False]), src[o], dst[o], np.zeros(6, np.int8),
                np.zeros(6, np.int8), np.zeros(6, np.int64), chain[o], np.zeros(5, np.int64))
 
 
