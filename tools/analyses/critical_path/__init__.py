@@ -24,9 +24,12 @@ same-stream order and CUDA event syncs, longest path through one ProfilerStep). 
     graph is re-evaluated (never by subtracting); a waiting call then returns when its
     awaited op ends, so host work after it moves too. Delays and host durations stay as measured.
   * Job (several ranks; HTA has no cross-rank path): each rank's graph over the same step, on one timeline (clocks
-    assumed aligned), joined at the collectives: the k-th communication kernel of a name on each rank is one instance,
-    split per rank into its arrival (start, 0 ns) and its transfer part [the instance's last arrival, its end], with
-    an edge from every rank's arrival to every other rank's transfer part. The path therefore runs through the
+    assumed aligned), joined at the collectives: the k-th communication kernel of one communicator on each rank holding
+    it is one instance (the communicator as the profile records it: Nsight NCCL payloads, Kineto 'Process Group Name';
+    where it is not recorded, the k-th kernel of one name on each rank with communication kernels, and the result says
+    so: collectives.collective_match). Each rank's kernel is split into its arrival (start, 0 ns) and its transfer part
+    [the instance's last arrival, its end]; every arrival is an edge to the instance's barrier node (0 ns), the barrier
+    an edge to every transfer part: 2 edges per rank, not one per pair of ranks. The path therefore runs through the
     last-arriving rank's chain; what-if re-evaluates the joined graph, so a faster kernel on the straggler moves every
     rank's transfer and everything after it.
   * Evaluation is numpy (lanes.Lanes): each thread and stream is a chain whose start times are a running maximum, and
@@ -83,10 +86,14 @@ JOB_ASSUMPTIONS = [
     *ASSUMPTIONS[:-1],
     "job (several ranks): each rank's graph is built as for one profile over the same step (the index chosen on the "
     "first rank, or the caller's start_ns/end_ns on every rank), on one timeline: the ranks' clocks are assumed aligned",
-    "a collective instance = the k-th communication kernel of one name on each rank (in the window; instances missing on "
-    "a rank with communication kernels are left unlinked); on each rank its kernel is split into the arrival (its start, "
-    "0 ns) and the transfer part [the instance's last arrival, its end], and every rank's arrival is an edge to every "
-    "rank's transfer part, so the path runs through the last-arriving rank and the others' waits [arrival, last arrival] "
+    "a collective instance = the k-th communication kernel of one communicator on each rank holding that communicator "
+    "in the window, where the profile records it (Nsight: the NCCL payload's communicator id of the call that launched "
+    "the kernel; Kineto: the kernel's 'Process Group Name'); otherwise the k-th communication kernel of one name on each "
+    "rank with such kernels (collectives.collective_match says which; by name order, collectives of different "
+    "communicators under one kernel name are joined wrongly). Instances missing on a rank, or held by one rank of the "
+    "job, are left unlinked. On each rank its kernel is split into the arrival (its start, 0 ns) and the transfer part "
+    "[the instance's last arrival, its end]; every arrival is an edge to the instance's barrier (0 ns, at the last "
+    "arrival) and the barrier to every transfer part, so the path runs through the last-arriving rank and the others' waits [arrival, last arrival] "
     "are off the path (on it only as sync_wait where a wait binds). A transfer part that would end before the last "
     "arrival (clock skew) is clamped to 0 ns (collectives.clamped_transfers)",
 ]

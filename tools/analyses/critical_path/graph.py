@@ -13,8 +13,8 @@ from .result import Contributor, EndEvent, GraphStats, LaneSlack, Segment, WhatI
 
 MAX_NODES = 500_000  # graph nodes per window (~0.4 GB of graph at the cap); beyond it the window end is moved earlier (truncated = true)
 KINDS = ("cpu", "launch_overhead", "gpu_compute", "copy", "communication", "sync_wait", "idle_gap")
-# edge types (priority on equal ready times: a GPU-side dependency wins over the host; COLL: a rank's arrival at a
-# collective -> every other rank's transfer part, jobs only)
+# edge types (priority on equal ready times: a GPU-side dependency wins over the host; COLL, jobs only: a rank's arrival
+# at a collective -> the instance's barrier -> each rank's transfer part)
 ROOT, HOST, LAUNCH, STREAM, EVENT, WAIT, COLL = 0, 1, 2, 3, 4, 5, 6
 EDGE_NAMES = {ROOT: "window_start", HOST: "host_order", LAUNCH: "launch", STREAM: "stream_order", EVENT: "event_wait",
               WAIT: "sync_wait", COLL: "collective"}
@@ -90,9 +90,12 @@ class Graph:
                             pct_of_path=pct(int(r.sum), length)) for r in g.itertuples(index=False)]
 
     def segments(self, ev: _Eval, path: _Path, limit: int) -> tuple[list[Segment], int]:
-        """The first `limit` runs of the path on one lane, in time order, and how many runs there are."""
+        """The first `limit` runs of the path on one lane, in time order, and how many runs there are. A job's collective
+        barriers (0 ns, lane 0) are no lane's work: the path runs from the last arrival's lane to a transfer part's."""
         nodes, dur, dl, _ = (x[::-1] for x in self._contrib(ev, path))  # time order: the path was collected backwards
         fin = path.entered[::-1] == FIN
+        lane = self.lcode[nodes] != 0
+        nodes, dur, dl, fin = nodes[lane], dur[lane], dl[lane], fin[lane]
         lo = self.base + ev.S[nodes] - dl
         hi = self.base + np.where(fin, ev.F[nodes], ev.S[nodes] + dur)
         lc = self.lcode[nodes]
@@ -113,6 +116,7 @@ class Graph:
     def path_lanes(self, ev: _Eval, path: _Path) -> list[str]:
         on = self._on_path(ev, path)
         used = np.flatnonzero(np.isin(np.arange(len(on)), self.lcode[path.nodes]))
+        used = used[used != 0]  # lane 0 holds the root and a job's collective barriers
         return [self.lane_names[i] for i in sorted(used.tolist(), key=lambda i: (-on[i], self.lane_names[i]))]
 
     def lanes(self, ev: _Eval, path: _Path) -> list[LaneSlack]:
@@ -123,7 +127,7 @@ class Graph:
         last = np.full(len(on), np.iinfo(np.int64).min, dtype=np.int64)
         np.maximum.at(last, codes, ev.F[1:])
         rows = [LaneSlack(lane=self.lane_names[i], nodes=int(size[i]), on_path_ns=int(on[i]), last_end_ns=self.base + int(last[i]),
-                          slack_ns=end - int(last[i])) for i in np.flatnonzero(size)]
+                          slack_ns=end - int(last[i])) for i in np.flatnonzero(size[1:]) + 1]
         return sorted(rows, key=lambda x: (-x.on_path_ns, x.slack_ns, x.lane))
 
     def _lane(self, nodes: np.ndarray) -> np.ndarray:

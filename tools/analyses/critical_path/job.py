@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 from ...model.errors import ProfileError
 from ...model.trace import Trace
+from ..comm_patterns import COLLECTIVES
 from ..requirements import require
 from .build import RankGraph
 from .graph import COLL, KINDS, STREAM, Graph
@@ -66,30 +69,33 @@ def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
     chain = np.concatenate([g.chain for g in graphs])
     seq = np.concatenate([g.eval.seq + P[r] for r, g in enumerate(graphs)])
     head = np.concatenate([g.eval.head for g in graphs])
-    gops = pd.concat([g.gops[["name", "short_name", "is_comm"]] for g in graphs], ignore_index=True)
+    gops = pd.concat([g.gops[["name", "short_name", "is_comm", "communicator"]] for g in graphs], ignore_index=True)
     gop_nodes = np.concatenate([g.gop_nodes + P[r] for r, g in enumerate(graphs)]).astype(np.int64)
     rank_of = np.concatenate([np.full(len(g.gop_nodes), u.rank) for u, g in zip(units, graphs)])
 
-    # collective instances: the k-th communication kernel of one name on each rank with communication kernels
-    comm = pd.DataFrame({"rank": rank_of, "node": gop_nodes, "name": gops["name"].astype(str).to_numpy(),
-                         "S": S[gop_nodes], "E": E[gop_nodes]})[gops["is_comm"].fillna(False).to_numpy(dtype=bool)]
-    comm = comm.sort_values(["rank", "S", "E", "node"], kind="stable")
-    comm["k"] = comm.groupby(["rank", "name"]).cumcount()
-    nr = int(comm["rank"].nunique())
-    size = comm.groupby(["name", "k"])["rank"].transform("size").to_numpy()
-    linked = comm[size == nr] if nr > 1 else comm.iloc[:0]
-    linked = linked.assign(inst=linked.groupby(["name", "k"]).ngroup()).sort_values(["inst", "rank"], kind="stable")
-    K = linked["node"].to_numpy(dtype=np.int64)
-    last = linked.groupby("inst")["S"].transform("max").to_numpy(dtype=np.int64)
-    X = n0 + np.arange(len(K), dtype=np.int64)  # the transfer parts: new nodes, each right after its arrival on its lane
-    n = n0 + len(K)
+    comm = gops["is_comm"].fillna(False).to_numpy(dtype=bool)
+    inst, links = _instances(pd.DataFrame({"rank": rank_of, "node": gop_nodes, "name": gops["name"].astype(str).to_numpy(),
+                                           "comm": gops["communicator"].to_numpy(dtype=object), "S": S[gop_nodes],
+                                           "E": E[gop_nodes]})[comm])
+    K = inst["node"].to_numpy(dtype=np.int64)
+    of = inst["inst"].to_numpy(dtype=np.int64)
+    nb = int(of.max()) + 1 if len(of) else 0
+    last_of = inst.groupby("inst")["S"].max().to_numpy(dtype=np.int64) if nb else np.zeros(0, dtype=np.int64)
+    last = last_of[of]
+    # new nodes: each rank's transfer part (right after its arrival on its lane), then one barrier per instance
+    X = n0 + np.arange(len(K), dtype=np.int64)
+    B = n0 + len(K) + np.arange(nb, dtype=np.int64)
+    n = n0 + len(K) + nb
     xend = np.maximum(E[K], last)
     clamped = int((last > E[K]).sum())
     wait = int((last - S[K]).sum())
-    S, E, d = np.concatenate((S, last)), np.concatenate((E, xend)), np.concatenate((d, xend - last))
-    kcode, lcode, label = np.concatenate((kcode, kcode[K])), np.concatenate((lcode, lcode[K])), np.concatenate((label, label[K]))
+    S, E, d = np.concatenate((S, last, last_of)), np.concatenate((E, xend, last_of)), np.concatenate((d, xend - last, np.zeros(nb, np.int64)))
+    sync = KINDS.index("sync_wait")
+    kcode = np.concatenate((kcode, kcode[K], np.full(nb, sync)))
+    lcode = np.concatenate((lcode, lcode[K], np.zeros(nb, dtype=np.int64)))  # lane 0: not an execution lane (as the root)
+    label = np.concatenate((label, label[K], inst.drop_duplicates("inst")["barrier"].to_numpy(dtype=object)))
     E[K], d[K] = S[K], 0
-    kcode[K] = KINDS.index("sync_wait")
+    kcode[K] = sync
     label[K] = label[K] + " (arrival)"
     xmap = np.full(n0, -1, dtype=np.int64)
     xmap[K] = X
@@ -99,21 +105,17 @@ def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
     w[lag] = np.maximum(0, w[lag] - (S[xmap[src[lag]]] - S[src[lag]]))
     src[out] = xmap[src[out]]
     gop_nodes = np.where(xmap[gop_nodes] >= 0, xmap[gop_nodes], gop_nodes)
-    a = K.reshape(-1, nr) if len(K) else np.zeros((0, max(nr, 1)), dtype=np.int64)
-    b = X.reshape(-1, nr) if len(K) else a
-    other = ~np.eye(a.shape[1], dtype=bool)
-    cs = np.broadcast_to(a[:, :, None], (len(a), a.shape[1], a.shape[1]))[:, other]
-    cd = np.broadcast_to(b[:, None, :], (len(b), b.shape[1], b.shape[1]))[:, other]
-    src = np.concatenate((src, K, cs.ravel()))
-    dst = np.concatenate((dst, X, cd.ravel()))
-    typ = np.concatenate((typ, np.full(len(K), STREAM, np.int8), np.full(cs.size, COLL, np.int8)))
-    anc = np.concatenate((anc, np.full(len(K) + cs.size, FIN, np.int8)))
-    w = np.concatenate((w, np.zeros(len(K) + cs.size, dtype=np.int64)))
-    chain = np.concatenate((chain, np.ones(len(K), bool), np.zeros(cs.size, bool)))
+    # every arrival -> its instance's barrier (0 ns, at the last arrival) -> every transfer part: 2 edges per rank
+    src = np.concatenate((src, K, K, B[of]))
+    dst = np.concatenate((dst, X, B[of], X))
+    typ = np.concatenate((typ, np.full(len(K), STREAM, np.int8), np.full(2 * len(K), COLL, np.int8)))
+    anc = np.concatenate((anc, np.full(3 * len(K), FIN, np.int8)))
+    w = np.concatenate((w, np.zeros(3 * len(K), dtype=np.int64)))
+    chain = np.concatenate((chain, np.ones(len(K), bool), np.zeros(2 * len(K), bool)))
     pos = np.empty(n0, dtype=np.int64)
     pos[seq] = np.arange(len(seq))
-    seq = np.insert(seq, pos[K] + 1, X)
-    head = np.insert(head, pos[K] + 1, False)
+    seq = np.concatenate((np.insert(seq, pos[K] + 1, X), B))  # a barrier is a lane of its own
+    head = np.concatenate((np.insert(head, pos[K] + 1, False), np.ones(nb, bool)))
     o = np.lexsort((src, dst))
     src, dst, typ, anc, w, chain = src[o], dst[o], typ[o], anc[o], w[o], chain[o]
     # measured ready and fixed delay on the common timeline; skew can make a delay negative: it is clamped to 0
@@ -122,7 +124,7 @@ def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
     ready[0] = 0
     delay = np.maximum(S - ready, 0)
 
-    m = object.__new__(Graph)
+    m = Graph()
     m.trace, m.base, m.ws, m.pid, m.job = None, base, 0, None, True
     m.truncated, m.we = any(g.truncated for g in graphs), max(g.we for g in graphs)
     m.n, m.nh, m.ng = n, sum(g.nh for g in graphs), sum(g.ng for g in graphs)
@@ -134,7 +136,39 @@ def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
     m.eval = Lanes(n, seq, head, src, dst, typ, anc, w, chain, delay)
     ranks = [JobRank(rank=u.rank, trace=u.trace.path.name, pid=u.pid, window_start_ns=g.base, nodes=g.n - 1)
              for u, g in zip(units, graphs)]
-    links = CollectiveLinks(ranks_with_comm=nr, instances=len(K) // max(nr, 1), unlinked=int(comm.groupby(["name", "k"]).ngroups) - len(K) // max(nr, 1),
-                            edges=int(cs.size), wait_ns=wait, clamped_transfers=clamped)
+    links = CollectiveLinks(**links, edges=2 * len(K), wait_ns=wait, clamped_transfers=clamped)
     return m, base, {"ranks": ranks, "collectives": links}
 
+
+
+def _instances(comm: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The linked communication kernels (rank, node, S, ...) with their instance number `inst` and barrier label,
+    sorted by instance then rank, and the counts for CollectiveLinks. A kernel whose communicator the profile records
+    (Nsight NCCL payload, Kineto 'Process Group Name') is the k-th of that communicator on its rank, and its instance
+    takes the ranks holding that communicator in the window; any other is the k-th of its name on its rank, and its
+    instance takes every rank with such kernels (name order: ranks of different communicators can be mixed up)."""
+    comm = comm.sort_values(["rank", "S", "E", "node"], kind="stable")
+    by_comm = comm["comm"].notna().to_numpy()
+    comm = comm.assign(by_comm=by_comm, key=np.where(by_comm, "communicator " + comm["comm"].astype(str), comm["name"]))
+    comm["k"] = comm.groupby(["rank", "by_comm", "key"]).cumcount()
+    members = comm.groupby(["by_comm", "key"])["rank"].transform("nunique").to_numpy()
+    named = int(comm.loc[~by_comm, "rank"].nunique())
+    need = np.where(by_comm, members, named)
+    size = comm.groupby(["by_comm", "key", "k"])["rank"].transform("size").to_numpy()
+    linked = comm[(size == need) & (need > 1)]
+    linked = linked.assign(inst=linked.groupby(["by_comm", "key", "k"]).ngroup()).sort_values(["inst", "rank"], kind="stable")
+    kind = linked["name"].map(_collective)
+    linked["barrier"] = ("collective barrier " + kind + np.where(linked["by_comm"], " " + linked["key"], " (name order)")
+                         + " #" + (linked["k"] + 1).astype(str))
+    groups = comm.drop_duplicates(["by_comm", "key", "k"])
+    first = linked.drop_duplicates("inst")
+    n_comm, n_name = int(first["by_comm"].sum()), int((~first["by_comm"]).sum())
+    rule = ("communicator" if by_comm.all() else "name_order" if not by_comm.any() else "communicator+name_order") if len(comm) else "none"
+    return linked, {"ranks_with_comm": int(comm["rank"].nunique()), "collective_match": rule, "comm_kernels": len(comm),
+                    "comm_kernels_with_communicator": int(by_comm.sum()), "instances": n_comm + n_name,
+                    "instances_by_communicator": n_comm, "instances_by_name_order": n_name, "unlinked": len(groups) - n_comm - n_name}
+
+
+def _collective(name: str) -> str:
+    """The collective type of a communication kernel name (comm_patterns.COLLECTIVES; 'collective' when unknown)."""
+    return next((label for label, rx in COLLECTIVES if re.search(rx, name, re.I)), "collective")

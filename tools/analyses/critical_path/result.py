@@ -59,13 +59,14 @@ class IterationChoice(BaseModel):
 
 
 class GraphStats(BaseModel):
-    nodes: int = Field(description="graph nodes (host intervals, call entries/returns, GPU ops) plus the window start")
+    nodes: int = Field(description="graph nodes (host intervals, call entries/returns, GPU ops) plus the window start (a job "
+                                   "adds a transfer part per linked kernel and a barrier per collective instance)")
     host_nodes: int
     gpu_ops: int = Field(description="kernels, copies and sets in the graph (launched in the window, running in it, or "
                                      "carried in from before it)")
     carried_in_ops: int = Field(description="GPU ops that started before the window and ended inside it (counted from the window start)")
     edges: dict[str, int] = Field(description="edges by type: host_order, launch, stream_order, event_wait, sync_wait, window_start "
-                                              "(a job adds collective: arrival -> other ranks' transfer parts)")
+                                              "(a job adds collective: arrival -> barrier -> transfer parts)")
     event_pairs_inferred: int = Field(description="record -> wait pairs turned into cross-stream edges")
     event_pairs_by_id: int = Field(description="of event_pairs_inferred, pairs matched by the event id the profile records "
                                                "(Nsight); the rest by call order (see assumptions)")
@@ -111,13 +112,26 @@ class JobRank(BaseModel):
 
 class CollectiveLinks(BaseModel):
     ranks_with_comm: int = Field(description="ranks with communication kernels in their window")
-    instances: int = Field(description="collective instances linked across those ranks")
-    unlinked: int = Field(description="instances missing on some rank (left unlinked: each rank's kernel stays whole)")
-    edges: int = Field(description="arrival -> transfer edges added between ranks")
+    collective_match: str = Field(description="how a kernel was matched to its instance: 'communicator' (every communication "
+                                              "kernel's communicator is recorded: Nsight NCCL payload, Kineto 'Process Group "
+                                              "Name'; the k-th kernel of a communicator on each rank holding it), 'name_order' "
+                                              "(none recorded: the k-th kernel of a name on each rank with communication "
+                                              "kernels, which joins kernels of different communicators running under one name), "
+                                              "'communicator+name_order' (some of each) or 'none' (no communication kernels)")
+    comm_kernels: int = Field(description="communication kernels in the ranks' windows")
+    comm_kernels_with_communicator: int = Field(description="of comm_kernels, those whose communicator the profile records")
+    instances: int = Field(description="collective instances linked across ranks (one barrier node each)")
+    instances_by_communicator: int = Field(description="of instances, matched by (communicator, sequence number on the rank)")
+    instances_by_name_order: int = Field(description="of instances, matched by (kernel name, sequence number on the rank)")
+    unlinked: int = Field(description="instances missing on some rank of their communicator (or, by name order, on some rank "
+                                      "with communication kernels), or held by one rank of the job: each rank's kernel stays whole")
+    edges: int = Field(description="collective edges added: each linked kernel's arrival -> its instance's barrier and the "
+                                   "barrier -> its transfer part (2 per rank and instance)")
     wait_ns: int = Field(description="measured collective wait summed over ranks and instances: last arrival - the "
                                      "rank's own arrival, ns (off the path unless split says sync_wait)")
     clamped_transfers: int = Field(description="transfer parts clamped to 0 ns because the last arrival came after the "
-                                               "rank's own kernel end (clock skew between ranks)")
+                                               "rank's own kernel end (clock skew between ranks, or kernels matched to the "
+                                               "wrong instance by name order)")
 
 
 class CriticalPathResult(ToolResult):
