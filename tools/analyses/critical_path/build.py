@@ -114,18 +114,22 @@ class RankGraph(Graph):
         if comm.empty:
             return out
         lo, hi = int(comm["start_ns"].min()) + self.base, int(comm["start_ns"].max()) + self.base
-        keys = ["pid", "device_id", "stream_id", "start_ns", "end_ns"]
-        found = self._df("""SELECT pid, device_id, stream_id, kernel_start_ns - ? AS start_ns, kernel_end_ns - ? AS end_ns,
-                                   min(comm_id) AS communicator
-                            FROM nccl_calls WHERE kernels_launched = 1 AND comm_id IS NOT NULL AND kernel_start_ns BETWEEN ? AND ?
-                            GROUP BY ALL HAVING count(DISTINCT comm_id) = 1""", [self.base, self.base, lo, hi])
-        if self.trace.format == "kineto" and "events" in self.trace.native_tables():
+        if self.trace.format == "kineto":
+            if "events" not in self.trace.native_tables():
+                return out
             keys = ["name", "stream_id", "start_ns"]
             found = self._df("""SELECT name, tid AS stream_id, ts_ns - ? AS start_ns, min(pg) AS communicator
                                 FROM (SELECT name, tid, ts_ns, json_extract_string(args, '$."Process Group Name"') AS pg
                                       FROM native.events WHERE cat = 'kernel' AND ts_ns BETWEEN ? AND ?
                                            AND args LIKE '%Process Group Name%')
                                 WHERE pg IS NOT NULL GROUP BY ALL HAVING count(DISTINCT pg) = 1""", [self.base, lo, hi])
+        else:
+            keys = ["pid", "device_id", "stream_id", "start_ns", "end_ns"]
+            found = self._df("""SELECT pid, device_id, stream_id, kernel_start_ns - ? AS start_ns, kernel_end_ns - ? AS end_ns,
+                                       min(comm_id) AS communicator
+                                FROM nccl_calls WHERE kernels_launched = 1 AND comm_id IS NOT NULL
+                                     AND kernel_start_ns BETWEEN ? AND ?
+                                GROUP BY ALL HAVING count(DISTINCT comm_id) = 1""", [self.base, self.base, lo, hi])
         if found.empty:
             return out
         got = comm[keys].astype({k: "float64" for k in keys if k != "name"}).merge(
