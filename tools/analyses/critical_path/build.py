@@ -84,7 +84,7 @@ class RankGraph(Graph):
     def _gops(self, we: int) -> pd.DataFrame:
         p, pp = self._pid_sql("g.pid")
         comm = is_comm_sql("g.name")
-        gops = self._df(f"""
+        return self._df(f"""
             WITH g AS (
                 SELECT 'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, correlation_id FROM kernels
                 UNION ALL
@@ -103,39 +103,7 @@ class RankGraph(Graph):
                    OR (l.call_start_ns >= ? AND l.call_start_ns < ?)){p}
             ORDER BY g.pid, g.device_id, stream_id, g.start_ns, g.end_ns, g.name""",
                         [self.base] * 4 + [self.ws, we, self.ws, self.ws, self.ws, we, *pp])
-        return gops.assign(communicator=self._communicators(gops))
-
-    def _communicators(self, gops: pd.DataFrame) -> np.ndarray:
-        """Per GPU op, the communicator of a communication kernel where the profile records it, else None: the NCCL
-        communicator id of the one NCCL call that launched it (Nsight NCCL payloads: nccl_calls), or PyTorch's 'Process
-        Group Name' in its kernel args (Kineto; joined as comm_job_summary does). A job's instances are matched by it."""
-        out = np.full(len(gops), None, dtype=object)
-        comm = gops[gops["is_comm"].fillna(False).to_numpy(dtype=bool)]
-        if comm.empty:
-            return out
-        lo, hi = int(comm["start_ns"].min()) + self.base, int(comm["start_ns"].max()) + self.base
-        if self.trace.format == "kineto":
-            if "events" not in self.trace.native_tables():
-                return out
-            keys = ["name", "stream_id", "start_ns"]
-            found = self._df("""SELECT name, tid AS stream_id, ts_ns - ? AS start_ns, min(pg) AS communicator
-                                FROM (SELECT name, tid, ts_ns, json_extract_string(args, '$."Process Group Name"') AS pg
-                                      FROM native.events WHERE cat = 'kernel' AND ts_ns BETWEEN ? AND ?
-                                           AND args LIKE '%Process Group Name%')
-                                WHERE pg IS NOT NULL GROUP BY ALL HAVING count(DISTINCT pg) = 1""", [self.base, lo, hi])
-        else:
-            keys = ["pid", "device_id", "stream_id", "start_ns", "end_ns"]
-            found = self._df("""SELECT pid, device_id, stream_id, kernel_start_ns - ? AS start_ns, kernel_end_ns - ? AS end_ns,
-                                       min(comm_id) AS communicator
-                                FROM nccl_calls WHERE kernels_launched = 1 AND comm_id IS NOT NULL
-                                     AND kernel_start_ns BETWEEN ? AND ?
-                                GROUP BY ALL HAVING count(DISTINCT comm_id) = 1""", [self.base, self.base, lo, hi])
-        if found.empty:
-            return out
-        got = comm[keys].astype({k: "float64" for k in keys if k != "name"}).merge(
-            found.astype({k: "float64" for k in keys if k != "name"}), on=keys, how="left")["communicator"]
-        out[np.flatnonzero(gops["is_comm"].fillna(False).to_numpy(dtype=bool))] = got.where(got.notna(), None).to_numpy(dtype=object)
-        return out
+        return gops
 
     def _busiest_thread(self, calls: pd.DataFrame):
         if calls.empty:

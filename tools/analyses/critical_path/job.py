@@ -69,7 +69,8 @@ def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
     chain = np.concatenate([g.chain for g in graphs])
     seq = np.concatenate([g.eval.seq + P[r] for r, g in enumerate(graphs)])
     head = np.concatenate([g.eval.head for g in graphs])
-    gops = pd.concat([g.gops[["name", "short_name", "is_comm", "communicator"]] for g in graphs], ignore_index=True)
+    gops = pd.concat([g.gops[["name", "short_name", "is_comm"]].assign(communicator=_communicators(g)) for g in graphs],
+                     ignore_index=True)
     gop_nodes = np.concatenate([g.gop_nodes + P[r] for r, g in enumerate(graphs)]).astype(np.int64)
     rank_of = np.concatenate([np.full(len(g.gop_nodes), u.rank) for u, g in zip(units, graphs)])
 
@@ -172,3 +173,36 @@ def _instances(comm: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
 def _collective(name: str) -> str:
     """The collective type of a communication kernel name (comm_patterns.COLLECTIVES; 'collective' when unknown)."""
     return next((label for label, rx in COLLECTIVES if re.search(rx, name, re.I)), "collective")
+
+
+def _communicators(g: RankGraph) -> np.ndarray:
+    """Per GPU op of a rank's graph, the communicator of a communication kernel where the profile records it, else
+    None: the NCCL communicator id of the one NCCL call that launched it (Nsight NCCL payloads: nccl_calls), or
+    PyTorch's 'Process Group Name' in its kernel args (Kineto; joined as comm_job_summary does)."""
+    gops = g.gops
+    out = np.full(len(gops), None, dtype=object)
+    comm = gops[gops["is_comm"].fillna(False).to_numpy(dtype=bool)]
+    if comm.empty:
+        return out
+    lo, hi = int(comm["start_ns"].min()) + g.base, int(comm["start_ns"].max()) + g.base
+    if g.trace.format == "kineto":
+        if "events" not in g.trace.native_tables():
+            return out
+        keys = ["name", "stream_id", "start_ns"]
+        found = g._df("""SELECT name, tid AS stream_id, ts_ns - ? AS start_ns, min(pg) AS communicator
+                        FROM (SELECT name, tid, ts_ns, json_extract_string(args, '$."Process Group Name"') AS pg
+                              FROM native.events WHERE cat = 'kernel' AND ts_ns BETWEEN ? AND ?
+                                   AND args LIKE '%Process Group Name%')
+                        WHERE pg IS NOT NULL GROUP BY ALL HAVING count(DISTINCT pg) = 1""", [g.base, lo, hi])
+    else:
+        keys = ["pid", "device_id", "stream_id", "start_ns", "end_ns"]
+        found = g._df("""SELECT pid, device_id, stream_id, kernel_start_ns - ? AS start_ns, kernel_end_ns - ? AS end_ns,
+                               min(comm_id) AS communicator
+                        FROM nccl_calls WHERE kernels_launched = 1 AND comm_id IS NOT NULL AND kernel_start_ns BETWEEN ? AND ?
+                        GROUP BY ALL HAVING count(DISTINCT comm_id) = 1""", [g.base, g.base, lo, hi])
+    if found.empty:
+        return out
+    got = comm[keys].astype({k: "float64" for k in keys if k != "name"}).merge(
+        found.astype({k: "float64" for k in keys if k != "name"}), on=keys, how="left")["communicator"]
+    out[np.flatnonzero(gops["is_comm"].fillna(False).to_numpy(dtype=bool))] = got.where(got.notna(), None).to_numpy(dtype=object)
+    return out
