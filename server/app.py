@@ -396,8 +396,10 @@ async def critical_path(
     (cpu, launch_overhead, gpu_compute, copy, communication, sync_wait, idle_gap; % of the path), top contributors,
     path segments per lane, per-lane slack, and what-if: kernels matching a rule sped up and the graph re-evaluated
     (new length, change, whether the path moved). Event pairing and sync targets are inferred; the result says how.
-    A job (folder or glob of per-rank profiles): the same step on every rank, collectives linked across ranks (the
-    k-th communication kernel of a name on each rank), so the path runs through the last-arriving rank."""
+    A job (folder or glob of per-rank profiles): the same step on every rank, collectives linked across ranks through
+    one barrier per instance (the k-th kernel of a communicator on each rank holding it, where the profile records the
+    communicator; else the k-th kernel of a name: collectives.collective_match says which), so the path runs through
+    the last-arriving rank."""
     rules = [r.model_dump() for r in what_if] if what_if else None
     return await _answer(ctx, "Critical path", lambda: A.critical_path(
         _open_side(trace, ctx), step=step, marker=marker, pid=pid, start_ns=start_ns, end_ns=end_ns, what_if=rules, limit=limit))

@@ -173,12 +173,12 @@ def _reference_longest_path(n, order, src, dst, typ, anc, w, delay, d):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_vectorised_evaluation_matches_node_by_node_longest_path(seed):
-    """_Lanes (runs of lanes evaluated with running maxima, rounds over cross-lane edges) against the plain loop on
+    """Lanes (runs of lanes evaluated with running maxima, rounds over cross-lane edges) against the plain loop on
     random lane DAGs: random lanes, chain edges end -> start or start -> start + lag, cross edges from any node earlier
     in a random topological interleaving (same lane too), root edges, ties (small integer times), zero durations."""
     import numpy as np
 
-    from gpuscope.tools.analyses.critical_path import _Lanes
+    from gpuscope.tools.analyses.critical_path.lanes import Lanes
 
     rng = np.random.default_rng(seed)
     lanes = [int(x) for x in rng.integers(1, 12, size=rng.integers(1, 7))]
@@ -217,7 +217,7 @@ def test_vectorised_evaluation_matches_node_by_node_longest_path(seed):
     seq = np.concatenate([np.asarray(m) for m in members])
     head = np.concatenate([[True] + [False] * (len(m) - 1) for m in members])
     delay = np.r_[0, rng.integers(0, 4, size=n - 1)]
-    lanes_eval = _Lanes(n, seq, head, src, dst, typ.astype(np.int8), anc.astype(np.int8), w, chain, delay)
+    lanes_eval = Lanes(n, seq, head, src, dst, typ.astype(np.int8), anc.astype(np.int8), w, chain, delay)
     for _ in range(3):
         d = np.r_[0, rng.integers(0, 8, size=n - 1)]
         S, F, bind = lanes_eval.evaluate(d)
@@ -229,14 +229,14 @@ def test_vectorised_evaluation_matches_node_by_node_longest_path(seed):
 def test_vectorised_evaluation_refuses_a_cycle():
     import numpy as np
 
-    from gpuscope.tools.analyses.critical_path import _Lanes
+    from gpuscope.tools.analyses.critical_path.lanes import Lanes
 
     # lanes [1, 2] and [3, 4]; 2 waits for 3 and 4 waits for 1 ... and 3 for 2: a cycle across the lanes
     src, dst, chain = np.array([0, 1, 2, 0, 3]), np.array([1, 2, 3, 3, 4]), np.array([False, True, False, False, True])
     src, dst, chain = np.r_[src, 3], np.r_[dst, 2], np.r_[chain, False]
     o = np.lexsort((src, dst))
     with pytest.raises(ProfileError, match="cycle"):
-        _Lanes(5, np.array([1, 2, 3, 4]), np.array([True, False, True, False]), src[o], dst[o], np.zeros(6, np.int8),
+        Lanes(5, np.array([1, 2, 3, 4]), np.array([True, False, True, False]), src[o], dst[o], np.zeros(6, np.int8),
                np.zeros(6, np.int8), np.zeros(6, np.int64), chain[o], np.zeros(5, np.int64))
 
 
@@ -281,9 +281,12 @@ def test_job_path_runs_through_the_last_arriving_rank_and_what_if_moves_every_ra
     lanes = [x for k, x in enumerate(lanes) if k == 0 or x != lanes[k - 1]]
     assert [s.lane for s in r.segments] == lanes
     assert r.segments[0].start_ns == start and r.segments[-1].end_ns == start + step
-    assert r.collectives.model_dump() == {"ranks_with_comm": n, "instances": 1, "unlinked": 0, "edges": n * (n - 1),
+    # Kineto records the process group of each NCCL kernel: matched by communicator; one barrier, 2 edges per rank
+    assert r.collectives.model_dump() == {"ranks_with_comm": n, "collective_match": "communicator", "comm_kernels": n,
+                                          "comm_kernels_with_communicator": n, "instances": 1, "instances_by_communicator": 1,
+                                          "instances_by_name_order": 0, "unlinked": 0, "edges": 2 * n,
                                           "wait_ns": sum(slow - x for x in cs) * US, "clamped_transfers": 0}
-    assert r.graph.edges["collective"] == n * (n - 1) and [x.rank for x in r.ranks] == list(range(n))
+    assert r.graph.edges["collective"] == 2 * n and [x.rank for x in r.ranks] == list(range(n))
     assert any("clocks are assumed aligned" in a for a in r.assumptions)
     # gemm twice as fast on every rank: the straggler still arrives last, 190+ µs earlier; every rank's transfer, sync
     # return and step end move with it (re-evaluated: the other ranks' waits shrink, they are not subtracted)
@@ -346,3 +349,77 @@ def test_job_in_one_nsight_file_holding_every_rank(tmp_path):
     assert r.collectives.instances == 1 and r.collectives.ranks_with_comm == 4
     assert [s.lane for s in r.segments][1:4] == [f"rank 2 gpu {PID0 + 2}/2/7", f"rank 2 gpu {PID0 + 2}/2/20",
                                                  f"rank 3 gpu {PID0 + 3}/3/20"]
+
+
+# -- jobs with two communicators: tensor-parallel groups {0, 1} and {2, 3}, a straggler (rank 2, gemm x2) in one ----
+
+def _tp_job(tmp_path, fmt: str):
+    """4 ranks, TP groups {0, 1} and {2, 3}, rank 2's gemm twice as slow (fixtures/scenarios_job.py, tp_groups=2):
+    Kineto one file per rank (process group 'tp<g>' in the NCCL kernels' args), Nsight one file with every rank (NCCL
+    payload communicator per group), or Kineto with the process group removed from the args (name order)."""
+    from gpuscope.fixtures.scenarios_job import PID0, job
+    from gpuscope.fixtures.writers import kineto, nsys
+
+    s = job(4, 2, 3, deps=True, slow=(2, 2), tp_groups=2, nccl_ranges=fmt == "nsys")
+    if fmt == "nsys":
+        return [str(nsys.write(s, tmp_path / "job.sqlite"))]
+    if fmt == "kineto_no_group":
+        s.options["kineto_args"] = {k: {a: v for a, v in args.items() if a != "Process Group Name"}
+                                    for k, args in s.options["kineto_args"].items()}
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for r in range(4):
+        kineto.write(s, folder / f"rank{r:03d}.pt.trace.json", pid=PID0 + r)
+    return [str(folder)]
+
+
+@pytest.mark.parametrize("fmt", ["kineto", "nsys", "kineto_no_group"])
+def test_job_collectives_match_by_communicator_not_by_name(tmp_path, fmt):
+    """Each group's all-reduce waits only for its own ranks. By communicator (Kineto process group, Nsight NCCL
+    payload): group {2, 3} waits for rank 2's gemm (780 µs) and bounds the step (1,500 µs, the window span); gemm x2
+    on every rank frees it by 390 µs, but group {0, 1} only by 152 µs (rank 1: 304 -> 152): path 1,348 µs, moved to
+    rank 1. By name order (no communicator recorded) the four kernels form one instance: ranks 0 and 1 wait for rank
+    2's arrival 376 µs past their own kernels' end (2 transfer parts clamped), and their step runs to 1,876 µs; gemm x2
+    gives 1,486 µs. Figures from the generator's constants."""
+    from gpuscope.fixtures.scenarios_job import PID0, TAIL_US, compute_us, step_us
+    from gpuscope.tools.model import job as jobs
+    from gpuscope.tools.model.cache import leases
+
+    with leases():
+        r = critical_path(jobs.open_job(_tp_job(tmp_path, fmt)), what_if=[{"name_contains": "gemm", "speedup": 2.0}])
+    c = [compute_us(q, 1, 2, (2, 2)) for q in range(4)]  # step 1: 300, 304, 780, 300 µs
+    last_a, last_b = max(c[:2]), max(c[2:])
+    step = step_us(max(c))
+    assert r.iteration.index == 1 and (step, last_a, last_b) == (1_500, 304, 780)
+    w = r.what_if[0]
+    p1, p2, p3 = PID0 + 1, PID0 + 2, PID0 + 3
+    by_group = fmt != "kineto_no_group"
+    links = r.collectives.model_dump()
+    assert links["comm_kernels"] == 4 and links["edges"] == 8 and links["unlinked"] == 0 and links["ranks_with_comm"] == 4
+    if by_group:
+        assert {k: links[k] for k in ("collective_match", "comm_kernels_with_communicator", "instances", "instances_by_communicator",
+                                      "instances_by_name_order", "wait_ns", "clamped_transfers")} == {
+            "collective_match": "communicator", "comm_kernels_with_communicator": 4, "instances": 2,
+            "instances_by_communicator": 2, "instances_by_name_order": 0,
+            "wait_ns": ((last_a - c[0]) + (last_a - c[1]) + (last_b - c[2]) + (last_b - c[3])) * US, "clamped_transfers": 0}
+        assert r.path_ns == r.window_span_ns == step * US
+        assert _split(r) == {"cpu": (step - 22 - last_b - 7 - TAIL_US - 10) * US, "launch_overhead": 22 * US,
+                             "gpu_compute": last_b * US, "communication": TAIL_US * US, "sync_wait": 17 * US}
+        assert [s.lane for s in r.segments] == [f"rank 2 host {p2}/{p2}", f"rank 2 gpu {p2}/2/7", f"rank 2 gpu {p2}/2/20",
+                                                f"rank 3 gpu {p3}/3/20", f"rank 3 host {p3}/{p3}"]
+        # gemm x2: group {2, 3} ends 390 µs earlier, group {0, 1} 152 µs earlier and now bounds the step
+        assert w.path_ns == (step - last_a // 2) * US == 1_348 * US and w.change_ns == -152 * US and w.path_moved
+        assert w.end_event.lane == f"rank 1 host {p1}/{p1}" and f"rank 1 gpu {p1}/1/7" in w.lanes_after
+        assert {s.kind: s.ns for s in w.split if s.ns} == {"cpu": (1_348 - 22 - 152 - 7 - TAIL_US - 10) * US, "launch_overhead": 22 * US,
+                                                          "gpu_compute": 152 * US, "communication": TAIL_US * US, "sync_wait": 17 * US}
+    else:
+        late = (37 + last_b) - (37 + last_a + TAIL_US)  # rank 2 arrives 376 µs after group {0, 1}'s kernels ended
+        assert {k: links[k] for k in ("collective_match", "comm_kernels_with_communicator", "instances", "instances_by_communicator",
+                                      "instances_by_name_order", "wait_ns", "clamped_transfers")} == {
+            "collective_match": "name_order", "comm_kernels_with_communicator": 0, "instances": 1,
+            "instances_by_communicator": 0, "instances_by_name_order": 1, "wait_ns": sum(last_b - x for x in c) * US,
+            "clamped_transfers": 2}
+        assert late == 376 and r.path_ns == (step + late) * US == 1_876 * US and r.end_event.lane == f"rank 1 host {p1}/{p1}"
+        assert _split(r) == {"cpu": (step + late - 22 - last_b - 7 - 10) * US, "launch_overhead": 22 * US,
+                             "gpu_compute": last_b * US, "sync_wait": 17 * US}
+        assert w.path_ns == (step + late - last_b // 2) * US == 1_486 * US

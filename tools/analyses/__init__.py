@@ -24,7 +24,7 @@
     replay_spec     reproducer description of an op signature    replay_spec.py
     marker_summary  NVTX/rocTX/annotation ranges + GPU projection marker_summary.py (projection.py)
     iterations      repeated steps, warm-up vs steady state      iterations.py
-    critical_path   step-bounding chain (a job: across ranks)    critical_path.py
+    critical_path   step-bounding chain (a job: across ranks)    critical_path/ (a package: one module per part)
     memory_timeline device memory over time, peak, never freed   memory_timeline.py
     sql_query       read-only SQL; list_tables, describe_table   sql_query.py
 

@@ -1,0 +1,208 @@
+"""A job's critical-path graph: each rank's graph over the same step, on one timeline, joined at the collectives."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ...model.errors import ProfileError
+from ...model.trace import Trace
+from ..comm_patterns import COLLECTIVES
+from ..requirements import require
+from .build import RankGraph
+from .graph import COLL, KINDS, STREAM, Graph
+from .lanes import FIN, START, Lanes
+from .result import CollectiveLinks, JobRank
+from .window import choose_window
+
+
+def job_graph(traces: list[Trace], step, marker, pid, start_ns, end_ns):
+    """One graph over the ranks of a job: each rank's graph as for one profile (same step index, on one timeline),
+    joined at the collectives. Returns (graph, window start, choice, note, source, {"ranks", "collectives"})."""
+    from ..rank_summary import job_ranks
+
+    if pid is not None:
+        raise ProfileError("pid selects a process of one profile; a job takes every rank: pass one rank's profile with "
+                           "pid, or the job without it.")
+    units = job_ranks(traces, [])
+    graphs: list[Graph] = []
+    for u in units:
+        require(u.trace, "critical_path")
+        upid = None if (u.whole or u.pid is None) else int(u.pid)
+        at = step if not graphs or choice is None else choice.index  # the first rank's step on every rank
+        ws, we, tid, p, ch, nt, src = choose_window(u.trace, at, marker, upid, start_ns, end_ns)
+        if not graphs:
+            choice, note, source = ch, nt, src
+        graphs.append(RankGraph(u.trace, ws, we, p, tid))
+    g, base, job = _join(graphs, units)
+    return g, base, choice, note + f"; the same window on each of {len(units)} ranks (clocks assumed aligned)", source, job
+
+
+def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
+    base = min(g.base for g in graphs)
+    P = np.cumsum([0] + [g.n - 1 for g in graphs])  # node i > 0 of rank graph r -> i + P[r]; every root -> 0
+    LP = np.cumsum([0] + [len(g.lane_names) - 1 for g in graphs])
+    n0 = int(P[-1]) + 1
+
+    def cat(f, first):
+        return np.concatenate([np.asarray([first], dtype=np.asarray(f(graphs[0])).dtype)] + [np.asarray(f(g))[1:] for g in graphs])
+
+    S = cat(lambda g: g.S_meas + (g.base - base), 0)
+    S[0] = 0
+    d = cat(lambda g: g.d, 0)
+    E = S + d
+    kcode = cat(lambda g: g.kcode, KINDS.index("idle_gap"))
+    lcode = np.concatenate([[0]] + [np.where(g.lcode[1:] == 0, 0, g.lcode[1:] + LP[r]) for r, g in enumerate(graphs)]).astype(np.int64)
+    label = np.concatenate([np.asarray(["<window start>"], dtype=object)] + [g.label[1:].astype(object) for g in graphs])
+    lane_names = ["window"] + [f"rank {u.rank} {x}" for u, g in zip(units, graphs) for x in g.lane_names[1:]]
+
+    def nodes(r, i):
+        return np.where(i == 0, 0, i + P[r])
+
+    src = np.concatenate([nodes(r, g.src) for r, g in enumerate(graphs)])
+    dst = np.concatenate([nodes(r, g.dst) for r, g in enumerate(graphs)])
+    typ = np.concatenate([g.typ for g in graphs])
+    anc = np.concatenate([g.anc for g in graphs])
+    w = np.concatenate([g.w for g in graphs]).astype(np.int64)
+    chain = np.concatenate([g.chain for g in graphs])
+    seq = np.concatenate([g.eval.seq + P[r] for r, g in enumerate(graphs)])
+    head = np.concatenate([g.eval.head for g in graphs])
+    gops = pd.concat([g.gops[["name", "short_name", "is_comm"]].assign(communicator=_communicators(g)) for g in graphs],
+                     ignore_index=True)
+    gop_nodes = np.concatenate([g.gop_nodes + P[r] for r, g in enumerate(graphs)]).astype(np.int64)
+    rank_of = np.concatenate([np.full(len(g.gop_nodes), u.rank) for u, g in zip(units, graphs)])
+
+    comm = gops["is_comm"].fillna(False).to_numpy(dtype=bool)
+    inst, links = _instances(pd.DataFrame({"rank": rank_of, "node": gop_nodes, "name": gops["name"].astype(str).to_numpy(),
+                                           "comm": gops["communicator"].to_numpy(dtype=object), "S": S[gop_nodes],
+                                           "E": E[gop_nodes]})[comm])
+    K = inst["node"].to_numpy(dtype=np.int64)
+    of = inst["inst"].to_numpy(dtype=np.int64)
+    nb = int(of.max()) + 1 if len(of) else 0
+    last_of = inst.groupby("inst")["S"].max().to_numpy(dtype=np.int64) if nb else np.zeros(0, dtype=np.int64)
+    last = last_of[of]
+    # new nodes: each rank's transfer part (right after its arrival on its lane), then one barrier per instance
+    X = n0 + np.arange(len(K), dtype=np.int64)
+    B = n0 + len(K) + np.arange(nb, dtype=np.int64)
+    n = n0 + len(K) + nb
+    xend = np.maximum(E[K], last)
+    clamped = int((last > E[K]).sum())
+    wait = int((last - S[K]).sum())
+    S, E, d = np.concatenate((S, last, last_of)), np.concatenate((E, xend, last_of)), np.concatenate((d, xend - last, np.zeros(nb, np.int64)))
+    sync = KINDS.index("sync_wait")
+    kcode = np.concatenate((kcode, kcode[K], np.full(nb, sync)))
+    lcode = np.concatenate((lcode, lcode[K], np.zeros(nb, dtype=np.int64)))  # lane 0: not an execution lane (as the root)
+    label = np.concatenate((label, label[K], inst.drop_duplicates("inst")["barrier"].to_numpy(dtype=object)))
+    E[K], d[K] = S[K], 0
+    kcode[K] = sync
+    label[K] = label[K] + " (arrival)"
+    xmap = np.full(n0, -1, dtype=np.int64)
+    xmap[K] = X
+    # what left the kernel now leaves its transfer part (a start -> start + lag edge keeps its target time)
+    out = xmap[src] >= 0
+    lag = out & (anc == START)
+    w[lag] = np.maximum(0, w[lag] - (S[xmap[src[lag]]] - S[src[lag]]))
+    src[out] = xmap[src[out]]
+    gop_nodes = np.where(xmap[gop_nodes] >= 0, xmap[gop_nodes], gop_nodes)
+    # every arrival -> its instance's barrier (0 ns, at the last arrival) -> every transfer part: 2 edges per rank
+    src = np.concatenate((src, K, K, B[of]))
+    dst = np.concatenate((dst, X, B[of], X))
+    typ = np.concatenate((typ, np.full(len(K), STREAM, np.int8), np.full(2 * len(K), COLL, np.int8)))
+    anc = np.concatenate((anc, np.full(3 * len(K), FIN, np.int8)))
+    w = np.concatenate((w, np.zeros(3 * len(K), dtype=np.int64)))
+    chain = np.concatenate((chain, np.ones(len(K), bool), np.zeros(2 * len(K), bool)))
+    pos = np.empty(n0, dtype=np.int64)
+    pos[seq] = np.arange(len(seq))
+    seq = np.concatenate((np.insert(seq, pos[K] + 1, X), B))  # a barrier is a lane of its own
+    head = np.concatenate((np.insert(head, pos[K] + 1, False), np.ones(nb, bool)))
+    o = np.lexsort((src, dst))
+    src, dst, typ, anc, w, chain = src[o], dst[o], typ[o], anc[o], w[o], chain[o]
+    # measured ready and fixed delay on the common timeline; skew can make a delay negative: it is clamped to 0
+    ready = np.full(n, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(ready, dst, np.where(anc == FIN, E[src], S[src] + w))
+    ready[0] = 0
+    delay = np.maximum(S - ready, 0)
+
+    m = Graph()
+    m.trace, m.base, m.ws, m.pid, m.job = None, base, 0, None, True
+    m.truncated, m.we = any(g.truncated for g in graphs), max(g.we for g in graphs)
+    m.n, m.nh, m.ng = n, sum(g.nh for g in graphs), sum(g.ng for g in graphs)
+    for f in ("n_carried", "n_sync", "n_sync_by_id", "n_awaiting", "launch_dropped", "overlaps", "events_ok", "events_by_id",
+              "events_dropped"):
+        setattr(m, f, sum(getattr(g, f) for g in graphs))
+    m.src, m.dst, m.typ, m.anc, m.w, m.chain, m.delay, m.d = src, dst, typ, anc, w, chain, delay, d
+    m.kcode, m.lcode, m.label, m.lane_names, m.gops, m.gop_nodes = kcode, lcode, label, lane_names, gops, gop_nodes
+    m.eval = Lanes(n, seq, head, src, dst, typ, anc, w, chain, delay)
+    ranks = [JobRank(rank=u.rank, trace=u.trace.path.name, pid=u.pid, window_start_ns=g.base, nodes=g.n - 1)
+             for u, g in zip(units, graphs)]
+    links = CollectiveLinks(**links, edges=2 * len(K), wait_ns=wait, clamped_transfers=clamped)
+    return m, base, {"ranks": ranks, "collectives": links}
+
+
+
+def _instances(comm: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The linked communication kernels (rank, node, S, ...) with their instance number `inst` and barrier label,
+    sorted by instance then rank, and the counts for CollectiveLinks. A kernel whose communicator the profile records
+    (Nsight NCCL payload, Kineto 'Process Group Name') is the k-th of that communicator on its rank, and its instance
+    takes the ranks holding that communicator in the window; any other is the k-th of its name on its rank, and its
+    instance takes every rank with such kernels (name order: ranks of different communicators can be mixed up)."""
+    comm = comm.sort_values(["rank", "S", "E", "node"], kind="stable")
+    by_comm = comm["comm"].notna().to_numpy()
+    comm = comm.assign(by_comm=by_comm, key=np.where(by_comm, "communicator " + comm["comm"].astype(str), comm["name"]))
+    comm["k"] = comm.groupby(["rank", "by_comm", "key"]).cumcount()
+    members = comm.groupby(["by_comm", "key"])["rank"].transform("nunique").to_numpy()
+    named = int(comm.loc[~by_comm, "rank"].nunique())
+    need = np.where(by_comm, members, named)
+    size = comm.groupby(["by_comm", "key", "k"])["rank"].transform("size").to_numpy()
+    linked = comm[(size == need) & (need > 1)]
+    linked = linked.assign(inst=linked.groupby(["by_comm", "key", "k"]).ngroup()).sort_values(["inst", "rank"], kind="stable")
+    kind = linked["name"].map(_collective)
+    linked["barrier"] = ("collective barrier " + kind + np.where(linked["by_comm"], " " + linked["key"], " (name order)")
+                         + " #" + (linked["k"] + 1).astype(str))
+    groups = comm.drop_duplicates(["by_comm", "key", "k"])
+    first = linked.drop_duplicates("inst")
+    n_comm, n_name = int(first["by_comm"].sum()), int((~first["by_comm"]).sum())
+    rule = ("communicator" if by_comm.all() else "name_order" if not by_comm.any() else "communicator+name_order") if len(comm) else "none"
+    return linked, {"ranks_with_comm": int(comm["rank"].nunique()), "collective_match": rule, "comm_kernels": len(comm),
+                    "comm_kernels_with_communicator": int(by_comm.sum()), "instances": n_comm + n_name,
+                    "instances_by_communicator": n_comm, "instances_by_name_order": n_name, "unlinked": len(groups) - n_comm - n_name}
+
+
+def _collective(name: str) -> str:
+    """The collective type of a communication kernel name (comm_patterns.COLLECTIVES; 'collective' when unknown)."""
+    return next((label for label, rx in COLLECTIVES if re.search(rx, name, re.I)), "collective")
+
+
+def _communicators(g: RankGraph) -> np.ndarray:
+    """Per GPU op of a rank's graph, the communicator of a communication kernel where the profile records it, else
+    None: the NCCL communicator id of the one NCCL call that launched it (Nsight NCCL payloads: nccl_calls), or
+    PyTorch's 'Process Group Name' in its kernel args (Kineto; joined as comm_job_summary does)."""
+    gops = g.gops
+    out = np.full(len(gops), None, dtype=object)
+    comm = gops[gops["is_comm"].fillna(False).to_numpy(dtype=bool)]
+    if comm.empty:
+        return out
+    lo, hi = int(comm["start_ns"].min()) + g.base, int(comm["start_ns"].max()) + g.base
+    if g.trace.format == "kineto":
+        if "events" not in g.trace.native_tables():
+            return out
+        keys = ["name", "stream_id", "start_ns"]
+        found = g._df("""SELECT name, tid AS stream_id, ts_ns - ? AS start_ns, min(pg) AS communicator
+                        FROM (SELECT name, tid, ts_ns, json_extract_string(args, '$."Process Group Name"') AS pg
+                              FROM native.events WHERE cat = 'kernel' AND ts_ns BETWEEN ? AND ?
+                                   AND args LIKE '%Process Group Name%')
+                        WHERE pg IS NOT NULL GROUP BY ALL HAVING count(DISTINCT pg) = 1""", [g.base, lo, hi])
+    else:
+        keys = ["pid", "device_id", "stream_id", "start_ns", "end_ns"]
+        found = g._df("""SELECT pid, device_id, stream_id, kernel_start_ns - ? AS start_ns, kernel_end_ns - ? AS end_ns,
+                               min(comm_id) AS communicator
+                        FROM nccl_calls WHERE kernels_launched = 1 AND comm_id IS NOT NULL AND kernel_start_ns BETWEEN ? AND ?
+                        GROUP BY ALL HAVING count(DISTINCT comm_id) = 1""", [g.base, g.base, lo, hi])
+    if found.empty:
+        return out
+    got = comm[keys].astype({k: "float64" for k in keys if k != "name"}).merge(
+        found.astype({k: "float64" for k in keys if k != "name"}), on=keys, how="left")["communicator"]
+    out[np.flatnonzero(gops["is_comm"].fillna(False).to_numpy(dtype=bool))] = got.where(got.notna(), None).to_numpy(dtype=object)
+    return out
