@@ -395,7 +395,7 @@ async def critical_path(
 ) -> Annotated[CallToolResult, CriticalPathResult]:
     """The chain of host work, launches, GPU ops, event waits and host syncs that bounds one step (iterations' steps,
     default the median-length steady one; or start_ns/end_ns): path length (= window span), its time split by kind
-    (cpu, launch_overhead, gpu_compute, copy, communication, sync_wait, idle_gap; % of the path), top contributors,
+    (cpu, launch_overhead, gpu_compute, copy, communication, graph_whole, sync_wait, idle_gap; % of the path), top contributors,
     path segments per lane, per-lane slack, and what-if: kernels matching a rule sped up and the graph re-evaluated
     (new length, change, whether the path moved). Event pairing and sync targets are inferred; the result says how.
     A job (folder or glob of per-rank profiles): the same step on every rank, collectives linked across ranks (the

@@ -354,7 +354,8 @@ def test_nsys_wddm_only_profile_and_bad_rows(tmp_path):
 
 @needs_data
 def test_real_wddm_exports_match_sqlite():
-    """The two 2022.1 Windows exports: the profiled process's local and non-local peaks against a direct sqlite3 query."""
+    """The two 2022.1 Windows exports: the profiled process's local and non-local peaks and budget, and the peak of all
+    processes summed, against direct sqlite3 queries."""
     import sqlite3
 
     files = [f for f in real_files("nsys/*.sqlite") if "gtx1060" in f.name]
@@ -370,4 +371,17 @@ def test_real_wddm_exports_match_sqlite():
                                       ORDER BY newUsage DESC, timestamp LIMIT 1""", (seg, pid)).fetchone()
             o = next(o for o in res.os_memory if o.pid == pid and o.segment_group == label)
             assert (o.peak_usage_bytes, o.peak_usage_ts_ns) == (peak, ts)
+            budget = con.execute("""SELECT newBudget FROM GPU_MEMORY_BUDGET_EVENTS WHERE segmentGroup = ?
+                                    AND ((globalTid >> 24) & 16777215) = ? AND timestamp <= ?
+                                    ORDER BY timestamp DESC, rowid DESC LIMIT 1""", (seg, pid, ts)).fetchone()[0]
+            assert o.budget_bytes == budget
+            # all processes: each process's change from its previous level, summed in time order
+            peak, ts, n = con.execute("""
+                WITH d AS (SELECT timestamp AS t, rowid AS r, newUsage - coalesce(lag(newUsage) OVER (
+                               PARTITION BY (globalTid >> 24) & 16777215 ORDER BY timestamp, rowid), 0) AS dd
+                           FROM GPU_MEMORY_USAGE_EVENTS WHERE segmentGroup = ?),
+                     c AS (SELECT t, r, sum(dd) OVER (ORDER BY t, r ROWS UNBOUNDED PRECEDING) AS lvl FROM d)
+                SELECT lvl, t, (SELECT count(*) FROM c) FROM c ORDER BY lvl DESC, t, r LIMIT 1""", (seg,)).fetchone()
+            o = next(o for o in res.os_memory if o.pid is None and o.segment_group == label)
+            assert (o.peak_usage_bytes, o.peak_usage_ts_ns, o.usage_events) == (peak, ts, n)
         con.close()

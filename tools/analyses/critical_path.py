@@ -36,7 +36,8 @@ same-stream order and CUDA event syncs, longest path through one ProfilerStep). 
 The path's time is split by kind (each ns of the path in exactly one kind; denominator = path length):
 cpu (host gaps and non-launch API calls), launch_overhead (launch/async-copy API time and the delay from the
 launch call's start to its GPU op's start), gpu_compute (kernels), copy (copies and sets), communication
-(NCCL/RCCL kernels), sync_wait (sync returns after the awaited op ended; event waits), idle_gap (GPU gaps between
+(NCCL/RCCL kernels), graph_whole (CUDA graph replays traced whole, Nsight --cuda-graph-trace=graph: the kernels inside,
+computation or communication, are not in the export; re-capture with --cuda-graph-trace=node to split them), sync_wait (sync returns after the awaited op ended; event waits), idle_gap (GPU gaps between
 ops on a stream, host time outside any recorded op on a thread other than the step's, the start before carried-in
 work).
 """
@@ -60,7 +61,7 @@ from .common import Window, capture_window, clip_name, data_issue_notes, data_is
 from .requirements import require
 
 MAX_NODES = 500_000  # graph nodes per window (~0.4 GB of graph at the cap); beyond it the window end is moved earlier (truncated = true)
-KINDS = ("cpu", "launch_overhead", "gpu_compute", "copy", "communication", "sync_wait", "idle_gap")
+KINDS = ("cpu", "launch_overhead", "gpu_compute", "copy", "communication", "graph_whole", "sync_wait", "idle_gap")
 RECORD_RE = r"^(cuda|cu|hip)EventRecord"
 WAIT_EVENT_RE = r"^(cuda|cu|hip)StreamWaitEvent$"
 EVENT_SYNC_RE = r"^(cuda|cu|hip)EventSynchronize$"
@@ -106,7 +107,9 @@ JOB_ASSUMPTIONS = [
 
 
 class Share(BaseModel):
-    kind: str = Field(description="cpu, launch_overhead, gpu_compute, copy, communication, sync_wait or idle_gap")
+    kind: str = Field(description="cpu, launch_overhead, gpu_compute, copy, communication, graph_whole (a CUDA graph "
+                      "replay traced whole: contents unknown, possibly communication; re-capture with nsys "
+                      "--cuda-graph-trace=node), sync_wait or idle_gap")
     ns: int = Field(description="time of the critical path in this kind, ns")
     pct_of_path: float | None = Field(description="ns / critical path length, %")
 
@@ -765,10 +768,11 @@ class _Graph:
         comm = is_comm_sql("g.name")
         return self._df(f"""
             WITH g AS (
-                SELECT 'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, correlation_id FROM kernels
+                SELECT 'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, correlation_id, whole_graph
+                FROM kernels
                 UNION ALL
                 SELECT op, device_id, stream_id, start_ns, end_ns,
-                       CASE WHEN op = 'set' THEN 'Memset' ELSE 'Memcpy ' || kind END, NULL, pid, correlation_id FROM memops),
+                       CASE WHEN op = 'set' THEN 'Memset' ELSE 'Memcpy ' || kind END, NULL, pid, correlation_id, false FROM memops),
             l AS (SELECT pid, correlation_id, arg_min(rowid, (start_ns, end_ns, rowid)) AS lcid, min(start_ns) AS call_start_ns,
                          arg_min(tid, (start_ns, end_ns, rowid)) AS call_tid
                   FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
@@ -776,7 +780,7 @@ class _Graph:
             SELECT g.op, g.device_id, coalesce(g.stream_id, -1) AS stream_id, g.start_ns - ? AS start_ns, g.end_ns - ? AS end_ns,
                    g.name, coalesce(g.short_name, g.name) AS short_name, g.pid, l.lcid IS NOT NULL AS linked, l.lcid,
                    coalesce(l.call_start_ns - ?, g.start_ns - ?) AS call_start_ns, coalesce(l.call_tid, -1) AS call_tid,
-                   g.op = 'kernel' AND {comm} AS is_comm
+                   g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm, g.whole_graph AS is_whole
             FROM g LEFT JOIN l ON l.pid = g.pid AND l.correlation_id = g.correlation_id
             WHERE ((g.start_ns >= ? AND g.start_ns < ?) OR (g.start_ns < ? AND g.end_ns > ?)
                    OR (l.call_start_ns >= ? AND l.call_start_ns < ?)){p}
@@ -883,7 +887,9 @@ class _Graph:
                                   np.where(role == "return", "sync_wait", np.where(launchy.to_numpy(), "launch_overhead", "cpu")))
         name[1:1 + nh] = hn
         op = gops["op"].to_numpy()
-        kind[gi] = np.where(op == "kernel", np.where(gops["is_comm"].fillna(False).to_numpy(dtype=bool), "communication", "gpu_compute"), "copy")
+        comm = gops["is_comm"].fillna(False).to_numpy(dtype=bool)
+        whole = gops["is_whole"].fillna(False).to_numpy(dtype=bool)
+        kind[gi] = np.where(op == "kernel", np.where(whole, "graph_whole", np.where(comm, "communication", "gpu_compute")), "copy")
         name[gi] = gops["name"].to_numpy()
         # lanes: 0 the window start, then host threads, then GPU streams (each numbered in the order of its name)
         key, gpu_lanes = _lane_codes(pd.DataFrame({"pid": gops["pid"].astype("Int64"), "dev": gops["device_id"],
