@@ -235,9 +235,11 @@ async def memory_timeline(
     (PyTorch op, API call), churn (allocations, frees, bytes, per second of the capture span), and allocations never
     freed within the capture by site (leak suspects). Reserved bytes: Kineto's Total Reserved, or Nsight's CUDA
     memory-pool sizes. A window (start_ns/end_ns, or step=) looks at one step: it starts at the level every earlier
-    event left, and live-at-peak includes allocations made before it. Needs memory events: PyTorch
-    profile_memory=True, `nsys profile --cuda-memory-usage=true`, `rocprofv3 --memory-allocation-trace`; other
-    profiles are refused with that reason."""
+    event left, and live-at-peak includes allocations made before it. Windows Nsight exports (WDDM trace) also give
+    os_memory: the video memory the OS reports per process and segment group (local / non-local usage over time,
+    peak, budget), for the profiled processes and all processes summed - process-level usage, not allocator bytes.
+    Needs memory events: PyTorch profile_memory=True, `nsys profile --cuda-memory-usage=true`, `rocprofv3
+    --memory-allocation-trace` (or WDDM levels); other profiles are refused with that reason."""
     return await _answer(ctx, "Device memory", lambda: A.memory_timeline(
         _open(trace, ctx), device=device, start_ns=start_ns, end_ns=end_ns, step=step, points=points, limit=limit))
 
@@ -393,7 +395,7 @@ async def critical_path(
 ) -> Annotated[CallToolResult, CriticalPathResult]:
     """The chain of host work, launches, GPU ops, event waits and host syncs that bounds one step (iterations' steps,
     default the median-length steady one; or start_ns/end_ns): path length (= window span), its time split by kind
-    (cpu, launch_overhead, gpu_compute, copy, communication, sync_wait, idle_gap; % of the path), top contributors,
+    (cpu, launch_overhead, gpu_compute, copy, communication, graph_whole, sync_wait, idle_gap; % of the path), top contributors,
     path segments per lane, per-lane slack, and what-if: kernels matching a rule sped up and the graph re-evaluated
     (new length, change, whether the path moved). Event pairing and sync targets are inferred; the result says how.
     A job (folder or glob of per-rank profiles): the same step on every rank, collectives linked across ranks through

@@ -258,3 +258,130 @@ def test_real_profiles(path):
         if d.frees_without_allocation == 0:  # every free pairs with a captured allocation
             assert d.live_at_peak_bytes == d.peak_allocated_bytes - d.baseline_bytes
         assert d.allocated_bytes - d.freed_bytes == d.net_change_bytes
+
+
+def _wddm_truth(s, lo: int, hi: int) -> dict:
+    """Per (segment group, pid or None = all processes summed): the os_memory figures of window [lo, hi), from the
+    scenario's events alone."""
+    out = {}
+    usage = sorted((e for e in s.os_memory if e.metric == "usage"), key=lambda e: e.ts_ns)
+    budget = sorted((e for e in s.os_memory if e.metric == "budget"), key=lambda e: e.ts_ns)
+    for seg, label in ((0, "local"), (1, "non-local")):
+        mine = [e for e in usage if e.segment_group == seg]
+        for pid in (M.PID, None):
+            latest, steps = {}, []
+            for e in mine:
+                if pid is None or e.pid == pid:
+                    latest[e.pid] = e.bytes
+                    steps.append((e.ts_ns, sum(latest.values())))
+            before = [v for t, v in steps if t < lo]
+            pts = ([(lo, before[-1])] if before else []) + [(t, v) for t, v in steps if lo <= t < hi]
+            peak = max(v for _, v in pts)
+            peak_ts = next(t for t, v in pts if v == peak)
+            own = [e for e in budget if e.pid == pid and e.segment_group == seg] if pid is not None else []
+            at = [e.bytes for e in own if e.ts_ns <= peak_ts]
+            out[(label, pid)] = {
+                "start": before[-1] if before else None, "peak": peak, "peak_ts": peak_ts, "final": pts[-1][1],
+                "events": sum(1 for t, _ in steps if lo <= t < hi), "budget": at[-1] if at else None,
+                "budget_events": sum(1 for e in own if lo <= e.ts_ns < hi),
+                "processes": len({e.pid for e in mine if e.ts_ns < hi}) if pid is None else 1, "series": pts}
+    return out
+
+
+def test_nsys_wddm_levels_are_reported_apart_from_allocations(open_profile):
+    """Windows WDDM usage and budget (Nsight GPU_MEMORY_USAGE_EVENTS / GPU_MEMORY_BUDGET_EVENTS): per segment group,
+    for the profiled process and all processes summed, exact against the scenario, with and without a window; the
+    allocator figures are those of memory_mix, untouched."""
+    s = M.memory_wddm()
+    shift = time_shift(s, "nsys")
+    t = open_profile("memory_wddm", "nsys", None, M.SCENARIOS)
+    rows = t.sql("SELECT device_id, pid, ts_ns, metric, segment_group, bytes FROM os_memory_levels ORDER BY ts_ns, rowid")
+    assert sorted(rows) == sorted((e.device_id, e.pid, e.ts_ns + shift, e.metric, ["local", "non-local"][e.segment_group], e.bytes)
+                                  for e in s.os_memory)
+    for window in [(-(1 << 62), 1 << 62), M.WDDM_WINDOW]:
+        kw = {} if window[0] < 0 else {"start_ns": window[0] + shift, "end_ns": window[1] + shift}
+        res = A.memory_timeline(t, **kw)
+        truth = _wddm_truth(s, *window)
+        got = {(o.segment_group, o.pid): o for o in res.os_memory}
+        assert list(got) == [("local", M.PID), ("local", None), ("non-local", M.PID), ("non-local", None)]
+        for key, w in truth.items():
+            o = got[key]
+            assert (o.device_id, o.processes, o.usage_events) == (0, w["processes"], w["events"])
+            assert o.start_usage_bytes == w["start"]
+            assert (o.peak_usage_bytes, o.peak_usage_ts_ns, o.final_usage_bytes) == (w["peak"], w["peak_ts"] + shift, w["final"])
+            assert (o.budget_bytes, o.budget_events) == (w["budget"], w["budget_events"])
+            assert o.pct_of_budget == (None if w["budget"] is None else round(100 * w["peak"] / w["budget"], 2))
+            assert not o.series_downsampled
+            want = [(ts + shift if ts != window[0] else ts + (0 if window[0] < 0 else shift), v) for ts, v in w["series"]]
+            assert [(p.ts_ns, p.usage_bytes) for p in o.series] == want
+            assert "not allocator live bytes" in o.source
+    assert A.memory_timeline(t).devices[0].peak_allocated_bytes == 10 * MiB  # memory_mix's allocator figures, untouched
+    # by hand (the scenario's docstring)
+    whole = {(o.segment_group, o.pid): o for o in A.memory_timeline(t).os_memory}
+    mine, both = whole[("local", M.PID)], whole[("local", None)]
+    assert (mine.peak_usage_bytes, mine.peak_usage_ts_ns, mine.budget_bytes) == (150 * MiB, 55_300 + shift, 4000 * MiB)
+    assert mine.pct_of_budget == 3.75 and mine.process_name is not None
+    assert (both.peak_usage_bytes, both.peak_usage_ts_ns, both.budget_bytes, both.processes) == (230 * MiB, 55_300 + shift, None, 2)
+    assert [p.budget_bytes for p in mine.series] == [5000 * MiB, 5000 * MiB, 4000 * MiB, 4000 * MiB, 4000 * MiB]  # 12, 30, 55, 80, 95 us
+    assert (whole[("non-local", M.PID)].peak_usage_bytes, whole[("non-local", None)].peak_usage_bytes) == (30 * MiB, 35 * MiB)
+    win = {(o.segment_group, o.pid): o for o in A.memory_timeline(t, start_ns=45_000 + shift, end_ns=75_000 + shift).os_memory}
+    assert (win[("local", M.PID)].start_usage_bytes, win[("local", None)].start_usage_bytes) == (120 * MiB, 200 * MiB)
+    assert (win[("local", None)].peak_usage_bytes, win[("local", None)].final_usage_bytes) == (230 * MiB, 160 * MiB)
+
+
+def test_nsys_wddm_only_profile_and_bad_rows(tmp_path):
+    """A profile with WDDM levels and no allocation events still gets an answer (os_memory, no devices); damaged WDDM
+    rows are left out and counted in data_issues."""
+    import sqlite3
+
+    from gpuscope.fixtures.writers import nsys
+    s = M.memory_wddm()
+    s.memory = []
+    path = nsys.write(s, tmp_path / "w.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("INSERT INTO GPU_MEMORY_USAGE_EVENTS VALUES (500, 0, 0, NULL, 0)")
+    con.execute("INSERT INTO GPU_MEMORY_BUDGET_EVENTS VALUES (600, 0, -1, 10, 0)")
+    con.commit()
+    con.close()
+    t = load_trace(path)
+    issues = {r[3]: r[2] for r in t.sql("SELECT * FROM data_issues WHERE table_name = 'os_memory_levels'")}
+    assert issues == {"GPU_MEMORY_USAGE_EVENTS: newUsage is missing, negative or not an integer": 1,
+                      "GPU_MEMORY_BUDGET_EVENTS: gpu is missing, negative or not an integer": 1}
+    res = A.memory_timeline(t)
+    assert res.devices == [] and len(res.os_memory) == 4
+    assert any("os_memory_levels" in n for n in res.data_issues)
+
+
+@needs_data
+def test_real_wddm_exports_match_sqlite():
+    """The two 2022.1 Windows exports: the profiled process's local and non-local peaks and budget, and the peak of all
+    processes summed, against direct sqlite3 queries."""
+    import sqlite3
+
+    files = [f for f in real_files("nsys/*.sqlite") if "gtx1060" in f.name]
+    assert len(files) == 2
+    for f in files:
+        t = load_trace(f)
+        res = A.memory_timeline(t)
+        pid = t.scalar("SELECT DISTINCT pid FROM kernels")
+        con = sqlite3.connect(f)
+        for seg, label in ((0, "local"), (1, "non-local")):
+            peak, ts = con.execute("""SELECT newUsage, timestamp FROM GPU_MEMORY_USAGE_EVENTS
+                                      WHERE segmentGroup = ? AND ((globalTid >> 24) & 16777215) = ?
+                                      ORDER BY newUsage DESC, timestamp LIMIT 1""", (seg, pid)).fetchone()
+            o = next(o for o in res.os_memory if o.pid == pid and o.segment_group == label)
+            assert (o.peak_usage_bytes, o.peak_usage_ts_ns) == (peak, ts)
+            budget = con.execute("""SELECT newBudget FROM GPU_MEMORY_BUDGET_EVENTS WHERE segmentGroup = ?
+                                    AND ((globalTid >> 24) & 16777215) = ? AND timestamp <= ?
+                                    ORDER BY timestamp DESC, rowid DESC LIMIT 1""", (seg, pid, ts)).fetchone()[0]
+            assert o.budget_bytes == budget
+            # all processes: each process's change from its previous level, summed in time order
+            peak, ts, n = con.execute("""
+                WITH d AS (SELECT timestamp AS t, rowid AS r, newUsage - coalesce(lag(newUsage) OVER (
+                               PARTITION BY (globalTid >> 24) & 16777215 ORDER BY timestamp, rowid), 0) AS dd
+                           FROM GPU_MEMORY_USAGE_EVENTS WHERE segmentGroup = ?),
+                     c AS (SELECT t, r, sum(dd) OVER (ORDER BY t, r ROWS UNBOUNDED PRECEDING) AS lvl FROM d)
+                SELECT lvl, t, (SELECT count(*) FROM c) FROM c ORDER BY lvl DESC, t, r LIMIT 1""", (seg,)).fetchone()
+            o = next(o for o in res.os_memory if o.pid is None and o.segment_group == label)
+            assert (o.peak_usage_bytes, o.peak_usage_ts_ns, o.usage_events) == (peak, ts, n)
+        con.close()

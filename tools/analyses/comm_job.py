@@ -32,10 +32,10 @@ from ..model.trace import Trace
 from .comm_patterns import COLLECTIVES, collective_index_sql, is_comm_sql
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_summary import DTYPE_BYTES
-from .common import data_issue_notes, data_issues_field, pct, ToolResult
+from .common import ToolResult, data_issue_notes, data_issues_field, pct, whole_graph_job_note
 from .gpu_timeline import COMM, COMP, MEMCPY, ROCM_COPY_KERNEL
 from .rank_summary import job_ranks
-from .stacked import run, stack, union_measures_sql, values
+from .stacked import run, stack, union_measures_sql, values, whole_graph_cols
 
 MAX_LIMIT = 1024
 LABELS = [label for label, _ in COLLECTIVES] + ["Other"]
@@ -167,10 +167,12 @@ def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = N
         rc AS (SELECT rank, coll, count(*) AS n, sum(end_ns - start_ns)::BIGINT AS total,
                       min(end_ns - start_ns)::BIGINT AS mn, max(end_ns - start_ns)::BIGINT AS mx
                FROM iv WHERE cls = {COMM} AND end_ns > start_ns GROUP BY rank, coll)"""
-    figs = {int(r): (int(comp), int(cm), int(both), list(devs)) for r, comp, cm, both, devs in run(traces, base + f"""
-        SELECT rank, sum(u0)::BIGINT, sum(u1)::BIGINT, sum(u2)::BIGINT, list(DISTINCT device_id ORDER BY device_id)
+    fig_rows = run(traces, base + f"""
+        SELECT rank, sum(u0)::BIGINT, sum(u1)::BIGINT, sum(u2)::BIGINT, list(DISTINCT device_id ORDER BY device_id),
+               {whole_graph_cols(traces)}
         FROM ({union_measures_sql('SELECT rank, device_id, cls, start_ns, end_ns FROM iv', 'rank, device_id', SETS)})
-        GROUP BY rank""")}
+        GROUP BY rank""")
+    figs = {int(r): (int(comp), int(cm), int(both), list(devs)) for r, comp, cm, both, devs, _, _ in fig_rows}
     per_rank: dict[int, list[tuple]] = {}
     for r, c, n, total, mn, mx in run(traces, base + " SELECT rank, coll, n, total, mn, mx FROM rc ORDER BY rank, total DESC, coll"):
         per_rank.setdefault(int(r), []).append((int(c), int(n), int(total), int(mn), int(mx)))
@@ -238,6 +240,10 @@ def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = N
     elif with_comm < len(rows):
         notes.append(f"{len(rows) - with_comm} of {len(rows)} ranks ran no communication kernel: their rows are 0 and "
                      "they count 0 in the spread of each collective")
+    whole = whole_graph_job_note(*(fig_rows[0][5:7] if fig_rows else (0, 0)),
+                                 "computation (the compute of overlap and exposed figures), never as communication")
+    if whole:
+        notes.append(whole)
     if with_comm and not message_rows:
         notes.append("messages: no profile records message sizes (PyTorch traces keep them in NCCL kernel args, Nsight "
                      "exports in NCCL's NVTX payloads with `nsys export --include-blobs=true`, NCCL 2.19+)")

@@ -22,7 +22,7 @@ from ..model.quote import quote_ident
 from ..model.trace import Trace
 from .comm_patterns import COLLECTIVES, collective_index_sql
 from .comm_patterns import comm_patterns as active_patterns
-from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
+from .common import ToolResult, WholeGraphTime, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, whole_graph_time
 from .gpu_timeline import COMM, split_measures, timeline_ops_sql
 from .intervals import NULL_KEY, unions
 from .nccl_bandwidth import TIME_NOTE, BandwidthGroup, bandwidth
@@ -132,6 +132,9 @@ class CommSummaryResult(ToolResult):
                                                         "with nccl-tests algbw/busbw (Nsight exports with NCCL payloads)")
     mpi: list[MpiGroup]
     notes: list[str] = Field(description="what the profile could not say (no message sizes, MPI tables unreadable, ...)")
+    whole_graph: WholeGraphTime | None = Field(None, description="CUDA graph replays traced whole in the selection: "
+                                               "communication inside them is not in these figures (counted as "
+                                               "computation, the COMP of overlap and exposed time); null when there are none")
     truncated: bool = Field(description="true when kernels/messages/bandwidth/mpi rows were cut to `limit`")
     hint: str | None = None
     data_issues: list[str] = data_issues_field()
@@ -218,15 +221,20 @@ def comm_summary(
     mpi = _mpi(trace, window, notes)
     if len(mpi) > limit:
         mpi, truncated = mpi[:limit], True
+    whole = whole_graph_time(trace, where, params, "computation (the COMP of overlap_with_compute_ns and exposed_comm_ns), "
+                             "never as communication", window.start_ns, window.end_ns)
+    if whole:
+        notes.append(whole.note)
     message = None
     if not matched:
         message = ("no kernel in the selection matched the communication patterns " + "; ".join(patterns)
-                   + ". Pass comm_patterns=[...] (regexes over kernel names) if this profile's collectives use other names.")
+                   + ". Pass comm_patterns=[...] (regexes over kernel names) if this profile's collectives use other names."
+                   + (f" {whole.note}" if whole else ""))
     return CommSummaryResult(
         data_issues=data_issue_notes(trace, ("kernels", "cpu_ops", "markers", "nccl_calls")),
         trace=str(trace.path), window=window, comm_patterns=patterns, matched=matched, message=message, devices=devices,
         collectives=collectives, kernels=kernels, messages=messages, nccl_ranges=ranges, bandwidth=bw, mpi=mpi, notes=notes,
-        truncated=truncated, hint=f"rows beyond limit={limit} were cut; raise limit (max 200) or pass device=" if truncated else None,
+        whole_graph=whole, truncated=truncated, hint=f"rows beyond limit={limit} were cut; raise limit (max 200) or pass device=" if truncated else None,
     )
 
 

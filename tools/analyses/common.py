@@ -175,19 +175,60 @@ class GpuTimeSplit:
     exposed_comm_ns: int       # |COMM - COMP|
     exposed_memcpy_ns: int     # |MEMCPY - COMP - COMM|
     comm_comp_overlap_ns: int  # |COMM ∩ COMP|
+    whole_graph_ns: int = 0    # |GRAPH|: whole-graph replays (contents not traced), a part of computation_ns
 
 
-def split_gpu_time(comp: int, comm: int, memcpy: int, comp_comm: int, every: int, first: int, last: int) -> GpuTimeSplit:
+def split_gpu_time(comp: int, comm: int, memcpy: int, comp_comm: int, every: int, first: int, last: int,
+                   whole_graph: int = 0) -> GpuTimeSplit:
     """The one definition of busy / exposed / overlap figures shared by gpu_timeline, comm_summary and
     rank_summary, so the tools cannot drift apart: from the union lengths |COMP|, |COMM|, |MEMCPY|, |COMP ∪ COMM|
     and |ALL|, and ALL's first start and last end, by |A - B| = |A ∪ B| - |B| and |A ∩ B| = |A| + |B| - |A ∪ B|."""
     split = GpuTimeSplit(
         first_ns=first, last_ns=last, span_ns=last - first, busy_ns=every, computation_ns=comp, comm_ns=comm,
         memcpy_ns=memcpy, exposed_comm_ns=comp_comm - comp, exposed_memcpy_ns=every - comp_comm,
-        comm_comp_overlap_ns=comm + comp - comp_comm,
+        comm_comp_overlap_ns=comm + comp - comp_comm, whole_graph_ns=whole_graph,
     )
     assert split.computation_ns + split.exposed_comm_ns + split.exposed_memcpy_ns == split.busy_ns
     return split
+
+
+WHOLE_GRAPH_ADVICE = ("re-capture with `nsys profile --trace=cuda --cuda-graph-trace=node` to trace the kernels inside the "
+                      "graphs and classify them")
+
+
+class WholeGraphTime(BaseModel):
+    """Whole-graph replays in a tool's selection (Nsight --cuda-graph-trace=graph: kernels rows with whole_graph = true):
+    their contents are not in the export, so no tool can tell computation from communication inside them."""
+
+    replays: int = Field(description="whole-graph replays (kernels rows with whole_graph = true) in the selection")
+    time_ns: int = Field(description="their summed duration in the selection, ns (a sum over replays, not a union)")
+    counted_as: str = Field(description="where the tool counts that time")
+    note: str = Field(description="what that means and how to see inside the graphs")
+
+
+def whole_graph_time(trace: Trace, where: str, params: list, counted_as: str, lo: int | None = None,
+                     hi: int | None = None) -> WholeGraphTime | None:
+    """The whole-graph replays among the kernels matching `where` (a kernels predicate, with `params`), their time
+    clipped to [lo, hi) when given, or None when there are none (every profile but an Nsight graph-level trace)."""
+    end = "end_ns" if hi is None else f"least(end_ns, {int(hi)})"
+    start = "start_ns" if lo is None else f"greatest(start_ns, {int(lo)})"
+    n, total = trace.sql(f"""SELECT count(*), coalesce(sum(greatest({end} - {start}, 0)), 0)::BIGINT FROM kernels
+                             WHERE whole_graph AND ({where})""", params)[0]
+    if not n:
+        return None
+    return WholeGraphTime(replays=int(n), time_ns=int(total), counted_as=counted_as, note=(
+        f"{int(n)} CUDA graph replays ({int(total)} ns) were traced whole: the kernels inside, which may include "
+        f"communication (NCCL), are not in the export; they are counted as {counted_as}. {WHOLE_GRAPH_ADVICE[0].upper()}{WHOLE_GRAPH_ADVICE[1:]}."))
+
+
+def whole_graph_job_note(replays: int, time_ns: int, counted_as: str) -> str | None:
+    """whole_graph_time's note for a job tool, from the replays and their summed ns over every rank (job tools count
+    them inside one of their fixed statements: stacked.whole_graph_cols), or None without any."""
+    if not replays:
+        return None
+    return (f"{int(replays)} CUDA graph replays ({int(time_ns)} ns, summed over ranks) were traced whole: the kernels "
+            f"inside, which may include communication (NCCL), are not in the export; they are counted as {counted_as}. "
+            f"{WHOLE_GRAPH_ADVICE[0].upper()}{WHOLE_GRAPH_ADVICE[1:]}.")
 
 
 # A user's "name contains" text is literal: '_' and '%' in kernel names are characters, not LIKE wildcards.

@@ -17,7 +17,8 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .api_summary import api_summary
 from .comm_patterns import comm_patterns
-from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues, data_issues_field, pct, ToolResult
+from .common import (ALL_TABLES, ToolResult, WholeGraphTime, Window, clip_name, data_issue_notes, data_issues, data_issues_field, pct,
+                     whole_graph_time)
 from .comm_summary import comm_summary
 from .gpu_timeline import gpu_timeline
 from .intervals import unions
@@ -140,6 +141,9 @@ class DiagnoseResult(ToolResult):
     not_judged: list[str] = Field(default_factory=list, description="what diagnose cannot judge on this profile: the missing data, "
                                   "where the profile would keep it and the capture flag that records it")
     not_applicable: list[NotApplicable] = Field(description="analyses that could not run, with the reason")
+    whole_graph: WholeGraphTime | None = Field(None, description="CUDA graph replays traced whole on the device in the "
+                                               "window: counted as computation, their contents (possibly communication) "
+                                               "unknown; null when there are none")
     rules: list[str]
     data_issues: list[str] = data_issues_field()
 
@@ -196,8 +200,12 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
     if not main.memcpy_ops:
         na.append(NotApplicable(tool="memcpy_summary", reason="not applicable: no memory copies on the device in the window"))
     comm = run("comm_summary", lambda: comm_summary(trace, device=dev, start_ns=start_ns, end_ns=end_ns)) if main.comm_ops else None
+    whole = whole_graph_time(trace, "device_id = ? AND start_ns < ? AND end_ns > ?", [dev, tl.window.end_ns, tl.window.start_ns],
+                             f"computation ({tl_field}.computation_ns; never as communication)", tl.window.start_ns, tl.window.end_ns)
+    not_judged = left_out(trace, "diagnose") + ([f"communication inside CUDA graphs: {whole.note}"] if whole else [])
     if not main.comm_ops:
-        na.append(NotApplicable(tool="comm_summary", reason="not applicable: no communication kernels on the device in the window"))
+        na.append(NotApplicable(tool="comm_summary", reason="not applicable: no communication kernels on the device in the window"
+                                + (f" (but {whole.replays} CUDA graph replays traced whole may hold some: see whole_graph)" if whole else "")))
     top = run("top_kernels", lambda: top_kernels(trace, device=dev, start_ns=start_ns, end_ns=end_ns, limit=5))
     roof = None
     if start_ns is not None or end_ns is not None:
@@ -427,8 +435,8 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                    "the figures of the rows kept")
         return DiagnoseResult(trace=tl.trace, window=tl.window, device_id=dev, device_name=main.device_name, other_devices=others,
                               gpu_span_ns=span, gpu_busy_ns=main.busy_ns, verdict=verdict, findings=[],
-                              dropped_findings=len(ranked), abstained=True, not_applicable=na, rules=RULES, not_judged=left_out(trace, "diagnose"),
-                              data_issues=notes)
+                              dropped_findings=len(ranked), abstained=True, not_applicable=na, rules=RULES, not_judged=not_judged,
+                              whole_graph=whole, data_issues=notes)
     if damaged:
         for f in findings:
             f.confidence = LOWER[f.confidence]
@@ -443,7 +451,7 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                    f"{main.busy_pct_of_total} % of its span — rate kernels with roofline (needs op shapes) or {kprof}")
     return DiagnoseResult(trace=tl.trace, window=tl.window, device_id=dev, device_name=main.device_name, other_devices=others,
                           gpu_span_ns=span, gpu_busy_ns=main.busy_ns, verdict=verdict, findings=findings, dropped_findings=dropped,
-                          not_applicable=na, rules=RULES, not_judged=left_out(trace, "diagnose"), data_issues=notes)
+                          not_applicable=na, rules=RULES, not_judged=not_judged, whole_graph=whole, data_issues=notes)
 
 
 def _damaged_gpu_rows(trace: Trace) -> tuple[int, int]:

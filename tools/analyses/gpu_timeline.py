@@ -25,14 +25,17 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import GpuTimeSplit, Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, split_gpu_time, ToolResult
+from .common import (GpuTimeSplit, ToolResult, WholeGraphTime, Window, data_issue_notes, data_issues_field, pct, resolve_selection,
+                     skipped_note, split_gpu_time, whole_graph_time)
 from .intervals import NULL_KEY, unions
 from .requirements import require
 from .stacked import gaps_sql, union_measures_sql
 
 ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
 DEFAULT_KERNEL_WAIT_THRESHOLD_NS = 30_000
-COMP, COMM, MEMCPY = 0, 1, 2  # op classes (integer codes, so they can partition interval unions)
+COMP, COMM, MEMCPY, GRAPH = 0, 1, 2, 3  # op classes (integer codes, so they can partition interval unions)
+# GRAPH: whole-graph replays (Nsight --cuda-graph-trace=graph), whose kernels are not traced: counted in computation
+# (as GPU work that is not known communication), and measured on their own so that every figure can say how much.
 
 
 def timeline_ops_sql(trace: Trace, where: str, lo: int, hi: int, include_unlinked: bool,
@@ -45,7 +48,7 @@ def timeline_ops_sql(trace: Trace, where: str, lo: int, hi: int, include_unlinke
         WITH ops AS (
             SELECT device_id, pid, tid, stream_id, correlation_id, launched, name, short_name,
                    greatest(start_ns, {lo}) AS start_ns, least(end_ns, {hi}) AS end_ns,
-                   CASE WHEN {comm} THEN {COMM}
+                   CASE WHEN whole_graph THEN {GRAPH} WHEN {comm} THEN {COMM}
                         WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY} ELSE {COMP} END AS cls
             FROM kernels WHERE {where}{linked}
             UNION ALL
@@ -71,7 +74,8 @@ class Timeline(BaseModel):
     first_ns: int = Field(description="start of the first GPU op of the selection, ns")
     last_ns: int = Field(description="end of the last GPU op of the selection, ns")
     total_ns: int = Field(description="TraceLens total_time: last_ns - first_ns, ns (the denominator of every pct_of_total)")
-    computation_ns: int = Field(description="|COMP|: union of non-communication kernels and memsets, ns")
+    computation_ns: int = Field(description="|COMP|: union of non-communication kernels and memsets, ns (whole-graph "
+                                "replays included: see whole_graph_ns)")
     computation_pct_of_total: float | None
     exposed_comm_ns: int = Field(description="|COMM - COMP|: communication time not hidden under computation, ns")
     exposed_comm_pct_of_total: float | None
@@ -89,6 +93,10 @@ class Timeline(BaseModel):
     comm_comp_overlap_pct_of_comm: float | None = Field(
         description="HTA comp_comm_overlap_pctg = |COMM ∩ COMP| / |COMM|, %; null when there is no communication. "
                     "COMP includes memsets here (HTA leaves them out; differs only when a memset overlaps communication)")
+    whole_graph_ops: int = Field(0, description="of ops, CUDA graph replays traced whole (Nsight --cuda-graph-trace="
+                                 "graph): their kernels, possibly communication, are not in the export")
+    whole_graph_ns: int = Field(0, description="|GRAPH|: union of those replays, ns; part of computation_ns (its "
+                                "contents unknown: communication inside is not in total_comm_ns)")
 
 
 class StreamIdle(BaseModel):
@@ -124,13 +132,17 @@ class GpuTimelineResult(ToolResult):
     kernel_wait_threshold_ns: int = Field(description="HTA consecutive_kernel_delay used for the per-stream split, ns")
     streams: list[StreamIdle] = Field(description="HTA per-stream idle breakdown, most idle first")
     truncated: bool = Field(description="true when streams were cut to `limit`")
+    whole_graph: WholeGraphTime | None = Field(None, description="CUDA graph replays traced whole in the selection, "
+                                               "counted in computation; null when there are none")
     hint: str | None = None
     data_issues: list[str] = data_issues_field()
 
 
 DEFINITIONS = ("TraceLens gpu_timeline: computation=|COMP| (non-communication kernels + memsets), exposed_comm=|COMM-COMP|, "
                "exposed_memcpy=|MEMCPY-COMP-COMM|, idle=total-|ALL|, total=first to last GPU op of the selection; "
-               "computation+exposed_comm+exposed_memcpy+idle=total. Unions ignore streams; touching intervals join.")
+               "computation+exposed_comm+exposed_memcpy+idle=total. Unions ignore streams; touching intervals join. CUDA graph "
+               "replays traced whole (Nsight --cuda-graph-trace=graph; contents unknown, possibly communication) count in "
+               "COMP; whole_graph_ns is their union.")
 
 
 def gpu_timeline(
@@ -160,7 +172,8 @@ def gpu_timeline(
                            + skipped_note(trace, ("kernels", "memops")))
     counts_sql = f"""SELECT device_id, coalesce(owner, {NULL_KEY}), count(*), count(*) FILTER (WHERE cls = {COMM}),
                             count(*) FILTER (WHERE cls = {MEMCPY}), count(*) FILTER (WHERE NOT launched),
-                            coalesce(sum(end_ns - start_ns) FILTER (WHERE NOT launched), 0)::BIGINT
+                            coalesce(sum(end_ns - start_ns) FILTER (WHERE NOT launched), 0)::BIGINT,
+                            count(*) FILTER (WHERE cls = {GRAPH})
                      FROM ({ops}) WHERE end_ns > start_ns GROUP BY ALL"""
     counts = trace.memo(("gpu_timeline.counts", counts_sql, tuple(params2)),
                         lambda: {(r[0], r[1]): r[2:] for r in trace.sql(counts_sql, params2)})
@@ -169,25 +182,29 @@ def gpu_timeline(
     keys = sorted(by_key, key=lambda k: tuple(-1 if v is None else v for v in k))
     timelines = []
     for key in keys:
-        n = counts.get((key[0], NULL_KEY if key[1] is None else key[1]), (0, 0, 0, 0, 0))
+        n = counts.get((key[0], NULL_KEY if key[1] is None else key[1]), (0, 0, 0, 0, 0, 0))
         timelines.append(_timeline(by_key[key], key[0], names.get(key[0]), key[1], ranks.get(key[1]), n))
     all_devices = None
     if len(keys) > 1:
         every = split_measures(trace, f"SELECT 0 AS whole, cls, start_ns, end_ns FROM ({ops})", params2, ("whole",))
-        tot = tuple(sum(t[i] for t in counts.values()) for i in range(5))
+        tot = tuple(sum(t[i] for t in counts.values()) for i in range(6))
         all_devices = _timeline(every[(0,)], None, None, None, None, tot)
     streams, truncated = _stream_idle(trace, ops, params2, kernel_wait_threshold_ns, limit)
+    whole = whole_graph_time(trace, where + ("" if include_unlinked else " AND launched"), params,
+                             "computation (timelines[].computation_ns; their union is whole_graph_ns)", window.start_ns, window.end_ns)
     return GpuTimelineResult(
         data_issues=data_issue_notes(trace, ("kernels", "memops", "api_calls")),
         trace=str(trace.path), window=window, include_unlinked=include_unlinked, comm_patterns=patterns,
         definitions=DEFINITIONS, timelines=timelines, all_devices=all_devices,
-        kernel_wait_threshold_ns=int(kernel_wait_threshold_ns), streams=streams, truncated=truncated,
-        hint=f"only the {limit} most idle streams are shown; raise limit (max 200) or pass device=" if truncated else None,
+        kernel_wait_threshold_ns=int(kernel_wait_threshold_ns), streams=streams, truncated=truncated, whole_graph=whole,
+        hint="; ".join(h for h in (f"only the {limit} most idle streams are shown; raise limit (max 200) or pass device="
+                                   if truncated else None, whole.note if whole else None) if h) or None,
     )
 
 
-# interval sets whose union lengths give the split (stacked.union_measures_sql): COMP, COMM, MEMCPY, COMP ∪ COMM, ALL
-SPLIT_SETS = {0: (COMP,), 1: (COMM,), 2: (MEMCPY,), 3: (COMP, COMM), 4: (COMP, COMM, MEMCPY)}
+# interval sets whose union lengths give the split (stacked.union_measures_sql): COMP (whole-graph replays included),
+# COMM, MEMCPY, COMP ∪ COMM, GRAPH, ALL (the last id holds every class)
+SPLIT_SETS = {0: (COMP, GRAPH), 1: (COMM,), 2: (MEMCPY,), 3: (COMP, GRAPH, COMM), 4: (GRAPH,), 5: (COMP, GRAPH, COMM, MEMCPY)}
 
 
 def split_measures(trace: Trace, intervals: str, params: list, partition: tuple[str, ...]) -> dict[tuple, GpuTimeSplit]:
@@ -196,7 +213,8 @@ def split_measures(trace: Trace, intervals: str, params: list, partition: tuple[
     def compute() -> dict[tuple, GpuTimeSplit]:
         n = len(partition)
         rows = trace.sql(union_measures_sql(intervals, ", ".join(partition), SPLIT_SETS), params)
-        return {tuple(r[:n]): split_gpu_time(*(int(v) for v in r[n:])) for r in rows}
+        return {tuple(r[:n]): split_gpu_time(*(int(v) for v in (*r[n:n + 4], r[n + 5], r[n + 6], r[n + 7])),
+                                             whole_graph=int(r[n + 4])) for r in rows}
     return trace.memo(("split_measures", intervals, tuple(params), partition), compute)
 
 
@@ -216,6 +234,7 @@ def _timeline(sp: GpuTimeSplit, device_id, device_name, pid, rank, n) -> Timelin
         total_comm_ns=total_comm, total_comm_pct_of_total=pct(total_comm, total, 4),
         total_memcpy_ns=total_mem, total_memcpy_pct_of_total=pct(total_mem, total, 4),
         comm_comp_overlap_ns=overlap, comm_comp_overlap_pct_of_comm=pct(overlap, total_comm, 4),
+        whole_graph_ops=int(n[5]), whole_graph_ns=sp.whole_graph_ns,
     )
 
 

@@ -23,6 +23,15 @@ over the whole capture, so the window starts at the level every earlier event le
 start_reserved_bytes: a point of the series at the window start, and a candidate for the peak, whose time is then the
 window start); live at the peak includes allocations made before the window. Churn (allocations, frees, bytes,
 rates over the window's span), never-freed allocations and frees without allocation count the window's events only.
+
+OS-reported memory (os_memory): on Windows, Nsight also records the WDDM video memory manager's per-process levels
+(GPU_MEMORY_USAGE_EVENTS / GPU_MEMORY_BUDGET_EVENTS, the model's os_memory_levels). Each event states a process's new
+usage (or budget) in a segment group: 'local' (the adapter's own memory) or 'non-local' (system memory the GPU
+reaches). That is everything the OS counts for the process (CUDA context, allocator pools, driver allocations), not
+the allocator's live bytes, so it is reported apart from the allocated level, per device, segment group and
+process: for each process that has GPU work or memory events in the profile, and for all processes the OS reported
+on the adapter summed (each process at its latest level; one not yet reported counts 0). The budget is the process's
+own latest budget event at the peak (null for the sum: budgets are per process). Windows carry the level in as above.
 """
 
 from __future__ import annotations
@@ -107,6 +116,47 @@ class DeviceMemory(BaseModel):
                                                 "running sum (events missing from the profile); null without stated totals")
 
 
+OS_SOURCE = ("Windows WDDM video memory manager (ETW VidMmProcessUsageChange / VidMmProcessBudgetChange; Nsight "
+             "GPU_MEMORY_USAGE_EVENTS / GPU_MEMORY_BUDGET_EVENTS): process-level usage as the OS reports it, not "
+             "allocator live bytes")
+ALL_PROCESSES = -1  # internal key of the all-processes sum
+
+
+class OsMemoryPoint(BaseModel):
+    ts_ns: int = Field(description="time the bucket's highest usage was reached (an event time, or the window start), ns")
+    usage_bytes: int = Field(description="highest OS-reported usage within the bucket, bytes")
+    budget_bytes: int | None = Field(description="the process's budget in effect at ts_ns, bytes; null when none is "
+                                     "stated by then, and for the all-processes sum")
+
+
+class OsMemory(BaseModel):
+    device_id: int
+    device_name: str | None
+    segment_group: str = Field(description="'local' (the adapter's own memory, DXGI segment group 0), 'non-local' "
+                               "(system memory the GPU reaches, 1), else 'segment group <n>'")
+    pid: int | None = Field(description="process the figures are for; null: all processes the OS reported on this "
+                            "adapter, their levels summed")
+    process_name: str | None
+    source: str = Field(description="what these figures are")
+    processes: int = Field(description="processes with a usage level on this adapter and segment group up to the "
+                           "window end (1 for a process row)")
+    usage_events: int = Field(description="usage events in the window (for the sum: of every process)")
+    start_usage_bytes: int | None = Field(description="usage at the window start (the last level stated before it), "
+                                          "bytes; null when none is stated before it")
+    peak_usage_bytes: int = Field(description="highest OS-reported usage in the window, bytes")
+    peak_usage_ts_ns: int = Field(description="first time that usage was reached, ns (the window start when the level "
+                                  "carried in is the peak)")
+    final_usage_bytes: int = Field(description="usage after the window's last event, bytes")
+    budget_bytes: int | None = Field(description="the process's budget in effect at the peak (its latest budget event "
+                                     "at or before peak_usage_ts_ns), bytes; null when none is stated by then, and for "
+                                     "the all-processes sum")
+    budget_events: int = Field(description="the process's budget events in the window")
+    pct_of_budget: float | None = Field(description="peak_usage_bytes / budget_bytes, %")
+    series: list[OsMemoryPoint] = Field(description="usage over time: the level's change points, or at most `points` "
+                                        "time buckets keeping each bucket's highest level (the peak is always a point)")
+    series_downsampled: bool
+
+
 class MemoryTimelineResult(ToolResult):
     trace: str
     window: Window = Field(description="capture span, the caller's window or the step's: the denominator of every "
@@ -115,6 +165,9 @@ class MemoryTimelineResult(ToolResult):
     devices: list[DeviceMemory]
     other_memory: dict[str, int] = Field(description="events left out of the device figures, by memory_kind (host "
                                          "memory, pinned host buffers, virtual address reservations)")
+    os_memory: list[OsMemory] = Field(default_factory=list, description="GPU memory the operating system reports per "
+                                      "process (Windows WDDM usage and budget), per device, segment group and process; "
+                                      "empty where the profile has none. Not allocator live bytes: see definitions")
     truncated: bool = Field(description="true when some device had more sites than `limit` in a by-site list")
     hint: str | None = None
     data_issues: list[str] = data_issues_field()
@@ -153,6 +206,79 @@ def _ordered(device: int | None, lo: int, hi: int) -> tuple[str, list]:
                 UNION ALL SELECT device_id, pos, {lo}, level, tr, 'start' FROM carry)""", params
 
 
+def _os_memory(trace: Trace, device: int | None, lo: int, hi: int, points: int) -> list[OsMemory]:
+    """os_memory_levels per (device, segment group, process): the processes with GPU work or memory events in the
+    profile, and the sum over every process the OS reported (each at its latest level), over the window [lo, hi)."""
+    if not trace.scalar("SELECT count(*) FROM (SELECT 1 FROM os_memory_levels LIMIT 1)"):
+        return []
+    lo, hi = int(lo), int(hi)  # inlined: integers only
+    dev, params = ("AND device_id = ?", [device]) if device is not None else ("", [])
+    sql = f"""
+        WITH u AS (SELECT device_id, segment_group AS seg, pid, ts_ns, bytes, rowid AS r FROM os_memory_levels
+                   WHERE metric = 'usage' {dev}),
+        mine AS (SELECT DISTINCT pid FROM (SELECT pid FROM kernels UNION ALL SELECT pid FROM memops
+                                           UNION ALL SELECT pid FROM memory_events) WHERE pid IS NOT NULL),
+        lv AS (SELECT device_id, seg, pid, ts_ns, r, bytes AS level FROM u WHERE pid IN (SELECT pid FROM mine)
+               UNION ALL
+               SELECT device_id, seg, {ALL_PROCESSES}, ts_ns, r,
+                      sum(bytes - coalesce(prev, 0)) OVER (PARTITION BY device_id, seg ORDER BY ts_ns, r
+                                                           ROWS UNBOUNDED PRECEDING)
+               FROM (SELECT *, lag(bytes) OVER (PARTITION BY device_id, seg, pid ORDER BY ts_ns, r) AS prev FROM u)),
+        carry AS (SELECT device_id, seg, pid, arg_max(level, (ts_ns, r)) AS level FROM lv WHERE ts_ns < {lo} GROUP BY ALL),
+        pts AS (SELECT device_id, seg, pid, ts_ns, r, level, true AS ev FROM lv WHERE ts_ns >= {lo} AND ts_ns < {hi}
+                UNION ALL SELECT device_id, seg, pid, {lo}, -1, level, false FROM carry),
+        b AS (SELECT device_id, segment_group AS seg, pid, ts_ns, rowid AS r, bytes FROM os_memory_levels
+              WHERE metric = 'budget' {dev}),
+        -- the budget stated last at each time (the latest row of a time)
+        bt AS (SELECT device_id, seg, pid, ts_ns, arg_max(bytes, r) AS bytes FROM b GROUP BY ALL),
+        span AS (SELECT device_id, seg, pid, min(ts_ns) AS lo, max(ts_ns) - min(ts_ns) + 1 AS width, count(*) AS n
+                 FROM pts GROUP BY ALL),
+        bk AS (SELECT p.*, CASE WHEN s.n <= ? THEN row_number() OVER (PARTITION BY p.device_id, p.seg, p.pid ORDER BY p.ts_ns, p.r)
+                                ELSE ((p.ts_ns - s.lo)::HUGEINT * ? // s.width)::BIGINT END AS bucket, s.n > ? AS down
+               FROM pts p JOIN span s USING (device_id, seg, pid)),
+        g AS (SELECT device_id, seg, pid, arg_min(ts_ns, (-level, ts_ns, r)) AS ts, max(level) AS level, any_value(down) AS down
+              FROM bk GROUP BY device_id, seg, pid, bucket),
+        series AS (SELECT g.device_id, g.seg, g.pid, any_value(g.down) AS down,
+                          list({{'ts': g.ts, 'level': g.level, 'budget': CASE WHEN g.pid <> {ALL_PROCESSES} THEN bt.bytes END}}
+                               ORDER BY g.ts) AS pts
+                   FROM g ASOF LEFT JOIN bt ON g.device_id = bt.device_id AND g.seg = bt.seg AND g.pid = bt.pid
+                                            AND g.ts >= bt.ts_ns
+                   GROUP BY ALL),
+        pk AS (SELECT device_id, seg, pid, max(level) AS peak, arg_min(ts_ns, (-level, ts_ns, r)) AS peak_ts,
+                      arg_max(level, (ts_ns, r)) AS final, count(*) FILTER (WHERE ev) AS events
+               FROM pts GROUP BY ALL),
+        nproc AS (SELECT device_id, seg, count(DISTINCT pid) AS n FROM u WHERE ts_ns < {hi} GROUP BY ALL)
+        SELECT pk.device_id, pk.seg, pk.pid, pk.peak, pk.peak_ts, pk.final, pk.events, c.level AS start_level,
+               CASE WHEN pk.pid = {ALL_PROCESSES} THEN np.n ELSE 1 END AS processes,
+               CASE WHEN pk.pid <> {ALL_PROCESSES} THEN
+                   (SELECT arg_max(bytes, (ts_ns, r)) FROM b WHERE b.device_id = pk.device_id AND b.seg = pk.seg
+                    AND b.pid = pk.pid AND b.ts_ns <= pk.peak_ts) END AS budget,
+               (SELECT count(*) FROM b WHERE b.device_id = pk.device_id AND b.seg = pk.seg AND b.pid = pk.pid
+                AND b.ts_ns >= {lo} AND b.ts_ns < {hi}) AS budget_events,
+               s.pts, s.down
+        FROM pk JOIN series s USING (device_id, seg, pid) LEFT JOIN carry c USING (device_id, seg, pid)
+        JOIN nproc np USING (device_id, seg)
+        ORDER BY pk.device_id, pk.seg, pk.pid = {ALL_PROCESSES}, pk.pid"""
+    rows = trace.memo(("memory_timeline.os", device, lo, hi, points),
+                      lambda: trace.sql_dicts(sql, params * 2 + [points, points, points]), persist=ROWS)
+    devs = {d: name for d, name in trace.sql("SELECT device_id, name FROM devices")}
+    procs = {p: name for p, name in trace.sql("SELECT pid, name FROM processes")}
+    out = []
+    for r in rows:
+        pid = None if r["pid"] == ALL_PROCESSES else int(r["pid"])
+        budget = None if r["budget"] is None else int(r["budget"])
+        out.append(OsMemory(
+            device_id=int(r["device_id"]), device_name=devs.get(r["device_id"]), segment_group=r["seg"], pid=pid,
+            process_name=procs.get(pid) if pid is not None else None, source=OS_SOURCE, processes=int(r["processes"]),
+            usage_events=int(r["events"]), start_usage_bytes=None if r["start_level"] is None else int(r["start_level"]),
+            peak_usage_bytes=int(r["peak"]), peak_usage_ts_ns=int(r["peak_ts"]), final_usage_bytes=int(r["final"]),
+            budget_bytes=budget, budget_events=int(r["budget_events"]), pct_of_budget=pct(int(r["peak"]), budget),
+            series=[OsMemoryPoint(ts_ns=int(p["ts"]), usage_bytes=int(p["level"]),
+                                  budget_bytes=None if p["budget"] is None else int(p["budget"])) for p in r["pts"]],
+            series_downsampled=bool(r["down"])))
+    return out
+
+
 def _window(trace: Trace, start_ns: int | None, end_ns: int | None, step: int | None) -> tuple[Window, tuple[int, int]]:
     """The window analysed and its [lo, hi) bounds for the SQL (all events without a window)."""
     if step is None:
@@ -182,7 +308,8 @@ def memory_timeline(trace: Trace, *, device: int | None = None, start_ns: int | 
     limit = max(1, min(int(limit), 100))
     window, (lo, hi) = _window(trace, start_ns, end_ns, step)
     if device is not None:
-        known = [d for (d,) in trace.sql(f"SELECT DISTINCT device_id FROM memory_events WHERE {_DEV} ORDER BY 1")]
+        known = [d for (d,) in trace.sql(f"SELECT device_id FROM memory_events WHERE {_DEV} UNION "
+                                         "SELECT device_id FROM os_memory_levels ORDER BY 1")]
         if device not in known:
             raise ProfileError(f"device {device} has no device-memory events in this profile; devices with memory events: "
                                f"{known}. trace_info lists the devices.")
@@ -282,10 +409,11 @@ def memory_timeline(trace: Trace, *, device: int | None = None, start_ns: int | 
             series_downsampled=bool(pts and pts[0]["down"]),
             stated_total_mismatches=None if r["mismatches"] is None else int(r["mismatches"]),
         ))
-    if not out and (lo, hi) != _ALL:
+    os_memory = _os_memory(trace, device, lo, hi, points)
+    if not out and not os_memory and (lo, hi) != _ALL:
         raise ProfileError(f"no device-memory event lies in or before the window [{window.start_ns}, {window.end_ns}) ns; "
                            "widen it or call memory_timeline without a window (trace_info lists the capture span).")
-    if not out:
+    if not out and not os_memory:
         raise ProfileError(f"{trace.path.name}: the profile's memory events are all host memory or address reservations "
                            f"({', '.join(f'{k} {n}' for k, n in other.items())}); no device memory to chart.")
     return MemoryTimelineResult(
@@ -302,9 +430,16 @@ def memory_timeline(trace: Trace, *, device: int | None = None, start_ns: int | 
                         "sizes (CUDA_GPU_MEMORY_POOL_EVENTS and cudaMallocAsync rows), memory outside pools not included",
             "site": "innermost PyTorch cpu_op on the allocating thread (Kineto), the variable name or API call by "
                     "correlation id (Nsight), the HIP call by stack id (rocpd)",
+            **({"os_memory usage": "the process's video memory as the Windows WDDM memory manager counts it, per segment "
+                                   "group (CUDA context, allocator pools, driver allocations): not allocator live bytes, "
+                                   "and not comparable byte for byte with peak_allocated_bytes",
+                "os_memory budget": "what the OS lets the process keep resident in the segment group (its latest "
+                                    "budget event), per process",
+                "os_memory all processes": "pid null: every process the OS reported on the adapter, each at its latest "
+                                           "level, summed (a process not yet reported counts 0)"} if os_memory else {}),
         },
-        devices=out, other_memory={k: int(n) for k, n in other.items()}, truncated=truncated,
+        devices=out, os_memory=os_memory, other_memory={k: int(n) for k, n in other.items()}, truncated=truncated,
         hint=(f"more sites than limit={limit} in a by-site list; raise limit (max 100) or use sql_query on memory_events"
               if truncated else None),
-        data_issues=data_issue_notes(trace, ("memory_events",)),
+        data_issues=data_issue_notes(trace, ("memory_events", "os_memory_levels")),
     )

@@ -49,7 +49,7 @@ def with_sql() -> str:
         thr(pid, tid, k)  threads numbered from 0;
         op(op_id, pid, tid, start_ns, end_ns, dur_ns, name, ks, ke)  launcher candidates (cpu_op, not execute);
         launch(pid, correlation_id, tid, start_ns, end_ns, name)      the launching call per (pid, correlation);
-        gop(gop_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, name, pid, launched,
+        gop(gop_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, name, pid, launched, whole_graph,
             call_tid, call_start_ns, call_end_ns, call_name, ks)      every GPU op with its launching call."""
     return f"""
     WITH thr AS (
@@ -68,14 +68,14 @@ def with_sql() -> str:
         GROUP BY pid, correlation_id),
     gpu AS (
         SELECT rowid * 2 AS gop_id, 'kernel' AS op, device_id, stream_id, start_ns, end_ns, dur_ns, name,
-               pid, correlation_id, launched FROM kernels
+               pid, correlation_id, launched, whole_graph FROM kernels
         UNION ALL
         SELECT rowid * 2 + 1, op, device_id, stream_id, start_ns, end_ns, dur_ns,
                CASE WHEN op = 'set' THEN 'Memset (' || coalesce(dst_kind, 'Device') || ')'
                     ELSE 'Memcpy ' || kind || ' (' || coalesce(src_kind, '?') || ' -> ' || coalesce(dst_kind, '?') || ')' END,
-               pid, correlation_id, launched FROM memops),
+               pid, correlation_id, launched, false FROM memops),
     gop AS (
-        SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name, g.pid,
+        SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name, g.pid, g.whole_graph,
                l.tid IS NOT NULL AS linked, l.tid AS call_tid, l.start_ns AS call_start_ns, l.end_ns AS call_end_ns,
                l.name AS call_name, thr.k * {SHIFT} + l.start_ns AS ks
         FROM gpu g
@@ -90,7 +90,7 @@ class Launchers:
 
     gops: pd.DataFrame
     # columns: gop_id, op ('kernel'|'copy'|'set'), device_id, stream_id, start_ns, end_ns, dur_ns, name,
-    #          is_comm, pid, linked, call_tid, call_start_ns, call_end_ns, call_name,
+    #          is_comm (never for a whole-graph row), whole_graph, pid, linked, call_tid, call_start_ns, call_end_ns, call_name,
     #          launcher_kind ('cpu_op'|'runtime'|'graph'|'unlinked'), launcher_id (cpu_ops.rowid or -1),
     #          launcher_name, launcher_start_ns, launcher_end_ns, input_dims, input_types,
     #          prev_end_ns (end of the previous GPU op on the same device/stream)
@@ -112,7 +112,7 @@ def _launchers(trace: Trace) -> Launchers:
                 FROM gop g JOIN op o ON o.ks <= g.ks AND g.ks < o.ke
                 GROUP BY g.gop_id)
             SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name,
-                   g.op = 'kernel' AND {comm} AS is_comm, g.pid, g.linked, g.call_tid, g.call_start_ns, g.call_end_ns,
+                   g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm, g.whole_graph, g.pid, g.linked, g.call_tid, g.call_start_ns, g.call_end_ns,
                    g.call_name,
                    CASE WHEN i.launcher_id IS NOT NULL THEN 'cpu_op'
                         WHEN g.linked AND regexp_matches(g.call_name, 'graph.?launch', 'i') THEN 'graph'
@@ -131,7 +131,7 @@ def _launchers(trace: Trace) -> Launchers:
             SELECT o.op_id, g.gop_id FROM gop g JOIN op o ON o.ks <= g.ks AND g.ks < o.ke""").df()
     finally:
         cur.close()
-    for col in ("linked", "is_comm"):
+    for col in ("linked", "is_comm", "whole_graph"):
         gops[col] = gops[col].fillna(False).astype(bool)
     return Launchers(gops=gops, subtree=subtree)
 

@@ -153,8 +153,14 @@ _KERNEL_RULES = (
 )
 
 
-def kernel_category(name: str, is_comm: bool, op: str) -> str:
-    """Category of one GPU op from its name (profiles without cpu_ops)."""
+WHOLE_GRAPH_CATEGORY = "CUDA graph (contents not traced)"
+
+
+def kernel_category(name: str, is_comm: bool, op: str, whole_graph: bool = False) -> str:
+    """Category of one GPU op from its name (profiles without cpu_ops). A whole-graph replay (Nsight
+    --cuda-graph-trace=graph) is its own category: the kernels inside, computation or communication, are unknown."""
+    if whole_graph:
+        return WHOLE_GRAPH_CATEGORY
     if is_comm:
         return "communication"
     if op == "copy":
@@ -349,7 +355,7 @@ def _build_frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
                  else op_category(n, fk, ac)) for n, kd, fk, ac in zip(first["name"], first["kind"], first["first_kernel"], first["all_comm"])]
         g["category"] = g["inst"].map(pd.Series(cats, index=first.index))
     else:
-        g["category"] = [kernel_category(n, c, o) for n, c, o in zip(g["name"], g["is_comm"], g["op"])]
+        g["category"] = [kernel_category(n, c, o, w) for n, c, o, w in zip(g["name"], g["is_comm"], g["op"], g["whole_graph"])]
     _delays(g)
     g["in_graph"] = False
     if graph_kernel_count(trace):

@@ -42,8 +42,8 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import clip_name, data_issue_notes, data_issues_field, pct, ToolResult
-from .gpu_timeline import COMM, COMP, MEMCPY, ROCM_COPY_KERNEL
+from .common import WHOLE_GRAPH_ADVICE, ToolResult, clip_name, data_issue_notes, data_issues_field, pct
+from .gpu_timeline import COMM, COMP, GRAPH, MEMCPY, ROCM_COPY_KERNEL
 from .projection import RANGE_KINDS_SQL
 from .projection import projection_absent_reason
 from .requirements import left_out
@@ -74,6 +74,8 @@ class DeviceFigures(BaseModel):
     comm_ns: int = Field(description="union of communication kernels, ns")
     exposed_comm_ns: int = Field(description="communication time not overlapped by compute, ns")
     exposed_memcpy_ns: int = Field(description="copy time not overlapped by compute or communication, ns")
+    whole_graph_ns: int = Field(0, description="of compute_ns, the union of CUDA graph replays traced whole (Nsight "
+                                "--cuda-graph-trace=graph): their kernels, possibly communication, are unknown, ns")
 
 
 class RankRow(BaseModel):
@@ -101,6 +103,8 @@ class RankRow(BaseModel):
     comm_overlapped_pct_of_comm: float | None = Field(description="(comm_ns - exposed_comm_ns) / comm_ns, %; null "
                                                                   "without communication")
     exposed_memcpy_ns: int | None = Field(description="copy time not overlapped by compute or communication, ns")
+    whole_graph_ns: int | None = Field(None, description="of compute_ns, CUDA graph replays traced whole (union, summed "
+                                       "over devices): contents unknown, possibly communication, ns; see notes")
     steps: int | None = Field(description="step ranges found on this rank; null when none")
     step_names: str | None = Field(description="how the steps were chosen and which ranges they are, e.g. "
                                                "'ProfilerStep: ProfilerStep#551 .. ProfilerStep#552 (2 ranges)'")
@@ -355,9 +359,11 @@ def _who(u: _Unit) -> str:
 
 # -- per-rank figures: each a fixed number of statements over every rank's store -------------------
 
-FIGURES = ("gpu_span_ns", "busy_ns", "idle_in_gpu_span_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "exposed_memcpy_ns")
-# interval sets whose unions give the TraceLens split: COMP, COMM, COMP ∪ COMM, ALL (stacked.union_measures_sql)
-SETS = {0: (COMP,), 1: (COMM,), 2: (COMP, COMM), 3: (COMP, COMM, MEMCPY)}
+FIGURES = ("gpu_span_ns", "busy_ns", "idle_in_gpu_span_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "exposed_memcpy_ns",
+           "whole_graph_ns")
+# interval sets whose unions give the TraceLens split: COMP (whole-graph replays included), COMM, COMP ∪ COMM, GRAPH, ALL
+# (stacked.union_measures_sql; the last id holds every class)
+SETS = {0: (COMP, GRAPH), 1: (COMM,), 2: (COMP, GRAPH, COMM), 3: (GRAPH,), 4: (COMP, GRAPH, COMM, MEMCPY)}
 
 
 def _device_figures(traces: list[Trace], units: list[_Unit], patterns: list[str] | None) -> dict[tuple, list[DeviceFigures]]:
@@ -366,7 +372,7 @@ def _device_figures(traces: list[Trace], units: list[_Unit], patterns: list[str]
     else each process its own), so both tools give the same figures. One statement for the whole job."""
     comm = is_comm_sql("name", patterns)
     whole = values(sorted({(u.order, u.whole) for u in units}), ("BIGINT", "BOOLEAN"))
-    ops = (stack(traces, "kernels", f"device_id, pid, start_ns, end_ns, CASE WHEN {comm} THEN {COMM} "
+    ops = (stack(traces, "kernels", f"device_id, pid, start_ns, end_ns, CASE WHEN whole_graph THEN {GRAPH} WHEN {comm} THEN {COMM} "
                                     f"WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY} ELSE {COMP} END AS cls")
            + " UNION ALL " + stack(traces, "memops", f"device_id, pid, start_ns, end_ns, CASE WHEN op = 'copy' THEN {MEMCPY} ELSE {COMP} END"))
     rows = run(traces, f"""
@@ -376,15 +382,15 @@ def _device_figures(traces: list[Trace], units: list[_Unit], patterns: list[str]
         iv AS (SELECT ops.part, ops.device_id, CASE WHEN whole.whole THEN NULL WHEN owners.n <= 1 THEN owners.only_pid
                                                     ELSE ops.pid END AS owner, ops.cls, ops.start_ns, ops.end_ns
                FROM ops JOIN owners USING (part, device_id) JOIN whole USING (part))
-        SELECT part, owner, device_id, u0, u1, u2, u3, first_ns, last_ns
+        SELECT part, owner, device_id, u0, u1, u2, u4, u3, first_ns, last_ns
         FROM ({union_measures_sql('SELECT * FROM iv', 'part, owner, device_id', SETS)})
         ORDER BY part, owner, device_id""")
     out: dict[tuple, list[DeviceFigures]] = {}
-    for part, owner, dev, comp, comm_ns, comp_comm, every, first, last in rows:
+    for part, owner, dev, comp, comm_ns, comp_comm, every, graph, first, last in rows:
         span = int(last - first)
         out.setdefault((part, owner), []).append(DeviceFigures(
             device_id=dev, gpu_span_ns=span, busy_ns=every, idle_in_gpu_span_ns=span - every, compute_ns=comp,
-            comm_ns=comm_ns, exposed_comm_ns=comp_comm - comp, exposed_memcpy_ns=every - comp_comm))
+            comm_ns=comm_ns, exposed_comm_ns=comp_comm - comp, exposed_memcpy_ns=every - comp_comm, whole_graph_ns=graph))
     return out
 
 
@@ -434,7 +440,7 @@ def _rank_row(u: _Unit, figs: dict, counts: dict, series: dict) -> tuple[RankRow
     elif profile_has_gpu:
         # The profiler recorded GPU work (of other processes) but none of this rank: true zeros.
         vals = dict(gpu_span_ns=None, busy_ns=0, idle_in_gpu_span_ns=None, compute_ns=0, comm_ns=0,
-                    exposed_comm_ns=0, exposed_memcpy_ns=0)
+                    exposed_comm_ns=0, exposed_memcpy_ns=0, whole_graph_ns=0)
         notes.append("no GPU work in this rank (the profile holds other processes' GPU work): busy, compute and "
                      "communication are 0; the GPU span is undefined")
     else:
@@ -445,6 +451,9 @@ def _rank_row(u: _Unit, figs: dict, counts: dict, series: dict) -> tuple[RankRow
         notes.append("no kernels: only copies/sets ran, compute is memsets only")
     if len(mine) > 1:
         notes.append(f"drives {len(mine)} GPUs: figures are summed over them (per_device has each)")
+    if vals.get("whole_graph_ns"):
+        notes.append(f"compute_ns includes {vals['whole_graph_ns']} ns of CUDA graph replays traced whole (whole_graph_ns): "
+                     f"their kernels, possibly communication, are not in the export; {WHOLE_GRAPH_ADVICE}")
     steps, step_names, wall = _series(series.get((u.order, _scope_pid(u)), []), notes)
     span, busy = vals["gpu_span_ns"], vals["busy_ns"]
     comm, exposed = vals["comm_ns"], vals["exposed_comm_ns"]

@@ -34,6 +34,8 @@ KINDS: dict[str, Kind] = {
     "markers": Kind("annotation ranges (NVTX, rocTX, record_function)", ("markers",), f"SELECT count(*) FROM markers WHERE {_RANGES}"),
     "cpu_ops": Kind("PyTorch CPU operators", ("cpu_ops",), f"SELECT count(*) FROM cpu_ops WHERE {_OPS}"),
     "memory_events": Kind("device memory allocation/free events", ("memory_events",), "SELECT count(*) FROM memory_events"),
+    "os_memory": Kind("GPU memory levels the OS reports (Windows WDDM usage and budget)", ("os_memory_levels",),
+                      "SELECT count(*) FROM os_memory_levels"),
     "op_shapes": Kind("PyTorch operator input shapes", ("cpu_ops",),
                       f"SELECT count(*) FROM cpu_ops WHERE {_OPS} AND input_dims IS NOT NULL AND input_dims NOT IN ('', '[]')"),
 }
@@ -48,6 +50,8 @@ SOURCES: dict[str, dict[str, tuple[str, str] | None]] = {
         "api_calls": ("table CUPTI_ACTIVITY_KIND_RUNTIME", "`nsys profile --trace=cuda`"),
         "markers": ("table NVTX_EVENTS", "`nsys profile --trace=cuda,nvtx`"),
         "memory_events": ("table CUDA_GPU_MEMORY_USAGE_EVENTS", "`nsys profile --trace=cuda --cuda-memory-usage=true`"),
+        "os_memory": ("tables GPU_MEMORY_USAGE_EVENTS / GPU_MEMORY_BUDGET_EVENTS",
+                      "`nsys profile --trace=cuda,wddm` (Windows only)"),
         "cpu_ops": None, "op_shapes": None,
     },
     "rocpd": {
@@ -56,7 +60,7 @@ SOURCES: dict[str, dict[str, tuple[str, str] | None]] = {
         "api_calls": ("HIP API regions in rocpd_region", "`rocprofv3 --hip-trace` (or --runtime-trace / --sys-trace)"),
         "markers": ("rocTX regions in rocpd_region", "`rocprofv3 --marker-trace`"),
         "memory_events": ("rocpd_memory_allocate", "`rocprofv3 --memory-allocation-trace`"),
-        "cpu_ops": None, "op_shapes": None,
+        "cpu_ops": None, "op_shapes": None, "os_memory": None,
     },
     "rpd": {
         "kernels": ("kernel rows of rocpd_op", "the RPD tracer with GPU ops recorded, or rocprofv3 --kernel-trace"),
@@ -65,7 +69,7 @@ SOURCES: dict[str, dict[str, tuple[str, str] | None]] = {
         "markers": ("rocTX rows of rocpd_api", "roctxRangePush/Pop in the program, or rocprofv3 --marker-trace"),
         "memory_events": ("no table of legacy RPD; rocpd_memory_allocate in rocprofv3 output",
                           "rocprofv3 --memory-allocation-trace --output-format rocpd"),
-        "cpu_ops": None, "op_shapes": None,
+        "cpu_ops": None, "op_shapes": None, "os_memory": None,
     },
     "kineto": {
         "kernels": ("'kernel' events", _TORCH + ")"),
@@ -76,6 +80,7 @@ SOURCES: dict[str, dict[str, tuple[str, str] | None]] = {
         "cpu_ops": ("'cpu_op' events", _TORCH + ")"),
         "op_shapes": ("'Input Dims' of 'cpu_op' events", _TORCH + ", record_shapes=True)"),
         "memory_events": ("'[memory]' instant events (cat cpu_instant_event)", _TORCH + ", profile_memory=True)"),
+        "os_memory": None,
     },
 }
 
@@ -107,7 +112,7 @@ NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "roofline": (GPU, ("cpu_ops",)),
     "roofline.kernel_flops": (("kernels",),),
     "replay_spec": (("cpu_ops",),),
-    "memory_timeline": (("memory_events",),),
+    "memory_timeline": (("memory_events", "os_memory"),),
     "sql_query": (),
     "critical_path": (GPU,),
 }
@@ -152,7 +157,7 @@ def gap_text(trace: Trace, kinds: tuple[str, ...]) -> str:
         parts.append(f"no {' or '.join(KINDS[k].what for k in held)} ({'; '.join(sources[k][0] for k in held)}; "
                      f"capture with {flags})")
     never = [k for k in kinds if sources.get(k) is None]
-    if never:
+    if never and not held:  # where one kind of the group can be captured, that is the advice
         parts.append(f"no {' or '.join(KINDS[k].what for k in never)} (this format never holds them; {_NO_OPS})")
     tables = tuple(dict.fromkeys(t for k in kinds for t in KINDS[k].tables))
     return ", nor ".join(parts) + skipped_note(trace, tables).rstrip()

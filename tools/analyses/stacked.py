@@ -45,6 +45,13 @@ def run(traces: list[Trace], sql: str, params: list | dict | None = None) -> lis
     return jobs.job_sql(traces, sql, params)
 
 
+def whole_graph_cols(traces: list[Trace]) -> str:
+    """Two scalar columns for a job statement's SELECT: whole-graph replays (kernels rows with whole_graph = true) of
+    every trace and their summed duration, ns; part of an existing statement, so a job tool's statements stay fixed."""
+    k = stack(traces, "kernels", "dur_ns", "whole_graph")
+    return f"(SELECT count(*) FROM ({k})) AS whole_n, (SELECT coalesce(sum(dur_ns), 0)::BIGINT FROM ({k})) AS whole_ns"
+
+
 def stack(traces: list[Trace], table: str, columns: str, where: str = "TRUE", only: set[int] | None = None) -> str:
     """`table` of every trace with its position `part` (job.union_sql); a lone profile is read from its own model
     (its store, or the in-memory model when the cache folder cannot be written), never stacked into a job file."""

@@ -25,10 +25,10 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import data_issue_notes, data_issues_field, pct, ToolResult
+from .common import ToolResult, data_issue_notes, data_issues_field, pct, whole_graph_job_note
 from .intervals import unions
 from .rank_summary import job_ranks
-from .stacked import run, stack
+from .stacked import run, stack, whole_graph_cols
 
 MAX_LIMIT = 1024
 
@@ -126,9 +126,10 @@ def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = 
         SELECT f.name, f.seq, f.ranks, (SELECT min(rank) FROM w WHERE w.name = f.name AND w.seq = f.seq AND w.shortest),
                f.mx - f.mn, (SELECT median(wait_ns) FROM w WHERE w.name = f.name AND w.seq = f.seq), f.mn, f.mx
         FROM full_inst f ORDER BY f.mx - f.mn DESC, f.name, f.seq""")
-    counts = run(traces, base + """
-        SELECT (SELECT ranks FROM nr), (SELECT count(*) FROM full_inst), (SELECT count(*) FROM inst) - (SELECT count(*) FROM full_inst)""")
-    ranks_with_comm, compared, skipped = (int(x or 0) for x in counts[0])
+    counts = run(traces, base + f"""
+        SELECT (SELECT ranks FROM nr), (SELECT count(*) FROM full_inst), (SELECT count(*) FROM inst) - (SELECT count(*) FROM full_inst),
+               {whole_graph_cols(traces)}""")
+    ranks_with_comm, compared, skipped = (int(x or 0) for x in counts[0][:3])
     lasts = {}
     for name, seq, _, last, *_ in colls:
         lasts[last] = lasts.get(last, 0) + 1
@@ -148,6 +149,9 @@ def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = 
                      "comm_patterns when the library's kernels have other names")
     elif ranks_with_comm < len(units):
         notes.append(f"{len(units) - ranks_with_comm} of {len(units)} ranks ran no communication kernel and are not compared")
+    whole = whole_graph_job_note(*counts[0][3:5], "non-communication work: collectives inside them are not compared")
+    if whole:
+        notes.append(whole)
     straggler = None
     if rank_rows and len(rank_rows) > 1 and rank_rows[0].times_last > rank_rows[1].times_last:
         straggler = _slowest(by_rank[rank_rows[0].rank], rank_rows[0], compared)

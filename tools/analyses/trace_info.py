@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns
-from .common import Window, capture_window, data_issues, gpu_activity_sql, pct, ToolResult
+from .common import WHOLE_GRAPH_ADVICE, ToolResult, Window, capture_window, data_issues, gpu_activity_sql, pct
 from .intervals import unions
 from .iterations import iterations
 from .graph_summary import absent_reason as graph_absent
@@ -170,13 +170,14 @@ def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
     caps = [cap(t) for t in ("top_kernels", "gap_histogram", "gap_histogram.host_calls", "gpu_timeline", "stream_summary",
                              "phases", "diagnose", "compare_traces", "check_regression", "rank_summary", "memcpy_summary",
                              "api_summary", "marker_summary")]
+    no_comm = None
+    if not comm:
+        whole = trace.scalar("SELECT count(*) FROM kernels WHERE whole_graph") if counts["kernels"] else 0
+        no_comm = ("no kernel name matches the NCCL/RCCL/all-reduce patterns (pass comm_patterns for custom ones)"
+                   + (f"; {whole} CUDA graph replays were traced whole and may hold communication kernels: "
+                      f"{WHOLE_GRAPH_ADVICE}" if whole else ""))
     caps += [cap("iterations", steps_why),
-             cap("comm_summary", None if comm else "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass "
-                 "comm_patterns for custom ones)"),
-             cap("straggler_summary", None if comm else "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass "
-                 "comm_patterns for custom ones)"),
-             cap("comm_job_summary", None if comm else "no kernel name matches the NCCL/RCCL/all-reduce patterns (pass "
-                 "comm_patterns for custom ones)"),
+             cap("comm_summary", no_comm), cap("straggler_summary", no_comm), cap("comm_job_summary", no_comm),
              cap("graph_summary", graph_absent(trace)),
              cap("ops_summary"), cap("call_stack"), cap("call_stack.op"), cap("perf_summary"),
              cap("roofline"), cap("replay_spec"), cap("critical_path"), cap("memory_timeline"), cap("sql_query")]

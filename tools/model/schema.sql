@@ -180,6 +180,21 @@ CREATE TABLE memory_events (
     correlation_id BIGINT            -- id of the API call that made it (Nsight correlationId, rocpd stack id), NULL when not recorded
 );
 
+-- GPU memory levels the operating system reports per process: the Windows (WDDM) video memory manager's
+-- VidMmProcessUsageChange / VidMmProcessBudgetChange events, Nsight GPU_MEMORY_USAGE_EVENTS / GPU_MEMORY_BUDGET_EVENTS
+-- (Nsight Systems on Windows). Each row is a process's new level from ts_ns on, not a change. Usage is all the video
+-- memory the OS counts for the process in that segment group (CUDA context, allocator pools, driver and graphics
+-- allocations), not allocator live bytes; the export lists every process on the adapter, not only the profiled ones.
+-- Events at one ts_ns keep the profile's order (rowid).
+CREATE TABLE os_memory_levels (
+    device_id INTEGER NOT NULL,      -- adapter the level is for (Nsight `gpu` index, = TARGET_INFO_GPU id = devices.device_id)
+    pid BIGINT,                      -- process the level belongs to (Nsight names the System process, pid 4, on the budget rows of its start and end rundown)
+    ts_ns BIGINT NOT NULL,           -- time the OS reported the new level, ns
+    metric VARCHAR NOT NULL,         -- 'usage' (VidMmProcessUsageChange) or 'budget' (VidMmProcessBudgetChange: what the OS lets the process keep resident)
+    segment_group VARCHAR NOT NULL,  -- 'local' (DXGI segment group 0: the adapter's own memory), 'non-local' (1: system memory the GPU reaches), else 'segment group <n>'
+    bytes BIGINT NOT NULL            -- the new level, bytes
+);
+
 -- Source rows a reader (or the model check) left out of a model table or kept with a corrected value.
 -- One row per (model table, action, reason); empty when every source row was used as written.
 CREATE TABLE data_issues (

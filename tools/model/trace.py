@@ -34,7 +34,7 @@ from .store import Lease, NativeCatalog, Store, disk_problem, lock_down, open_st
 log = logging.getLogger(__name__)
 SCHEMA_SQL = (Path(__file__).parent / "schema.sql").read_text()
 MODEL_TABLES = ("trace_meta", "devices", "processes", "threads", "kernels", "memops", "api_calls", "markers", "cpu_ops",
-                "nccl_calls", "memory_events", "data_issues")
+                "nccl_calls", "memory_events", "os_memory_levels", "data_issues")
 SQLITE_FORMATS = ("nsys", "rocpd", "rpd")
 
 Progress = Callable[[float, str], None]

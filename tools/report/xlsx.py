@@ -121,6 +121,8 @@ def _timeline_sheets(trace: Trace, include_unlinked: bool) -> tuple[list[_Sheet]
              ("gpu_timeline.kernel_wait_threshold_ns", res.kernel_wait_threshold_ns)]
     if res.truncated:
         facts.append(("gpu_timeline_streams truncated", f"only the {ROW_LIMIT} most idle streams are listed"))
+    if res.whole_graph:
+        facts.append(("gpu_timeline.whole_graph", res.whole_graph.note))
     return [_Sheet("gpu_timeline", desc, cols, rows),
             _Sheet("gpu_timeline_streams", sdesc, _columns(res.streams, StreamIdle), _dump(res.streams))], facts
 

@@ -39,7 +39,8 @@ same-stream order and CUDA event syncs, longest path through one ProfilerStep). 
 The path's time is split by kind (each ns of the path in exactly one kind; denominator = path length):
 cpu (host gaps and non-launch API calls), launch_overhead (launch/async-copy API time and the delay from the
 launch call's start to its GPU op's start), gpu_compute (kernels), copy (copies and sets), communication
-(NCCL/RCCL kernels), sync_wait (sync returns after the awaited op ended; event waits), idle_gap (GPU gaps between
+(NCCL/RCCL kernels), graph_whole (CUDA graph replays traced whole, Nsight --cuda-graph-trace=graph: the kernels inside,
+computation or communication, are not in the export; re-capture with --cuda-graph-trace=node to split them), sync_wait (sync returns after the awaited op ended; event waits), idle_gap (GPU gaps between
 ops on a stream, host time outside any recorded op on a thread other than the step's, the start before carried-in
 work).
 

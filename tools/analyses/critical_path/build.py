@@ -86,10 +86,11 @@ class RankGraph(Graph):
         comm = is_comm_sql("g.name")
         return self._df(f"""
             WITH g AS (
-                SELECT 'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, correlation_id FROM kernels
+                SELECT 'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, correlation_id, whole_graph
+                FROM kernels
                 UNION ALL
                 SELECT op, device_id, stream_id, start_ns, end_ns,
-                       CASE WHEN op = 'set' THEN 'Memset' ELSE 'Memcpy ' || kind END, NULL, pid, correlation_id FROM memops),
+                       CASE WHEN op = 'set' THEN 'Memset' ELSE 'Memcpy ' || kind END, NULL, pid, correlation_id, false FROM memops),
             l AS (SELECT pid, correlation_id, arg_min(rowid, (start_ns, end_ns, rowid)) AS lcid, min(start_ns) AS call_start_ns,
                          arg_min(tid, (start_ns, end_ns, rowid)) AS call_tid
                   FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
@@ -97,7 +98,7 @@ class RankGraph(Graph):
             SELECT g.op, g.device_id, coalesce(g.stream_id, -1) AS stream_id, g.start_ns - ? AS start_ns, g.end_ns - ? AS end_ns,
                    g.name, coalesce(g.short_name, g.name) AS short_name, g.pid, l.lcid IS NOT NULL AS linked, l.lcid,
                    coalesce(l.call_start_ns - ?, g.start_ns - ?) AS call_start_ns, coalesce(l.call_tid, -1) AS call_tid,
-                   g.op = 'kernel' AND {comm} AS is_comm
+                   g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm, g.whole_graph AS is_whole
             FROM g LEFT JOIN l ON l.pid = g.pid AND l.correlation_id = g.correlation_id
             WHERE ((g.start_ns >= ? AND g.start_ns < ?) OR (g.start_ns < ? AND g.end_ns > ?)
                    OR (l.call_start_ns >= ? AND l.call_start_ns < ?)){p}
@@ -205,7 +206,9 @@ class RankGraph(Graph):
                                   np.where(role == "return", "sync_wait", np.where(launchy.to_numpy(), "launch_overhead", "cpu")))
         name[1:1 + nh] = hn
         op = gops["op"].to_numpy()
-        kind[gi] = np.where(op == "kernel", np.where(gops["is_comm"].fillna(False).to_numpy(dtype=bool), "communication", "gpu_compute"), "copy")
+        comm = gops["is_comm"].fillna(False).to_numpy(dtype=bool)
+        whole = gops["is_whole"].fillna(False).to_numpy(dtype=bool)
+        kind[gi] = np.where(op == "kernel", np.where(whole, "graph_whole", np.where(comm, "communication", "gpu_compute")), "copy")
         name[gi] = gops["name"].to_numpy()
         # lanes: 0 the window start, then host threads, then GPU streams (each numbered in the order of its name)
         key, gpu_lanes = _lane_codes(pd.DataFrame({"pid": gops["pid"].astype("Int64"), "dev": gops["device_id"],

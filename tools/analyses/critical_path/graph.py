@@ -12,7 +12,7 @@ from .lanes import FIN
 from .result import Contributor, EndEvent, GraphStats, LaneSlack, Segment, WhatIfRule
 
 MAX_NODES = 500_000  # graph nodes per window (~0.4 GB of graph at the cap); beyond it the window end is moved earlier (truncated = true)
-KINDS = ("cpu", "launch_overhead", "gpu_compute", "copy", "communication", "sync_wait", "idle_gap")
+KINDS = ("cpu", "launch_overhead", "gpu_compute", "copy", "communication", "graph_whole", "sync_wait", "idle_gap")
 # edge types (priority on equal ready times: a GPU-side dependency wins over the host; COLL, jobs only: a rank's arrival
 # at a collective -> the instance's barrier -> each rank's transfer part)
 ROOT, HOST, LAUNCH, STREAM, EVENT, WAIT, COLL = 0, 1, 2, 3, 4, 5, 6

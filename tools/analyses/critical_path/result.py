@@ -8,7 +8,9 @@ from ..common import Window, data_issues_field, ToolResult
 
 
 class Share(BaseModel):
-    kind: str = Field(description="cpu, launch_overhead, gpu_compute, copy, communication, sync_wait or idle_gap")
+    kind: str = Field(description="cpu, launch_overhead, gpu_compute, copy, communication, graph_whole (a CUDA graph "
+                      "replay traced whole: contents unknown, possibly communication; re-capture with nsys "
+                      "--cuda-graph-trace=node), sync_wait or idle_gap")
     ns: int = Field(description="time of the critical path in this kind, ns")
     pct_of_path: float | None = Field(description="ns / critical path length, %")
 

@@ -29,6 +29,9 @@ SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
 MEMORY_USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"  # nsys profile --cuda-memory-usage=true
 MEMORY_POOL = "CUDA_GPU_MEMORY_POOL_EVENTS"  # created / destroyed / trimmed CUDA memory pools (same option)
+# Windows WDDM video-memory manager events (Nsight on Windows): per-process usage and budget levels, not allocations.
+OS_MEMORY = {"usage": ("GPU_MEMORY_USAGE_EVENTS", "newUsage"), "budget": ("GPU_MEMORY_BUDGET_EVENTS", "newBudget")}
+SEGMENT_GROUPS = {0: "local", 1: "non-local"}  # DXGI_MEMORY_SEGMENT_GROUP_LOCAL / _NON_LOCAL
 BACKTRACE_CLASS = 67  # TRACE_PROCESS_EVENT_CUDABACKTRACE: duplicates of real API rows, carrying a callchain
 
 # Built-in maps (profile-schemas.md §1.4) for exports without ENUM tables (all 2022-era ones).
@@ -97,6 +100,7 @@ class _Reader:
         self.progress(0.7, "reading memory operations")
         self._memops()
         self._memory()
+        self._os_memory()
         self.progress(0.8, "reading NVTX ranges")
         self._markers()
         self._devices()
@@ -354,6 +358,36 @@ class _Reader:
                        ON r.globalTid >> 24 = m.globalPid >> 24 AND r.correlationId = m.correlationId
                 LEFT JOIN {api} a ON a.id = r.nameId
                 ORDER BY m.start, m.src, m.k""")
+        finally:
+            self.con.execute("SET preserve_insertion_order = false")
+
+    def _os_memory(self) -> None:
+        """os_memory_levels from the WDDM tables: one row per ETW event, the process's new usage or budget in a segment
+        group (bytes, a level). The export's `gpu` is the adapter index TARGET_INFO_GPU numbers (the 2022.1 Windows
+        exports: gpu 0 = the GeForce, whose local budget fits its memory size)."""
+        parts = []
+        for i, (metric, (table, column)) in enumerate(OS_MEMORY.items()):
+            if not self.src.has(table):
+                continue
+            c = lambda col: self.col(table, col, "m")  # noqa: E731
+            rel = (f"(SELECT {c('timestamp')} AS ts, {c('globalTid')} AS g, {c('gpu')} AS gpu, {c(column)} AS bytes, "
+                   f"{c('segmentGroup')} AS seg FROM {self.src.relation(table, text=True)} m)")
+            record_query(self.con, count_sql("os_memory_levels", rel, [
+                ("ts IS NULL", "skipped", f"{table}: timestamp is missing or not an integer"),
+                ("gpu IS NULL OR gpu NOT BETWEEN 0 AND 2147483647", "skipped", f"{table}: gpu is missing, negative or not an integer"),
+                ("bytes IS NULL OR bytes < 0", "skipped", f"{table}: {column} is missing, negative or not an integer"),
+                ("seg IS NULL", "skipped", f"{table}: segmentGroup is missing or not an integer")]))
+            parts.append(f"SELECT ts, g, gpu, {quote_literal(metric)} AS metric, seg, bytes, {i} AS src, row_number() OVER () AS k "
+                         f"FROM {rel} WHERE ts IS NOT NULL AND gpu BETWEEN 0 AND 2147483647 AND bytes >= 0 AND seg IS NOT NULL")
+        if not parts:
+            return
+        groups = " ".join(f"WHEN {n} THEN {quote_literal(label)}" for n, label in SEGMENT_GROUPS.items())
+        self.con.execute("SET preserve_insertion_order = true")
+        try:
+            self.con.execute(f"""
+                INSERT INTO os_memory_levels
+                SELECT gpu, {PID.format(g='g')}, ts, metric, CASE seg {groups} ELSE 'segment group ' || seg END, bytes
+                FROM ({' UNION ALL '.join(parts)}) ORDER BY ts, src, k""")
         finally:
             self.con.execute("SET preserve_insertion_order = false")
 
