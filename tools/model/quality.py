@@ -41,13 +41,17 @@ NAME_COLUMNS = (("kernels", "name"), ("kernels", "short_name"), ("api_calls", "n
 GPU_OP_TABLES = ("kernels", "memops")
 LAUNCH_BEFORE_CALL = ("model check: GPU op starts before its launching API call starts (wrong pairing or clocks out of step): "
                       "link to the call removed (correlation_id and tid set to NULL, launched = false)")
-# The launching call of each (process, correlation id), as the tools pair them: the first one. A window, not
-# GROUP BY with arg_min: that hash aggregate cannot spill and ran out of a 64 MiB limit at 2 M calls.
-_LAUNCH_SQL = """(SELECT pid, correlation_id, start_ns AS call_start, end_ns AS call_end, name AS call_name
-                  FROM (SELECT pid, correlation_id, start_ns, end_ns, name,
-                               row_number() OVER (PARTITION BY pid, correlation_id ORDER BY start_ns, end_ns, name) AS k
-                        FROM api_calls WHERE pid IS NOT NULL AND correlation_id IS NOT NULL)
-                  WHERE k = 1)"""
+# The launching call of each (process, correlation id), as the tools pair them: the first by (start, end, name).
+# Plain min() aggregates of fixed-size values, which spill: arg_min over names cannot (it ran out of a 64 MiB limit
+# at 2 M calls), and a window over every call held ~400 MB beyond the memory limit at 10 M calls. (start, end) is
+# packed into one HUGEINT that sorts as the pair does; the first call's name is looked up for the early ops only.
+_CALL_START = """(SELECT pid, correlation_id, min(start_ns) AS call_start FROM api_calls
+                  WHERE pid IS NOT NULL AND correlation_id IS NOT NULL GROUP BY pid, correlation_id)"""
+_FIRST_CALL = """(SELECT pid, correlation_id, call_start,
+                         (first_key - call_start::HUGEINT * 18446744073709551616 - 9223372036854775808)::BIGINT AS call_end
+                  FROM (SELECT pid, correlation_id, min(start_ns) AS call_start,
+                               min(start_ns::HUGEINT * 18446744073709551616 + (end_ns::HUGEINT + 9223372036854775808)) AS first_key
+                        FROM api_calls WHERE pid IS NOT NULL AND correlation_id IS NOT NULL GROUP BY pid, correlation_id))"""
 
 
 def record(con: duckdb.DuckDBPyConnection, rows: Iterable[tuple[str, str, int, str]]) -> None:
@@ -119,15 +123,20 @@ def check_model(con: duckdb.DuckDBPyConnection) -> None:
 def _check_launches(con: duckdb.DuckDBPyConnection) -> None:
     for table in GPU_OP_TABLES:
         n = con.execute(
-            f"""UPDATE {table} SET correlation_id = NULL, tid = NULL, launched = false FROM {_LAUNCH_SQL} c
+            f"""UPDATE {table} SET correlation_id = NULL, tid = NULL, launched = false FROM {_CALL_START} c
                 WHERE {table}.pid = c.pid AND {table}.correlation_id = c.correlation_id AND {table}.start_ns < c.call_start"""
         ).fetchone()[0]
         record(con, [(table, "repaired", n, LAUNCH_BEFORE_CALL)])
     union = " UNION ALL ".join(f"SELECT pid, correlation_id, start_ns FROM {t}" for t in GPU_OP_TABLES)
     early = con.execute(
-        f"""SELECT c.call_name, count(*) AS n, sum(count(*)) OVER () AS total
-            FROM ({union}) g JOIN {_LAUNCH_SQL} c USING (pid, correlation_id)
-            WHERE g.start_ns < c.call_end GROUP BY 1 ORDER BY 2 DESC, 1"""
+        f"""WITH e AS (SELECT pid, correlation_id, c.call_start, c.call_end, count(*) AS n
+                       FROM ({union}) g JOIN {_FIRST_CALL} c USING (pid, correlation_id)
+                       WHERE g.start_ns < c.call_end GROUP BY ALL),
+                 named AS (SELECT min(a.name) AS call_name, any_value(e.n) AS n
+                           FROM e JOIN api_calls a ON a.pid = e.pid AND a.correlation_id = e.correlation_id
+                                AND a.start_ns = e.call_start AND a.end_ns = e.call_end
+                           GROUP BY e.pid, e.correlation_id)
+            SELECT call_name, sum(n)::BIGINT AS n, sum(sum(n)) OVER ()::BIGINT AS total FROM named GROUP BY 1 ORDER BY 2 DESC, 1"""
     ).fetchall()
     if early:
         names = ", ".join(f"{name} {n}" for name, n, _ in early[:5]) + (", ..." if len(early) > 5 else "")

@@ -583,7 +583,7 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         if src.has(GRAPH_TRACE):  # whole-graph executions are kernels rows too (_graph_executions): the store has them
             raise NoPreview("graph-level trace")
         r._metadata()
-        con.execute("CREATE TEMP TABLE _launch (pid BIGINT, correlation_id BIGINT, call_start BIGINT)")
+        con.execute("CREATE TEMP TABLE _launch (pid BIGINT, correlation_id BIGINT, call_start BIGINT, last_end BIGINT)")
         if src.has(RUNTIME):
             calls = f"""(SELECT {PID.format(g='globalTid')} AS pid, {TID.format(g='globalTid')} AS tid, start AS start_ns,
                                 greatest("end", start) AS end_ns, nameId, eventClass, correlationId AS correlation_id
@@ -594,18 +594,15 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                 con.execute(f"CREATE TEMP TABLE _calls AS SELECT * FROM {calls}")
                 calls = "_calls"
             # The launching call of a (process, correlation id) is its first by (start, end, name), so it starts at the
-            # pair's earliest start: that decides the launch check. One scan also gives the capture bounds of the calls.
-            con.execute(f"""
-                CREATE TEMP TABLE _pairs AS SELECT pid, correlation_id, min(start_ns) AS call_start, max(end_ns) AS last_end,
-                       GROUPING(pid, correlation_id) = 3 AS whole, max(end_ns - start_ns) AS longest  -- overflows where the reader's would
-                FROM {calls} GROUP BY GROUPING SETS ((pid, correlation_id), ())""")
-            con.execute("INSERT INTO _launch SELECT pid, correlation_id, call_start FROM _pairs "
-                        "WHERE NOT whole AND pid IS NOT NULL AND correlation_id IS NOT NULL")
+            # pair's earliest start: that decides the launch check. The pairs' bounds give the calls' capture bounds
+            # (a NULL process or id is a pair of its own here, never matched by the joins below).
+            con.execute(f"""INSERT INTO _launch SELECT pid, correlation_id, min(start_ns), max(end_ns) FROM {calls}
+                            GROUP BY pid, correlation_id HAVING max(end_ns - start_ns) IS NOT NULL  -- overflows where the reader's would""")
             # api_calls holds what top_kernels reads of it: one row standing for the calls' capture bounds (no process,
             # no correlation id, name '(capture bounds)'), and of every pair with a graph-launch call at its earliest
             # start all its calls there - graph_summary picks the first among them exactly as among all calls.
-            con.execute("""INSERT INTO api_calls SELECT NULL, NULL, call_start, last_end, last_end - call_start, '(capture bounds)',
-                           'cuda_runtime', NULL, NULL, NULL FROM _pairs WHERE whole AND call_start IS NOT NULL""")
+            con.execute("""INSERT INTO api_calls SELECT NULL, NULL, min(call_start), max(last_end), max(last_end) - min(call_start),
+                           '(capture bounds)', 'cuda_runtime', NULL, NULL, NULL FROM _launch HAVING count(*) > 0""")
             if graphs:
                 con.execute(f"""
                     INSERT INTO api_calls
@@ -618,7 +615,6 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                     QUALIFY bool_or(regexp_matches(coalesce(s.name, ''), {quote_literal(GRAPH_LAUNCH_RX)}, 'i'))
                             OVER (PARTITION BY c.pid, c.correlation_id)""")
                 con.execute("DROP TABLE _calls")
-            con.execute("DROP TABLE _pairs")
         k = lambda c: r.col(KERNEL, c, "k")  # noqa: E731
         inserted = con.execute(f"""
             INSERT INTO kernels
@@ -644,8 +640,11 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             con.execute("UPDATE kernels SET end_ns = start_ns, dur_ns = 0 WHERE dur_ns < 0")
             record(con, [("kernels", "repaired", bad, END_BEFORE_START)])
         # check_model's launch check (the first call of a pair starts at the pair's earliest start)
-        early = con.execute("UPDATE kernels SET correlation_id = NULL FROM _launch c WHERE kernels.pid = c.pid "
-                            "AND kernels.correlation_id = c.correlation_id AND kernels.start_ns < c.call_start").fetchone()[0]
+        # (counted first: a join that changes nothing costs half an UPDATE that rewrites nothing)
+        launch_check = "kernels.pid = c.pid AND kernels.correlation_id = c.correlation_id AND kernels.start_ns < c.call_start"
+        early = r.scalar(f"SELECT count(*) FROM kernels JOIN _launch c ON {launch_check}")
+        if early:
+            con.execute(f"UPDATE kernels SET correlation_id = NULL FROM _launch c WHERE {launch_check}")
         record(con, [("kernels", "repaired", early, LAUNCH_BEFORE_CALL)])
         r._devices()
         r._span()
