@@ -4,10 +4,12 @@ stacked stores at once, never with a query per rank)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpuscope.fixtures.scenarios_job import PID0, STEP_US, TAIL_US, US, compute_us, job
-from gpuscope.fixtures.writers import kineto
+from gpuscope.fixtures.writers import kineto, nsys
 from gpuscope.tools import analyses as A
 from gpuscope.tools.model import hub as hubs
 from gpuscope.tools.model import job as jobs
@@ -139,3 +141,34 @@ def test_a_job_is_read_through_one_stacked_store(tmp_path):
     res = A.rank_summary(traces)
     assert res.ranks_found == n and res.straggler.rank == 3
     assert attached_ranks() == 0  # Kineto ranks need nothing outside the stacked store
+
+
+def _one_rank(s, pid: int):
+    """Scenario `s` cut to process `pid`: what one rank's own Nsight export holds."""
+    keep = lambda rows: [x for x in rows if getattr(x, "pid", pid) == pid]  # noqa: E731
+    return dataclasses.replace(s, processes=keep(s.processes), threads=keep(s.threads), api_calls=keep(s.api_calls),
+                               kernels=keep(s.kernels), memops=keep(s.memops), markers=keep(s.markers))
+
+
+def test_a_job_of_nsight_ranks_is_read_through_the_stacked_store(tmp_path):
+    """The step choice reads the Nsight ranges that ended on another thread (native NVTX_EVENTS) from the job's
+    stacked store too: rank_summary and straggler_summary over 12 Nsight ranks attach no rank's own store."""
+    n, straggler = 12, 3
+    folder = tmp_path / "run"
+    folder.mkdir()
+    s = job(n, straggler, 2)
+    for r in range(n):
+        nsys.write(_one_rank(s, PID0 + r), folder / f"rank{r:03d}.sqlite")
+    traces = jobs.open_job([folder])
+    assert {t.format for t in traces} == {"nsys"}
+
+    def attached_ranks():
+        return sum(str(t.store.model_file.resolve()) in hubs.hub()._attached for t in traces)
+
+    assert attached_ranks() == 0
+    res = A.rank_summary(traces)
+    assert res.ranks_found == n and res.straggler.rank == straggler
+    assert all(r.steps == 2 for r in res.ranks)
+    strag = A.straggler_summary(traces)
+    assert strag.ranks_found == n
+    assert attached_ranks() == 0  # no rank's own store (its NVTX_EVENTS) was read

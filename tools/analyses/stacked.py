@@ -51,7 +51,8 @@ def stack(traces: list[Trace], table: str, columns: str, where: str = "TRUE", on
     if len(traces) == 1:
         t = traces[0]
         if table in jobs.DERIVED_TABLES:
-            source = jobs.source_sql(table, quote_ident(t.con.catalog), t.format) or jobs.empty_sql(table)
+            nvtx = t.native_columns("NVTX_EVENTS") if table == "nvtx_cross_thread" and t.format == "nsys" else frozenset()
+            source = jobs.source_sql(table, quote_ident(t.con.catalog), t.format, nvtx) or jobs.empty_sql(table)
             source = f"({source})"
         else:  # the table itself, not a subquery: `columns` may read its rowid
             source = f"{quote_ident(t.con.catalog)}.main.{table}"
