@@ -246,7 +246,7 @@ def _streams(trace: Trace, ops: str, params: list, threshold: int) -> dict[tuple
         rows = trace.sql(f"""
             WITH r AS MATERIALIZED (
                 SELECT *, min(reach_ns) OVER (PARTITION BY {part}, start_ns) AS group_reach
-                FROM ({reach_sql(f"SELECT * FROM ({ops})", part)})),
+                FROM ({reach_sql(f"SELECT {part}, pid, tid, correlation_id, launched, cls, start_ns, end_ns FROM ({ops})", part)})),
             s AS ({union_stats_from_reach_sql('r', part, counts)}),
             ga AS (SELECT device_id, owner, stream_id, group_reach AS gs, start_ns AS ge,
                           CASE WHEN launched THEN (SELECT min(a.start_ns) FROM api_calls a
