@@ -169,6 +169,22 @@ def test_a_job_of_nsight_ranks_is_read_through_the_stacked_store(tmp_path):
     res = A.rank_summary(traces)
     assert res.ranks_found == n and res.straggler.rank == straggler
     assert all(r.steps == 2 for r in res.ranks)
+    assert attached_ranks() == 0  # the step choice read the stacked nvtx_cross_thread, no rank's NVTX_EVENTS
     strag = A.straggler_summary(traces)
     assert strag.ranks_found == n
-    assert attached_ranks() == 0  # no rank's own store (its NVTX_EVENTS) was read
+    assert attached_ranks() == 0  # the slowest rank's kernels too came from the stacked store
+
+
+def test_the_stack_holds_each_nsight_ranks_cross_thread_ranges(tmp_path):
+    """nvtx_cross_thread of the job's stacked store holds, per rank, exactly the start/end ranges that ended on
+    another thread, as read from the rank's own NVTX_EVENTS (projection.cross_thread)."""
+    from gpuscope.fixtures.scenarios_marker_summary import marker_tree
+    from gpuscope.tools.analyses.projection import cross_thread
+
+    paths = [nsys.write(marker_tree(), tmp_path / f"rank{r}.sqlite") for r in range(2)]
+    traces = jobs.open_job(paths)
+    table = jobs.union_sql(traces, "nvtx_cross_thread", "pid, tid, start_ns")
+    stacked = jobs.job_sql(traces, f"SELECT part, pid, tid, start_ns FROM ({table})")
+    for part, t in enumerate(traces):
+        own = sorted(cross_thread(t).keys)
+        assert own and sorted((p, tid, s) for q, p, tid, s in stacked if q == part) == own
