@@ -212,3 +212,28 @@ def test_real_profiles(path):
             assert t.comm_comp_overlap_pct_of_comm is None if t.total_comm_ns == 0 else 0 <= t.comm_comp_overlap_pct_of_comm <= 100
         for s in r.streams:
             assert s.host_wait_ns + s.kernel_wait_ns + s.other_ns + s.launch_unknown_ns == s.idle_ns
+
+
+def test_first_call_reads_the_ops_twice(write_profile, monkeypatch):
+    """The first call (nothing memoized) reads and sorts the GPU ops once for the split per device, once for
+    everything per stream (counts, unions, idle categories), not once per figure (on a 2 M-kernel export each read
+    costs seconds), and once more for the all-device merge when there are several timelines."""
+    from gpuscope.tools.model.trace import Trace, load_trace
+
+    trace = load_trace(write_profile("comm_overlap", "nsys", scenarios=SCENARIOS))
+    seen: list[str] = []
+    sql = Trace.sql
+
+    def counting(self, query, *a, **k):
+        seen.append(query)
+        return sql(self, query, *a, **k)
+
+    monkeypatch.setattr(Trace, "sql", counting)
+    try:
+        first = gpu_timeline(trace)
+        reads = [q for q in seen if "FROM kernels WHERE" in q]
+        assert first.all_devices is not None and len(reads) == 3, [" ".join(q.split())[:120] for q in reads]
+        seen.clear()
+        assert gpu_timeline(trace) == first and not [q for q in seen if "FROM kernels WHERE" in q]
+    finally:
+        trace.close()

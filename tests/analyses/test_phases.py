@@ -234,3 +234,48 @@ def test_real_profiles(path):
     if path.suffix == ".sqlite":
         first, last, busy = _raw_union(path, res.device_id)
         assert (res.gpu_first_ns, res.gpu_last_ns, res.busy_ns) == (first, last, busy)
+
+
+def test_the_ops_stay_in_duckdb(tmp_path, monkeypatch):
+    """Memory does not grow with the profile: every figure is computed in DuckDB, so no statement of phases hands
+    Python more rows than (bins + 1) × (features + 1) (the per-bin shares), far fewer than the device's ops."""
+    from gpuscope.fixtures.writers import nsys
+    from gpuscope.tools.model.hub import ModelConnection
+    from gpuscope.tools.model.trace import load_trace
+
+    n = 20_000
+    path = tmp_path / "scale.sqlite"
+    nsys.write_scale(path, n_kernels=n)
+    trace = load_trace(path)
+    fetched: list[int] = []
+
+    class Counting:  # a cursor that counts the rows it hands over
+        def __init__(self, cur):
+            self._cur = cur
+
+        def execute(self, *a):
+            self._cur.execute(*a)
+            return self
+
+        def fetchall(self):
+            rows = self._cur.fetchall()
+            fetched.append(len(rows))
+            return rows
+
+        def fetchnumpy(self):
+            cols = self._cur.fetchnumpy()
+            fetched.append(max((len(v) for v in cols.values()), default=0))
+            return cols
+
+        def __getattr__(self, name):
+            return getattr(self._cur, name)
+
+    cursor = ModelConnection.cursor
+    monkeypatch.setattr(ModelConnection, "cursor", lambda self: Counting(cursor(self)))
+    try:
+        res = phases(trace)
+    finally:
+        monkeypatch.undo()
+        trace.close()
+    assert sum(p.kernel_count for p in res.phases) == n
+    assert max(fetched) <= (res.bins + 1) * (len(res.features) + 1) < n

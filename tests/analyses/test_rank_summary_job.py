@@ -4,10 +4,12 @@ stacked stores at once, never with a query per rank)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gpuscope.fixtures.scenarios_job import PID0, STEP_US, TAIL_US, US, compute_us, job
-from gpuscope.fixtures.writers import kineto
+from gpuscope.fixtures.writers import kineto, nsys
 from gpuscope.tools import analyses as A
 from gpuscope.tools.model import hub as hubs
 from gpuscope.tools.model import job as jobs
@@ -139,3 +141,50 @@ def test_a_job_is_read_through_one_stacked_store(tmp_path):
     res = A.rank_summary(traces)
     assert res.ranks_found == n and res.straggler.rank == 3
     assert attached_ranks() == 0  # Kineto ranks need nothing outside the stacked store
+
+
+def _one_rank(s, pid: int):
+    """Scenario `s` cut to process `pid`: what one rank's own Nsight export holds."""
+    keep = lambda rows: [x for x in rows if getattr(x, "pid", pid) == pid]  # noqa: E731
+    return dataclasses.replace(s, processes=keep(s.processes), threads=keep(s.threads), api_calls=keep(s.api_calls),
+                               kernels=keep(s.kernels), memops=keep(s.memops), markers=keep(s.markers))
+
+
+def test_a_job_of_nsight_ranks_is_read_through_the_stacked_store(tmp_path):
+    """The step choice reads the Nsight ranges that ended on another thread (native NVTX_EVENTS) from the job's
+    stacked store too: rank_summary and straggler_summary over 12 Nsight ranks attach no rank's own store."""
+    n, straggler = 12, 3
+    folder = tmp_path / "run"
+    folder.mkdir()
+    s = job(n, straggler, 2)
+    for r in range(n):
+        nsys.write(_one_rank(s, PID0 + r), folder / f"rank{r:03d}.sqlite")
+    traces = jobs.open_job([folder])
+    assert {t.format for t in traces} == {"nsys"}
+
+    def attached_ranks():
+        return sum(str(t.store.model_file.resolve()) in hubs.hub()._attached for t in traces)
+
+    assert attached_ranks() == 0
+    res = A.rank_summary(traces)
+    assert res.ranks_found == n and res.straggler.rank == straggler
+    assert all(r.steps == 2 for r in res.ranks)
+    assert attached_ranks() == 0  # the step choice read the stacked nvtx_cross_thread, no rank's NVTX_EVENTS
+    strag = A.straggler_summary(traces)
+    assert strag.ranks_found == n
+    assert attached_ranks() == 0  # the slowest rank's kernels too came from the stacked store
+
+
+def test_the_stack_holds_each_nsight_ranks_cross_thread_ranges(tmp_path):
+    """nvtx_cross_thread of the job's stacked store holds, per rank, exactly the start/end ranges that ended on
+    another thread, as read from the rank's own NVTX_EVENTS (projection.cross_thread)."""
+    from gpuscope.fixtures.scenarios_marker_summary import marker_tree
+    from gpuscope.tools.analyses.projection import cross_thread
+
+    paths = [nsys.write(marker_tree(), tmp_path / f"rank{r}.sqlite") for r in range(2)]
+    traces = jobs.open_job(paths)
+    table = jobs.union_sql(traces, "nvtx_cross_thread", "pid, tid, start_ns")
+    stacked = jobs.job_sql(traces, f"SELECT part, pid, tid, start_ns FROM ({table})")
+    for part, t in enumerate(traces):
+        own = sorted(cross_thread(t).keys)
+        assert own and sorted((p, tid, s) for q, p, tid, s in stacked if q == part) == own

@@ -19,6 +19,8 @@ gaps before ops whose launch is not in the profile are `launch_unknown` (HTA dro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
@@ -27,9 +29,9 @@ from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import (GpuTimeSplit, ToolResult, WholeGraphTime, Window, data_issue_notes, data_issues_field, pct, resolve_selection,
                      skipped_note, split_gpu_time, whole_graph_time)
-from .intervals import NULL_KEY, unions
+from .intervals import Union
 from .requirements import require
-from .stacked import gaps_sql, union_measures_sql
+from .stacked import reach_sql, union_measures_sql, union_stats_from_reach_sql
 
 ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
 DEFAULT_KERNEL_WAIT_THRESHOLD_NS = 30_000
@@ -170,26 +172,24 @@ def gpu_timeline(
         what = "" if include_unlinked else " with their host launch in the profile (include_unlinked=False)"
         raise ProfileError(f"no GPU operation{what} in the selection (device/time window); widen it. trace_info lists devices and spans."
                            + skipped_note(trace, ("kernels", "memops")))
-    counts_sql = f"""SELECT device_id, coalesce(owner, {NULL_KEY}), count(*), count(*) FILTER (WHERE cls = {COMM}),
-                            count(*) FILTER (WHERE cls = {MEMCPY}), count(*) FILTER (WHERE NOT launched),
-                            coalesce(sum(end_ns - start_ns) FILTER (WHERE NOT launched), 0)::BIGINT,
-                            count(*) FILTER (WHERE cls = {GRAPH})
-                     FROM ({ops}) WHERE end_ns > start_ns GROUP BY ALL"""
-    counts = trace.memo(("gpu_timeline.counts", counts_sql, tuple(params2)),
-                        lambda: {(r[0], r[1]): r[2:] for r in trace.sql(counts_sql, params2)})
+    per_stream = _streams(trace, ops, params2, kernel_wait_threshold_ns)
+    counts: dict[tuple, tuple] = {}
+    for k, st in per_stream.items():  # ops, comm ops, memcpy ops, unlinked ops, unlinked time, whole-graph ops per (device, owner)
+        prev = counts.get(k[:2], (0, 0, 0, 0, 0, 0))
+        counts[k[:2]] = tuple(a + b for a, b in zip(prev, (st.union.ops, *st.counts)))
     names = dict(trace.sql("SELECT device_id, name FROM devices"))
     ranks = dict(trace.sql("SELECT pid, rank FROM processes WHERE rank IS NOT NULL"))
     keys = sorted(by_key, key=lambda k: tuple(-1 if v is None else v for v in k))
     timelines = []
     for key in keys:
-        n = counts.get((key[0], NULL_KEY if key[1] is None else key[1]), (0, 0, 0, 0, 0, 0))
+        n = counts.get(key, (0, 0, 0, 0, 0, 0))
         timelines.append(_timeline(by_key[key], key[0], names.get(key[0]), key[1], ranks.get(key[1]), n))
     all_devices = None
     if len(keys) > 1:
         every = split_measures(trace, f"SELECT 0 AS whole, cls, start_ns, end_ns FROM ({ops})", params2, ("whole",))
         tot = tuple(sum(t[i] for t in counts.values()) for i in range(6))
         all_devices = _timeline(every[(0,)], None, None, None, None, tot)
-    streams, truncated = _stream_idle(trace, ops, params2, kernel_wait_threshold_ns, limit)
+    streams, truncated = _stream_idle(per_stream, limit)
     whole = whole_graph_time(trace, where + ("" if include_unlinked else " AND launched"), params,
                              "computation (timelines[].computation_ns; their union is whole_graph_ns)", window.start_ns, window.end_ns)
     return GpuTimelineResult(
@@ -238,13 +238,60 @@ def _timeline(sp: GpuTimeSplit, device_id, device_name, pid, rank, n) -> Timelin
     )
 
 
-def _stream_idle(trace: Trace, ops: str, params: list, threshold: int, limit: int) -> tuple[list[StreamIdle], bool]:
-    part = ("device_id", "owner", "stream_id")
-    found = unions(trace, f"SELECT device_id, owner, stream_id, start_ns, end_ns FROM ({ops})", params, part)
-    cls = trace.memo(("stream_idle", ops, tuple(params), threshold), lambda: _gap_classes(trace, ops, params, threshold))
+@dataclass(frozen=True)
+class _Stream:
+    union: Union                                # the stream's ops, first/last, busy time and gaps
+    counts: tuple[int, int, int, int, int]      # comm ops, memcpy ops, unlinked ops, unlinked op time ns, whole-graph ops
+    idle: tuple[int, int, int, int]             # idle ns: host_wait, kernel_wait, other, launch_unknown
+
+
+def _streams(trace: Trace, ops: str, params: list, threshold: int) -> dict[tuple, _Stream]:
+    """Per stream (device, owner, stream): its union, op counts and HTA idle categories, in one statement over the
+    ops (memoized on the trace), so the first call reads and sorts them once.
+
+    The stream's gaps come from its union (stacked.reach_sql): the ops starting exactly at a gap's end (the ops of
+    the gap end's start group, where the group's least reach is the gap start) decide its category with their
+    earliest launch-call start (any op without a launch in the profile makes it launch_unknown). Only those ops meet
+    the API calls, so the join's size follows the gaps, not the ops."""
+    def compute() -> dict[tuple, _Stream]:
+        part = "device_id, owner, stream_id"
+        cat = f"CASE WHEN unknown THEN 3 WHEN launch_ns > gs THEN 0 WHEN ge - gs < {int(threshold)} THEN 1 ELSE 2 END"
+        sums = ", ".join(f"coalesce(sum(ge - gs) FILTER (WHERE {cat} = {c}), 0)::BIGINT AS c{c}" for c in range(4))
+        same = " AND ".join(f"s.{c} IS NOT DISTINCT FROM c.{c}" for c in ("device_id", "owner", "stream_id"))
+        counts = (f"count(*) FILTER (WHERE cls = {COMM}) AS comm_ops, count(*) FILTER (WHERE cls = {MEMCPY}) AS memcpy_ops, "
+                  "count(*) FILTER (WHERE NOT launched) AS unlinked, "
+                  "coalesce(sum(end_ns - start_ns) FILTER (WHERE NOT launched), 0)::BIGINT AS unlinked_ns, "
+                  f"count(*) FILTER (WHERE cls = {GRAPH}) AS graph_ops")
+        rows = trace.sql(f"""
+            WITH r AS MATERIALIZED (
+                SELECT *, min(reach_ns) OVER (PARTITION BY {part}, start_ns) AS group_reach
+                FROM ({reach_sql(f"SELECT {part}, pid, tid, correlation_id, launched, cls, start_ns, end_ns FROM ({ops})", part)})),
+            s AS ({union_stats_from_reach_sql('r', part, counts)}),
+            ga AS (SELECT device_id, owner, stream_id, group_reach AS gs, start_ns AS ge,
+                          CASE WHEN launched THEN (SELECT min(a.start_ns) FROM api_calls a
+                                                   WHERE a.pid = r.pid AND a.tid = r.tid AND a.correlation_id = r.correlation_id)
+                          END AS launch_ns
+                   FROM r WHERE start_ns > group_reach),
+            g AS (SELECT device_id, owner, stream_id, gs, ge, bool_or(launch_ns IS NULL) AS unknown, min(launch_ns) AS launch_ns
+                  FROM ga GROUP BY ALL),
+            c AS (SELECT device_id, owner, stream_id, {sums} FROM g GROUP BY ALL)
+            SELECT s.*, coalesce(c.c0, 0), coalesce(c.c1, 0), coalesce(c.c2, 0), coalesce(c.c3, 0)
+            FROM s LEFT JOIN c ON {same}""", params)
+        out = {}
+        for r in rows:
+            k = tuple(r[:3])
+            n, first, last, work, busy, gaps, *rest = (int(v) for v in r[3:])
+            out[k] = _Stream(Union(key=k, ops=n, first_ns=first, last_ns=last, work_ns=work, busy_ns=busy, gaps=gaps),
+                             tuple(rest[:5]), tuple(rest[5:]))
+        return out
+    return trace.memo(("gpu_timeline.streams", ops, tuple(params), threshold), compute)
+
+
+def _stream_idle(found: dict[tuple, _Stream], limit: int) -> tuple[list[StreamIdle], bool]:
     out = []
-    for k, u in found.items():
-        hw, kw, ot, un = cls.get(k, (0, 0, 0, 0))
+    for k, st in found.items():
+        u = st.union
+        hw, kw, ot, un = st.idle
         idle = u.idle_ns
         out.append(StreamIdle(
             device_id=k[0], pid=k[1], stream_id=k[2], ops=u.ops, first_ns=u.first_ns, last_ns=u.last_ns, busy_ns=u.busy_ns,
@@ -253,27 +300,3 @@ def _stream_idle(trace: Trace, ops: str, params: list, threshold: int, limit: in
             other_pct_of_stream_idle=pct(ot, idle), launch_unknown_pct_of_stream_idle=pct(un, idle)))
     out.sort(key=lambda r: (-r.idle_ns, r.device_id, -1 if r.stream_id is None else r.stream_id))
     return out[:limit], len(out) > limit
-
-
-def _gap_classes(trace: Trace, ops: str, params: list, threshold: int) -> dict[tuple, tuple[int, int, int, int]]:
-    """Per stream, idle ns by HTA category: (host_wait, kernel_wait, other, launch_unknown).
-
-    The stream's gaps come from its union (stacked.gaps_sql); the ops starting exactly at a gap's end decide its
-    category with their earliest launch-call start (any op without a launch in the profile makes it launch_unknown).
-    Only those ops meet the API calls, so the join's size follows the gaps, not the ops."""
-    part = ("device_id", "owner", "stream_id")
-    same = " AND ".join(f"o.{c} IS NOT DISTINCT FROM g.{c}" for c in part)
-    cat = f"CASE WHEN unknown THEN 3 WHEN launch_ns > gs THEN 0 WHEN ge - gs < {int(threshold)} THEN 1 ELSE 2 END"
-    sums = ", ".join(f"coalesce(sum(ge - gs) FILTER (WHERE {cat} = {c}), 0)::BIGINT" for c in range(4))
-    rows = trace.sql(f"""
-        WITH o AS ({ops}),
-        g AS ({gaps_sql('SELECT * FROM o', ', '.join(part))}),
-        ga AS (SELECT g.device_id, g.owner, g.stream_id, g.gap_start_ns AS gs, g.gap_end_ns AS ge,
-                      CASE WHEN o.launched THEN (SELECT min(c.start_ns) FROM api_calls c
-                                                 WHERE c.pid = o.pid AND c.tid = o.tid AND c.correlation_id = o.correlation_id)
-                      END AS launch_ns
-               FROM g JOIN o ON {same} AND o.start_ns = g.gap_end_ns AND o.end_ns > o.start_ns),
-        c AS (SELECT device_id, owner, stream_id, gs, ge, bool_or(launch_ns IS NULL) AS unknown, min(launch_ns) AS launch_ns
-              FROM ga GROUP BY ALL)
-        SELECT device_id, owner, stream_id, {sums} FROM c GROUP BY ALL""", params)
-    return {tuple(r[:3]): tuple(int(v) for v in r[3:]) for r in rows}

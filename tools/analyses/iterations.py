@@ -39,7 +39,7 @@ from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .intervals import unions
 from .marker_summary import ANNOTATE
-from .projection import RANGE_KINDS_SQL, SHIFT, cross_thread, projection_absent_reason, with_sql
+from .projection import RANGE_KINDS_SQL, SHIFT, projection_absent_reason, with_sql
 from .requirements import left_out, require
 from .stacked import run
 from .step_choice import MIN_COVERAGE, choice_sql
@@ -171,8 +171,7 @@ def iterations(
         if any(ch in marker for ch in "*?["):
             params["names"] = [n for (n,) in trace.sql(f"SELECT DISTINCT name FROM markers WHERE {ranges} AND name IS NOT NULL")
                                if fnmatch.fnmatchcase(n, marker)]
-    choice_with = choice_sql([trace], [(0, pid)], [0] if absent is None else [], [0] if cross_thread(trace).keys else [],
-                             bool(marker), "names" in params)
+    choice_with = choice_sql([trace], [(0, pid)], [0] if absent is None else [], bool(marker), "names" in params)
     # one statement: the range groups (one row each) and the chosen step ranges
     gcols = ["pid", "tid", "domain", "pattern", "instances", "min_depth", "example", "coverage", "picked", "how", "best",
              "any_eligible"]

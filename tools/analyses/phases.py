@@ -26,6 +26,9 @@ Method (one device; kernels, memory copies and memsets all count as GPU activity
      stays on the bin edge (start_source says which).
   5. Per phase, every figure is clipped to the phase: an op straddling a boundary contributes only its
      part inside to busy time (interval union) and to per-kernel time; counts are ops starting inside.
+Every step over the ops runs in DuckDB (unions and gaps as stacked.py's window functions): Python receives per-name
+totals, per-(feature, bin) times, the snapping candidates of each cut and per-phase figures, never the ops, so memory
+does not grow with the profile.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note, ToolResult
-from .intervals import EMPTY, gaps, merged, unions
+from .intervals import unions
 from .iterations import iterations
 from .projection import with_sql
+from .stacked import gaps_sql, merged_sql, union_stats_sql
 from .requirements import require
 
 TARGET_BINS = 400
@@ -164,30 +168,15 @@ def phases(
     dev_acts = f"SELECT * FROM ({acts}) WHERE device_id = ? AND end_ns >= start_ns"
     dev_params = acts_params + [dev]
 
-    g_start, g_end = gaps(trace, f"SELECT device_id, start_ns, end_ns FROM ({acts}) WHERE device_id = ?", dev_params,
-                          ("device_id",)).get((dev,), EMPTY)
-    m_start, m_end = merged(u, (g_start, g_end))  # the device's busy intervals
-
     width = max(MIN_BIN_NS, -(-span // TARGET_BINS))
     nbins = max(1, -(-span // width))
     edges = np.minimum(t0 + width * np.arange(nbins + 1, dtype=np.int64), t1)
 
-    cur = trace.con.cursor()
-    try:
-        data = cur.execute(f"SELECT start_ns, end_ns, kind, name FROM ({dev_acts}) WHERE end_ns > start_ns", dev_params).fetchnumpy()
-    finally:
-        cur.close()
-    s_all = np.asarray(data["start_ns"], dtype=np.int64)
-    e_all = np.asarray(data["end_ns"], dtype=np.int64)
-    kinds = np.asarray(data["kind"], dtype=object)
-    names = np.asarray(data["name"], dtype=object)
-    feat_names, feat_index = _feature_groups(s_all, e_all, kinds, names)
+    feat_names, top, others, memop_names = _feature_groups(trace, dev_acts, dev_params)
     lens = np.diff(edges).astype(np.float64)
+    cover, busy_bins = _bin_coverage(trace, dev_acts, dev_params, t0, width, nbins, top, others, memop_names, len(feat_names))
     feats = np.zeros((nbins, len(feat_names) + 1))
-    for j in range(len(feat_names)):
-        sel_j = feat_index == j
-        feats[:, j] = np.diff(_coverage(s_all[sel_j] - t0, e_all[sel_j] - t0, edges - t0)) / lens
-    busy_bins = np.diff(_coverage_merged(m_start, m_end, edges)).astype(np.float64)
+    feats[:, :-1] = cover.T / lens[:, None]
     feats[:, -1] = 1.0 - busy_bins / lens
     feat_names = feat_names + ["idle"]
 
@@ -201,24 +190,25 @@ def phases(
     iter_starts = np.array(sorted(iters[1]), dtype=np.int64) if iters else np.zeros(0, dtype=np.int64)
     bounds, sources = [t0], ["first GPU op"]
     seg_idle = [float(feats[a:b, -1].mean()) for a, b in zip([0] + cuts, cuts + [nbins])]
+    near = _near_events(trace, dev_acts, dev_params, [int(edges[c]) for c in cuts], width)
     for i, c in enumerate(cuts):
         t = int(edges[c])
         right_idle = seg_idle[i + 1] > 1 - IDLE_BUSY_PCT / 100
-        x, why = _snap(t, width, iter_starts, g_start, g_end, s_all, e_all, right_idle,
-                       iters[0] if iters else None)
+        x, why = _snap(t, width, iter_starts, near[i], right_idle, iters[0] if iters else None)
         if x <= bounds[-1] or x >= t1:
             continue  # snapping merged it into a neighbour
         bounds.append(x)
         sources.append(why)
     bounds.append(t1)
     # Adjacent idle phases are one idle stretch, whatever lone ops sit in it.
-    bb = np.asarray(bounds, dtype=np.int64)
-    lazy = np.diff(_coverage_merged(m_start, m_end, bb)) * 100 < IDLE_BUSY_PCT * np.diff(bb)
+    busy_all = _busy_between(trace, dev_acts, dev_params, bounds)
+    lazy = busy_all * 100 < IDLE_BUSY_PCT * np.diff(np.asarray(bounds, dtype=np.int64))
     keep = [0] + [i for i in range(1, len(bounds) - 1) if not (lazy[i - 1] and lazy[i])] + [len(bounds) - 1]
     bounds, sources = [bounds[i] for i in keep], [sources[i] for i in keep[:-1]]
+    cum = np.concatenate(([0], np.cumsum(busy_all)))  # the busy time of the merged phases: their parts' sum
+    busy = np.diff(cum[keep])
 
     figures = _phase_figures(trace, dev_acts, dev_params, bounds)
-    busy = np.diff(_coverage_merged(m_start, m_end, np.asarray(bounds, dtype=np.int64)))
     mixes = []
     for i in range(len(bounds) - 1):
         a, b = np.searchsorted(edges, bounds[i], "right") - 1, np.searchsorted(edges, bounds[i + 1], "left")
@@ -272,50 +262,48 @@ def phases(
 # ---------------------------------------------------------------------------------------------------
 
 
-def _feature_groups(s: np.ndarray, e: np.ndarray, kinds: np.ndarray, names: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """Feature names and, per op, its feature index: top kernel names, 'other kernels', each memop name."""
-    dur = (e - s).astype(np.float64)
-    is_k = kinds == "kernel"
-    knames, kinv = np.unique(names[is_k].astype(str), return_inverse=True) if is_k.any() else (np.array([], dtype=str), np.zeros(0, int))
-    ktot = np.bincount(kinv, weights=dur[is_k], minlength=len(knames)) if len(knames) else np.zeros(0)
-    order = sorted(range(len(knames)), key=lambda i: (-ktot[i], knames[i]))
-    top = [str(knames[i]) for i in order[:TOP_NAMES]]
-    feat = list(top)
-    idx = np.full(s.size, -1, dtype=np.int64)
-    if len(knames):
-        remap = np.full(len(knames), -1, dtype=np.int64)
-        for j, i in enumerate(order[:TOP_NAMES]):
-            remap[i] = j
-        kidx = remap[kinv]
-        if (kidx < 0).any():
-            feat.append("other kernels")
-            kidx[kidx < 0] = len(feat) - 1
-        idx[is_k] = kidx
-    mnames = sorted(set(names[~is_k].astype(str).tolist()))
-    for n in mnames:
-        feat.append(n)
-        idx[(~is_k) & (names == n)] = len(feat) - 1
-    return feat, idx
+def _feature_groups(trace: Trace, dev_acts: str, params: list) -> tuple[list[str], list[str], bool, list[str]]:
+    """Feature names: the top kernel base names by time, 'other kernels' when there are more, each memop name; and
+    (top names, whether 'other kernels' is a feature, memop names). One row per name leaves DuckDB."""
+    rows = trace.sql(f"SELECT kind = 'kernel', name, sum(end_ns - start_ns)::BIGINT FROM ({dev_acts}) "
+                     "WHERE end_ns > start_ns GROUP BY ALL", params)
+    kern = sorted(((-int(t), n) for k, n, t in rows if k))
+    top = [n for _, n in kern[:TOP_NAMES]]
+    others = len(kern) > TOP_NAMES
+    memop_names = sorted({n for k, n, _ in rows if not k})
+    return top + (["other kernels"] if others else []) + memop_names, top, others, memop_names
 
 
-def _coverage(s: np.ndarray, e: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Σ_i |[s_i, e_i) ∩ (-∞, x)| for each x (float; overlaps counted per op)."""
-    if s.size == 0:
-        return np.zeros(x.size)
-    s, e = np.sort(s).astype(np.float64), np.sort(e).astype(np.float64)
-    cs, ce = np.concatenate(([0.0], np.cumsum(s))), np.concatenate(([0.0], np.cumsum(e)))
-    xs = x.astype(np.float64)
-    ns, ne = np.searchsorted(s, xs, "left"), np.searchsorted(e, xs, "left")
-    return (ns * xs - cs[ns]) - (ne * xs - ce[ne])
-
-
-def _coverage_merged(ms: np.ndarray, me: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Exact integer busy time before each x, for disjoint sorted intervals [ms, me)."""
-    cum = np.concatenate(([0], np.cumsum(me - ms)))
-    j = np.searchsorted(ms, x, "left")  # intervals starting before x
-    prev = np.maximum(j - 1, 0)
-    part = np.where(j > 0, np.minimum(x, me[prev]) - ms[prev], 0)
-    return np.where(j > 0, cum[prev] + part, 0).astype(np.int64)
+def _bin_coverage(trace: Trace, dev_acts: str, params: list, t0: int, width: int, nbins: int, top: list[str],
+                  others: bool, memop_names: list[str], nfeat: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per feature and bin, the summed time of its ops inside the bin (ns, overlaps counted per op); and per bin the
+    busy time (the union of every op) inside it. An op adds its clipped part to its first and last bin and a whole
+    bin to each bin between, as a +1/-1 pair around them (summed over bins afterwards), so DuckDB emits at most four
+    rows per op and returns one per (feature, bin) touched; busy is the same over the merged intervals."""
+    other = len(top) if others else -1
+    first = len(top) + (1 if others else 0)
+    fid = (f"CASE WHEN kind = 'kernel' THEN coalesce(list_position(?::VARCHAR[], name) - 1, {other}) "
+           f"ELSE {first} + list_position(?::VARCHAR[], name) - 1 END")
+    ops = f"SELECT {fid} AS fid, start_ns, end_ns FROM ({dev_acts}) WHERE end_ns > start_ns"
+    busy = f"SELECT -1 AS fid, start_ns, end_ns FROM ({merged_sql(f'SELECT 0 AS z, start_ns, end_ns FROM ({dev_acts})', 'z')})"
+    rows = trace.sql(f"""
+        WITH a AS (SELECT fid, start_ns AS s, end_ns AS e, (start_ns - {t0}) // {width} AS b0,
+                          (end_ns - 1 - {t0}) // {width} AS b1
+                   FROM ({ops} UNION ALL {busy})),
+        p AS (SELECT fid, unnest(CASE WHEN b0 = b1 THEN [{{'bin': b0, 't': e - s, 'd': 0}}]
+                                      ELSE [{{'bin': b0, 't': {t0} + (b0 + 1) * {width} - s, 'd': 0}},
+                                            {{'bin': b1, 't': e - ({t0} + b1 * {width}), 'd': 0}},
+                                            {{'bin': b0 + 1, 't': 0, 'd': 1}}, {{'bin': b1, 't': 0, 'd': -1}}] END,
+                                 recursive := true) FROM a)
+        SELECT fid, bin, sum(t)::BIGINT, sum(d)::BIGINT FROM p GROUP BY ALL""", [top, memop_names] + params + params)
+    t = np.zeros((nfeat + 1, nbins), dtype=np.int64)  # row -1 (the last): busy
+    d = np.zeros((nfeat + 1, nbins), dtype=np.int64)
+    if rows:
+        r = np.asarray(rows, dtype=np.int64)  # one row per (feature, bin): GROUP BY made them unique
+        t[r[:, 0], r[:, 1]] = r[:, 2]
+        d[r[:, 0], r[:, 1]] = r[:, 3]
+    cov = t + width * np.cumsum(d, axis=1)
+    return cov[:-1].astype(np.float64), cov[-1].astype(np.float64)
 
 
 def _segment(f: np.ndarray, kmax: int) -> tuple[list[float], list[list[int]]]:
@@ -369,30 +357,61 @@ def _penalty(f: np.ndarray, total: float) -> float:
     return max(PENALTY_FACTOR * noise * math.log(n), 1e-9 * n, 0.01 * total)
 
 
-def _snap(t: int, width: int, iters: np.ndarray, gs: np.ndarray, ge: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-          right_idle: bool, family: str | None) -> tuple[int, str]:
+def _near_events(trace: Trace, dev_acts: str, params: list, cuts: list[int], width: int) -> list[tuple]:
+    """Per cut at t (bin edges), what _snap may place it on within SNAP_BINS bins: (gap start, gap end) of the longest
+    idle gap of the device's union overlapping [t - reach, t + reach] (ties: midpoint nearest t, then earliest), and
+    the op start or end nearest t in that range (ties: the earlier); None where there is none. One statement."""
+    if not cuts:
+        return []
+    reach = SNAP_BINS * width
+    cut_rows = "SELECT unnest(?::BIGINT[]) AS c, unnest(?::BIGINT[]) AS t"
+    mid = "((gap_start_ns + gap_end_ns) - (((gap_start_ns + gap_end_ns) % 2) + 2) % 2) // 2"  # floor of the midpoint
+    rows = trace.sql(f"""
+        WITH cuts AS ({cut_rows}),
+        g AS (SELECT c, gap_start_ns, gap_end_ns FROM ({gaps_sql(f"SELECT 0 AS z, start_ns, end_ns FROM ({dev_acts})", "z")}) g
+              JOIN cuts ON gap_start_ns < t + {reach} AND gap_end_ns > t - {reach}
+              QUALIFY row_number() OVER (PARTITION BY c ORDER BY gap_end_ns - gap_start_ns DESC, abs({mid} - t), gap_start_ns) = 1),
+        x AS (SELECT c, x FROM (SELECT start_ns AS x FROM ({dev_acts}) WHERE end_ns > start_ns
+                                UNION ALL SELECT end_ns FROM ({dev_acts}) WHERE end_ns > start_ns) e
+              JOIN cuts ON x BETWEEN t - {reach} AND t + {reach}
+              QUALIFY row_number() OVER (PARTITION BY c ORDER BY abs(x - t), x) = 1)
+        SELECT cuts.c, g.gap_start_ns, g.gap_end_ns, x.x FROM cuts LEFT JOIN g USING (c) LEFT JOIN x USING (c)""",
+        [list(range(len(cuts))), cuts] + params + params + params)
+    found = {int(c): (None if gs is None else (int(gs), int(ge)), None if x is None else int(x)) for c, gs, ge, x in rows}
+    return [found.get(i, (None, None)) for i in range(len(cuts))]
+
+
+def _busy_between(trace: Trace, dev_acts: str, params: list, bounds: list[int]) -> np.ndarray:
+    """The busy time (union of the device's ops) inside each [bounds[i], bounds[i+1]), ns: one union per phase of the
+    ops clipped to it (an op straddling a boundary counts in each phase for its part)."""
+    n = len(bounds) - 1
+    clipped = f"""SELECT p.i, greatest(a.start_ns, p.s) AS start_ns, least(a.end_ns, p.e) AS end_ns
+                  FROM ({dev_acts}) a JOIN (SELECT unnest(?::BIGINT[]) AS s, unnest(?::BIGINT[]) AS e,
+                                                   unnest(?::INTEGER[]) AS i) p ON a.start_ns < p.e AND a.end_ns > p.s"""
+    rows = trace.sql(f"SELECT i, busy_ns FROM ({union_stats_sql(clipped, 'i')})", params + [bounds[:-1], bounds[1:], list(range(n))])
+    out = np.zeros(n, dtype=np.int64)
+    for i, b in rows:
+        out[int(i)] = int(b)
+    return out
+
+
+def _snap(t: int, width: int, iters: np.ndarray, near: tuple, right_idle: bool, family: str | None) -> tuple[int, str]:
     """Place a cut at bin edge t on a real event within SNAP_BINS bins: an iteration's first GPU op,
-    else the longest idle gap (its end, or its start when the next phase is idle), else an op start/end."""
+    else the longest idle gap (its end, or its start when the next phase is idle), else an op start/end
+    (`near`: _near_events' candidates for t)."""
     lo, hi = t - SNAP_BINS * width, t + SNAP_BINS * width
-    near = iters[(iters >= lo) & (iters <= hi)]
-    if near.size:
-        x = int(near[np.argmin(np.abs(near - t))])
+    close = iters[(iters >= lo) & (iters <= hi)]
+    if close.size:
+        x = int(close[np.argmin(np.abs(close - t))])
         return x, f"first GPU op of an iteration ({family} marker)"
-    hit = (gs < hi) & (ge > lo)
-    if hit.any():
-        g_s, g_e = gs[hit], ge[hit]
-        ln = g_e - g_s
-        mid_dist = np.abs((g_s + g_e) // 2 - t)
-        i = np.lexsort((g_s, mid_dist, -ln))[0]
+    gap, edge = near
+    if gap is not None:
+        g_s, g_e = gap
         if right_idle:
-            return int(g_s[i]), f"end of the last op before a {int(ln[i])} ns idle gap"
-        return int(g_e[i]), f"first op after a {int(ln[i])} ns idle gap"
-    edges = np.concatenate((starts, ends))
-    near = edges[(edges >= lo) & (edges <= hi)]
-    if near.size:
-        d = np.abs(near - t)
-        x = int(near[np.lexsort((near, d))[0]])
-        return x, f"nearest op start/end (no idle gap within {SNAP_BINS} bins)"
+            return g_s, f"end of the last op before a {g_e - g_s} ns idle gap"
+        return g_e, f"first op after a {g_e - g_s} ns idle gap"
+    if edge is not None:
+        return edge, f"nearest op start/end (no idle gap within {SNAP_BINS} bins)"
     return t, f"bin edge (no op starts or ends within {SNAP_BINS} bins)"
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model.job import XT_COLUMNS
 from ..model.trace import Trace
 from .requirements import GPU, gap_text
 
@@ -54,7 +55,7 @@ def _cross_thread(trace: Trace) -> CrossThread:
                "rpd": "legacy RPD records one thread per range"}.get(trace.format, "the format records one thread per range")
         return CrossThread((), why)
     cols = trace.native_columns("NVTX_EVENTS")
-    if not {"endGlobalTid", "globalTid", "eventType", "start"} <= cols:
+    if not XT_COLUMNS <= cols:
         return CrossThread((), "the export has no NVTX_EVENTS.endGlobalTid column "
                                "so start/end ranges ending on another thread cannot be recognised")
     rows = trace.sql(

@@ -48,7 +48,7 @@ from .projection import RANGE_KINDS_SQL
 from .projection import projection_absent_reason
 from .requirements import left_out
 from .stacked import prime, run, stack, union_measures_sql, values
-from .step_choice import XT_COLUMNS, steps_sql
+from .step_choice import steps_sql
 
 # Straggler by step time only when mean step times differ by at least this share of their mean;
 # below it the collectives keep ranks in lockstep and step time cannot single out the slow rank.
@@ -479,8 +479,8 @@ def _scope_pid(u: _Unit) -> int | None:
 
 def _steps(traces: list[Trace], units: list[_Unit], marker: str | None) -> dict[tuple, list[tuple]]:
     """(part, scope pid) -> the scope's steps as (how, pid, tid, index, start_ns, end_ns, name), chosen by the
-    iterations tool's rules (step_choice.py) for every rank in one statement (plus one to find the Nsight profiles
-    that record the thread a range ended on, and, for a glob marker, one for the range names it matches)."""
+    iterations tool's rules (step_choice.py) for every rank in one statement (plus, for a glob marker, one for the
+    range names it matches)."""
     # iterations needs a capture span; a profile without one has no steps
     scopes = sorted({(u.order, _scope_pid(u)) for u in units
                      if u.trace.meta_int("capture_start_ns") is not None and u.trace.meta_int("capture_end_ns") is not None},
@@ -488,14 +488,6 @@ def _steps(traces: list[Trace], units: list[_Unit], marker: str | None) -> dict[
     if not scopes:
         return {}
     projected = sorted({u.order for u in units if projection_absent_reason(u.trace) is None})
-    nsys = [i for i, t in enumerate(traces) if t.format == "nsys"]
-    if nsys:
-        cats = {traces[i].con.catalog: i for i in nsys}
-        found: dict[int, set] = {}
-        for db, col in run(traces, "SELECT database_name, column_name FROM duckdb_columns() WHERE schema_name = 'native' "
-                                   "AND table_name = 'NVTX_EVENTS' AND list_contains($dbs, database_name)", {"dbs": list(cats)}):
-            found.setdefault(cats[db], set()).add(col)
-        nsys = [i for i in nsys if XT_COLUMNS <= found.get(i, set())]
     params: dict[str, Any] = {}
     globbed = False
     if marker:
@@ -505,7 +497,7 @@ def _steps(traces: list[Trace], units: list[_Unit], marker: str | None) -> dict[
             names = run(traces, f"SELECT DISTINCT name FROM ({stack(traces, 'markers', 'name', f'kind IN ({RANGE_KINDS_SQL})')})")
             params["names"] = [n for (n,) in names if n is not None and fnmatch.fnmatchcase(n, marker)]
     out: dict[tuple, list[tuple]] = {}
-    for part, upid, *step in run(traces, steps_sql(traces, scopes, projected, nsys, bool(marker), globbed), params or None):
+    for part, upid, *step in run(traces, steps_sql(traces, scopes, projected, bool(marker), globbed), params or None):
         out.setdefault((part, upid), []).append(tuple(step))
     return out
 

@@ -58,7 +58,8 @@ def stack(traces: list[Trace], table: str, columns: str, where: str = "TRUE", on
     if len(traces) == 1:
         t = traces[0]
         if table in jobs.DERIVED_TABLES:
-            source = jobs.source_sql(table, quote_ident(t.con.catalog), t.format) or jobs.empty_sql(table)
+            nvtx = t.native_columns("NVTX_EVENTS") if table == "nvtx_cross_thread" and t.format == "nsys" else frozenset()
+            source = jobs.source_sql(table, quote_ident(t.con.catalog), t.format, nvtx) or jobs.empty_sql(table)
             source = f"({source})"
         else:  # the table itself, not a subquery: `columns` may read its rowid
             source = f"{quote_ident(t.con.catalog)}.main.{table}"
@@ -137,12 +138,17 @@ def union_stats_sql(intervals: str, partition: str, bounds: tuple[int, ...] = ()
                     f"coalesce(sum(start_ns - reach_ns) FILTER (WHERE {cond}), 0)::BIGINT AS ns{i}")
     if top:
         cols.append(f"max_by([reach_ns, start_ns], (start_ns - reach_ns, -reach_ns), {int(top)}) FILTER (WHERE {_GAP}) AS top_gaps")
-    extra = "".join(", " + c for c in cols)
+    return union_stats_from_reach_sql(f"({reach_sql(intervals, partition)})", partition, ", ".join(cols))
+
+
+def union_stats_from_reach_sql(reached: str, partition: str, extra: str = "") -> str:
+    """union_stats_sql's figures (before its gap ranges) from `reached`, a relation of reach_sql's rows (a CTE name
+    or a parenthesised subquery), with `extra` aggregates after them."""
     return f"""
         SELECT {partition}, count(*) AS ops, min(start_ns) AS first_ns, max(end_ns) AS last_ns,
                sum(end_ns - start_ns)::BIGINT AS work_ns, sum({_ADDS})::BIGINT AS busy_ns,
-               count(*) FILTER (WHERE {_GAP}) AS gaps{extra}
-        FROM ({reach_sql(intervals, partition)})
+               count(*) FILTER (WHERE {_GAP}) AS gaps{", " + extra if extra else ""}
+        FROM {reached}
         GROUP BY {partition}"""
 
 

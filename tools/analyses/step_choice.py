@@ -20,28 +20,15 @@ choice was made ('caller', 'ProfilerStep', 'auto'). Only step rows leave DuckDB.
 
 from __future__ import annotations
 
-from ..model.quote import quote_ident
 from ..model.trace import Trace
 from .projection import RANGE_KINDS_SQL, SHIFT, normalised_sql
 from .stacked import stack, values
 
-XT_COLUMNS = {"endGlobalTid", "globalTid", "eventType", "start"}
 MIN_COVERAGE = 0.5  # an automatic step group receives at least this share of its process's launched GPU work
 
 
-def cross_thread_sql(traces: list[Trace], nsys_parts: list[int]) -> str:
-    """(part, pid, tid, start_ns) of Nsight start/end ranges that ended on another thread (NVTX_EVENTS.endGlobalTid);
-    `nsys_parts`: the positions of the Nsight profiles whose NVTX_EVENTS has the columns (projection.cross_thread)."""
-    parts = [f"""SELECT DISTINCT {i} AS part, ((globalTid >> 24) & 16777215)::BIGINT AS pid, (globalTid & 16777215)::BIGINT AS tid,
-                        start::BIGINT AS start_ns
-                 FROM {quote_ident(traces[i].con.catalog)}.native."NVTX_EVENTS"
-                 WHERE eventType IN (60, 71) AND endGlobalTid IS NOT NULL AND endGlobalTid <> globalTid""" for i in nsys_parts]
-    return " UNION ALL ".join(parts) if parts else \
-        "SELECT NULL::BIGINT AS part, NULL::BIGINT AS pid, NULL::BIGINT AS tid, NULL::BIGINT AS start_ns WHERE FALSE"
-
-
-def choice_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], nsys_parts: list[int],
-               marker: bool, globbed: bool) -> str:
+def choice_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], marker: bool,
+               globbed: bool) -> str:
     """A WITH clause defining, per scope (upid: the scope's process, NULL for every process of the profile):
        outer_(part, upid, rid, pid, tid, start_ns, end_ns, name, domain, pattern, depth, ...)  outermost ranges;
        grp(part, upid, pid, tid, domain, pattern, instances, min_depth, first_rid, example, coverage, projected);
@@ -92,7 +79,7 @@ def choice_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projec
         a AS ({calls}),
         thr AS (SELECT part, pid, tid, (row_number() OVER (ORDER BY part, pid, tid) - 1)::HUGEINT AS k FROM (
                     SELECT DISTINCT part, pid, tid FROM m UNION SELECT DISTINCT part, pid, tid FROM a)),
-        xt AS ({cross_thread_sql(traces, nsys_parts)}),
+        xt AS ({stack(traces, "nvtx_cross_thread", "pid, tid, start_ns")}),
         rng AS (
             SELECT row_number() OVER (PARTITION BY m.part ORDER BY m.pid, m.tid, m.start_ns, m.end_ns DESC, m.name, m.domain, m.kind) AS rid,
                    m.part, m.pid, m.tid, m.start_ns, m.end_ns, m.name, coalesce(m.domain, '') AS domain,
@@ -139,8 +126,8 @@ def choice_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projec
     """
 
 
-def steps_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], nsys_parts: list[int],
-              marker: bool, globbed: bool) -> str:
+def steps_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], marker: bool,
+              globbed: bool) -> str:
     """Rows (part, upid, how, pid, tid, idx, start_ns, end_ns, name) of every scope's steps (choice_sql's arguments)."""
-    return choice_sql(traces, scopes, projected, nsys_parts, marker, globbed) + """
+    return choice_sql(traces, scopes, projected, marker, globbed) + """
         SELECT part, upid, how, pid, tid, idx, start_ns, end_ns, name FROM stepped ORDER BY part, upid, pid, tid, start_ns, rid"""

@@ -26,9 +26,8 @@ from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import ToolResult, data_issue_notes, data_issues_field, pct, whole_graph_job_note
-from .intervals import unions
 from .rank_summary import job_ranks
-from .stacked import run, stack, whole_graph_cols
+from .stacked import run, stack, union_stats_sql, whole_graph_cols
 
 MAX_LIMIT = 1024
 
@@ -154,7 +153,7 @@ def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = 
         notes.append(whole)
     straggler = None
     if rank_rows and len(rank_rows) > 1 and rank_rows[0].times_last > rank_rows[1].times_last:
-        straggler = _slowest(by_rank[rank_rows[0].rank], rank_rows[0], compared)
+        straggler = _slowest(traces, by_rank[rank_rows[0].rank], rank_rows[0], compared)
     truncated = len(colls) > limit or len(rank_rows) > limit
     hint = (f"{len(colls)} collectives and {len(rank_rows)} ranks; the lists show the first {limit}; raise limit "
             f"(max {MAX_LIMIT}) to see more") if truncated else None
@@ -169,16 +168,21 @@ def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = 
                      for note in data_issue_notes(t, ("kernels",))])
 
 
-def _slowest(u, row: RankWait, compared: int) -> SlowestRank:
+def _slowest(traces: list[Trace], u, row: RankWait, compared: int) -> SlowestRank:
+    """The slowest rank's own top kernels and GPU idle, read from the job's stacked store like every other figure
+    (no rank's own store is attached)."""
     t: Trace = u.trace
     where = "TRUE" if (u.whole or u.pid is None) else f"pid = {int(u.pid)}"
-    top = t.sql(f"""SELECT short_name, count(*), sum(dur_ns)::BIGINT FROM kernels WHERE {where}
-                    GROUP BY short_name ORDER BY 3 DESC, 1 LIMIT 10""")
-    total = t.scalar(f"SELECT sum(dur_ns)::BIGINT FROM kernels WHERE {where}") or 0
-    ops = f"SELECT device_id, start_ns, end_ns FROM kernels WHERE {where} UNION ALL SELECT device_id, start_ns, end_ns FROM memops WHERE {where}"
-    per_dev = unions(t, ops, [], ("device_id",))
-    span = sum(x.span_ns for x in per_dev.values()) if per_dev else None
-    busy = sum(x.busy_ns for x in per_dev.values()) if per_dev else None
+    only = {u.order}
+    kernels = stack(traces, "kernels", "short_name, dur_ns", where, only)
+    top = run(traces, f"""SELECT short_name, count(*), sum(dur_ns)::BIGINT FROM ({kernels})
+                          GROUP BY short_name ORDER BY 3 DESC, 1 LIMIT 10""")
+    total = run(traces, f"SELECT sum(dur_ns)::BIGINT FROM ({kernels})")[0][0] or 0
+    cols = "device_id, start_ns, end_ns"
+    ops = f"{stack(traces, 'kernels', cols, where, only)} UNION ALL {stack(traces, 'memops', cols, where, only)}"
+    per_dev = run(traces, union_stats_sql(ops, "device_id"))  # ops, first_ns, last_ns, work_ns, busy_ns, gaps per device
+    span = sum(int(r[3]) - int(r[2]) for r in per_dev) if per_dev else None
+    busy = sum(int(r[5]) for r in per_dev) if per_dev else None
     lead = top[0] if top else None
     evidence = (f"rank {u.rank} arrived last at {row.times_last} of {compared} collectives (the shortest kernel each time: "
                 f"the others were waiting for it) and itself waited {row.waited_ns:,} ns in total")

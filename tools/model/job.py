@@ -209,17 +209,21 @@ def open_job(items: Iterable[str | Path], progress: Progress = lambda f, m: None
 
 
 # A job's analyses read these tables of every rank: copied once into the job's stacked store (JobStack), with
-# `_part` = the rank profile's position in the job. Two derived tables ride along: each profile's row counts
-# (stacked.prime) and the args of Kineto NCCL kernels (comm_job_summary's messages), so the large tables they come
-# from (cpu_ops, native.events) are not copied.
+# `_part` = the rank profile's position in the job. Three derived tables ride along: each profile's row counts
+# (stacked.prime), the args of Kineto NCCL kernels (comm_job_summary's messages) and the Nsight start/end ranges that
+# ended on another thread (the step choice leaves them out of the GPU projection), so the large tables they come from
+# (cpu_ops, native.events, native.NVTX_EVENTS) are not copied and no rank's own store is read.
 STACKED_TABLES = ("kernels", "memops", "processes", "api_calls", "markers", "nccl_calls", "devices", "data_issues")
-DERIVED_TABLES = ("kind_counts", "comm_args")
-EMPTY_DERIVED = {"kind_counts": "kind VARCHAR, n BIGINT", "comm_args": "name VARCHAR, ts_ns BIGINT, tid BIGINT, args VARCHAR"}
+DERIVED_TABLES = ("kind_counts", "comm_args", "nvtx_cross_thread")
+EMPTY_DERIVED = {"kind_counts": "kind VARCHAR, n BIGINT", "comm_args": "name VARCHAR, ts_ns BIGINT, tid BIGINT, args VARCHAR",
+                 "nvtx_cross_thread": "pid BIGINT, tid BIGINT, start_ns BIGINT"}
+# NVTX_EVENTS columns that record the thread a start/end range ended on (Nsight exports since ~2021)
+XT_COLUMNS = frozenset({"endGlobalTid", "globalTid", "eventType", "start"})
 # Stores attached at once while a job's stacked store is built: each costs DuckDB about 0.5 MB of its memory limit
 # while attached, so a batch bounds the memory however many ranks the job has.
 STACK_BATCH = 64
 MAX_STACKS = 4  # stacked stores kept attached in this process (a compare_traces call holds two)
-STACK_VERSION = "1"
+STACK_VERSION = "2"  # 2: nvtx_cross_thread
 
 
 def empty_sql(table: str) -> str:
@@ -228,9 +232,10 @@ def empty_sql(table: str) -> str:
     return f"SELECT {cols} WHERE FALSE"
 
 
-def source_sql(table: str, catalog: str, fmt: str) -> str | None:
+def source_sql(table: str, catalog: str, fmt: str, nvtx_columns: frozenset | set = frozenset()) -> str | None:
     """`table` of one store (catalog: its quoted catalog name) as a SELECT; None when the store has no such rows
-    (comm_args of a profile that is not Kineto)."""
+    (comm_args of a profile that is not Kineto, nvtx_cross_thread of one that is not Nsight or whose NVTX_EVENTS,
+    with columns `nvtx_columns`, does not record the ending thread)."""
     if table == "kind_counts":
         from ..analyses.requirements import KINDS  # the count queries the tools' requirements use
 
@@ -245,8 +250,22 @@ def source_sql(table: str, catalog: str, fmt: str) -> str | None:
             return None
         return (f"SELECT name, ts_ns, tid, args FROM {catalog}.native.events "
                 "WHERE cat = 'kernel' AND args LIKE '%Collective name%'")
+    if table == "nvtx_cross_thread":
+        if fmt != "nsys" or not XT_COLUMNS <= set(nvtx_columns):
+            return None
+        return f"""SELECT DISTINCT ((globalTid >> 24) & 16777215)::BIGINT AS pid, (globalTid & 16777215)::BIGINT AS tid,
+                          start::BIGINT AS start_ns
+                   FROM {catalog}.native."NVTX_EVENTS"
+                   WHERE eventType IN (60, 71) AND endGlobalTid IS NOT NULL AND endGlobalTid <> globalTid"""
     schema_table = table if "." in table else f"main.{table}"
     return f"SELECT * FROM {catalog}.{schema_table}"
+
+
+def _nvtx_columns(con, catalog: str) -> frozenset:
+    """The columns of native.NVTX_EVENTS in attached store `catalog` (unquoted), empty without that table."""
+    return frozenset(c for (c,) in con.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND schema_name = 'native' "
+        "AND table_name = 'NVTX_EVENTS'", [catalog]).fetchall())
 
 
 class JobStack:
@@ -301,9 +320,10 @@ def job_stack(traces: list[Trace], progress: Progress = lambda f, m: None) -> Jo
                     names = [quote_ident(f"s{j}") for j in range(len(batch))]
                     for name, t in zip(names, batch):
                         con.execute(f"ATTACH {quote_literal(str(t.store.model_file))} AS {name} (READ_ONLY)")
+                    nvtx = [_nvtx_columns(con, f"s{j}") if t.format == "nsys" else frozenset() for j, t in enumerate(batch)]
                     for table in STACKED_TABLES + DERIVED_TABLES:
                         parts = [f"SELECT {start + j} AS _part, * FROM ({sql})" for j, (name, t) in enumerate(zip(names, batch))
-                                 if (sql := source_sql(table, name, t.format)) is not None]
+                                 if (sql := source_sql(table, name, t.format, nvtx[j])) is not None]
                         if parts:
                             verb = f"INSERT INTO {table} " if table in created else f"CREATE TABLE {table} AS "
                             con.execute(verb + " UNION ALL ".join(parts))
