@@ -182,24 +182,22 @@ def _load_duckdb(con, path: Path, detected, progress) -> dict:
         tmp = tempfile.mkdtemp(prefix="gpuscope-kineto-")  # private (0700), removed below
     except OSError:
         raise _Fallback from None
+    threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
     try:
         progress(0.05, "locating traceEvents")
-        events_file, top = _stage(path, detected, Path(tmp))
+        files, top = _stage(path, detected, Path(tmp), int(threads))
         progress(0.3, "parsing events (DuckDB read_json)")
-        # One JSON array is parsed by one thread anyway; a second one only adds hand-offs, which
-        # cost up to 2x when the machine is busy. The build after this uses all threads again.
-        threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
-        con.execute("SET threads = 1")
         try:
-            _create_store(
-                con,
-                f"""(SELECT ph, cat, name, pid, tid, {_json_time_sql('ts')} AS ts, {_json_time_sql('dur')} AS dur,
-                           args::VARCHAR AS args
-                    FROM read_json(?, format = 'array',
-                                   columns = {{'ph': 'VARCHAR', 'cat': 'VARCHAR', 'name': 'VARCHAR', 'pid': 'VARCHAR',
-                                               'tid': 'VARCHAR', 'ts': 'JSON', 'dur': 'JSON', 'args': 'JSON'}}))""",
-                [str(events_file)],
-            )
+            try:
+                _read_events(con, files)
+            except duckdb.Error as exc:
+                if len(files) == 1 or isinstance(exc, duckdb.OutOfMemoryException):
+                    raise
+                # A cut between two parts that fell inside a string (no profiler writes '}, {' in a name, but text
+                # may hold it) leaves a part that is not JSON: read the array whole, as one part.
+                con.execute("DROP TABLE IF EXISTS native.event_store")
+                files, top = _stage(path, detected, Path(tmp), 1)
+                _read_events(con, files)
         except (duckdb.OutOfMemoryException, MemoryError):
             # Not a reason to try json.loads, which needs several times more.
             raise ProfileError(_out_of_memory(path, "DuckDB's JSON reader")) from None
@@ -221,6 +219,22 @@ def _load_duckdb(con, path: Path, detected, progress) -> dict:
         raise _Fallback
     _check_nesting(con, path)
     return top
+
+
+def _read_events(con, files: list[Path]) -> None:
+    """native.event_store from the staged parts of the traceEvents array, one thread per part: DuckDB parses
+    one JSON array with one thread, and a second thread on the same array only adds hand-offs (up to 2x
+    slower on a busy machine). The parts are read in their order, so rowid is still the index in the file."""
+    con.execute(f"SET threads = {len(files)}")
+    _create_store(
+        con,
+        f"""(SELECT ph, cat, name, pid, tid, {_json_time_sql('ts')} AS ts, {_json_time_sql('dur')} AS dur,
+                   args::VARCHAR AS args
+            FROM read_json(?, format = 'array',
+                           columns = {{'ph': 'VARCHAR', 'cat': 'VARCHAR', 'name': 'VARCHAR', 'pid': 'VARCHAR',
+                                       'tid': 'VARCHAR', 'ts': 'JSON', 'dur': 'JSON', 'args': 'JSON'}}))""",
+        [[str(f) for f in files]],
+    )
 
 
 def _check_nesting(con, path: Path) -> None:
@@ -261,16 +275,18 @@ def _out_of_memory(path: Path, where: str) -> str:
             "for it are refused up front.")
 
 
-def _stage(path: Path, detected, tmp: Path) -> tuple[Path, dict]:
-    """Copy the bytes of the traceEvents array into tmp/events.json; return it and the other
-    top-level keys. Raises _Fallback when the layout is not the expected one or the temporary
-    file cannot be written (disk full, ...)."""
-    out = tmp / "events.json"
+def _stage(path: Path, detected, tmp: Path, threads: int) -> tuple[list[Path], dict]:
+    """Copy the bytes of the traceEvents array into files in tmp, cut into up to `threads` parts (each a JSON
+    array of whole events, PART_BYTES at least) that DuckDB parses in parallel; return them in file order and the
+    other top-level keys. Raises _Fallback when the layout is not the expected one or the temporary files cannot
+    be written (disk full, ...)."""
+    for old in tmp.iterdir():  # a second staging (one part) replaces the first
+        old.unlink()
     with _open(path) as fh:
         try:
             if _is_gzip(fh, detected):
-                return _stage_gzip(_gzip_reader(path, fh), out)
-            return _stage_plain(fh, out)
+                return _stage_gzip(_gzip_reader(path, fh), tmp, threads)
+            return _stage_plain(fh, tmp, threads)
         except OSError:
             raise _Fallback from None
 
@@ -434,42 +450,25 @@ def _after(text: str, i: int) -> dict | None:
     return keys
 
 
-def _stage_plain(fh, out: Path) -> tuple[Path, dict]:
+def _stage_plain(fh, tmp: Path, threads: int) -> tuple[list[Path], dict]:
     size = os.fstat(fh.fileno()).st_size
     head, top, start, array_doc = _read_head(fh.read)
     window_start = max(start + 1, size - _TAIL_BYTES)
     fh.seek(window_start)
     end, keys = _tail(fh.read(size - window_start), window_start, start, array_doc)
     top.update(keys)
-    if array_doc:
+    if array_doc and _parts(end + 1 - start, threads) == 1:
+        out = tmp / "events.json"
         os.symlink(Path(fh.name).resolve(), out)  # read_json takes the file as it is
-        return out, top
-    with open(out, "wb") as dst:
-        todo, offset = end + 1 - start, start
-        try:
-            while todo:  # in-kernel copy: the array never passes through Python
-                n = os.copy_file_range(fh.fileno(), dst.fileno(), todo, offset)
-                if n <= 0:
-                    raise OSError("copy_file_range copied nothing")
-                todo -= n
-                offset += n
-        except (OSError, AttributeError):
-            dst.seek(offset - start)
-            dst.truncate()
-            fh.seek(offset)
-            while todo:
-                block = fh.read(min(todo, _CHUNK))
-                if not block:
-                    raise _Fallback
-                dst.write(block)
-                todo -= len(block)
-    return out, top
+        return [out], top
+    return _write_parts(fh.fileno(), start, end, tmp, threads), top
 
 
-def _stage_gzip(read, out: Path) -> tuple[Path, dict]:
+def _stage_gzip(read, tmp: Path, threads: int) -> tuple[list[Path], dict]:
     head, top, start, array_doc = _read_head(read)
     recent, recent_len, recent_start = [head], len(head), 0  # the last >= _TAIL_BYTES bytes read
-    with open(out, "wb") as dst:
+    out = tmp / "whole.json"
+    with open(out, "w+b") as dst:
         dst.write(memoryview(head)[start:])
         while True:
             block = read(_CHUNK)
@@ -482,9 +481,70 @@ def _stage_gzip(read, out: Path) -> tuple[Path, dict]:
                 recent_start += len(recent[0])
                 recent_len -= len(recent.pop(0))
         end, keys = _tail(b"".join(recent), recent_start, start, array_doc)
+        top.update(keys)
         dst.truncate(end + 1 - start)
-    top.update(keys)
-    return out, top
+        dst.flush()
+        if _parts(end + 1 - start, threads) == 1:
+            return [out], top
+        parts = _write_parts(dst.fileno(), 0, end - start, tmp, threads)
+    out.unlink()
+    return parts, top
+
+
+# Each part of the array at least this large: below it a second thread costs more than it gains.
+PART_BYTES = 8 << 20
+_BOUNDARY = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")  # between two events of the array
+_CUT_WINDOW = 1 << 20  # where a cut is looked for after each part's share of the array
+
+
+def _parts(size: int, threads: int) -> int:
+    return max(1, min(threads, size // PART_BYTES))
+
+
+def _write_parts(src: int, lo: int, hi: int, tmp: Path, threads: int) -> list[Path]:
+    """Copy the array at bytes [lo, hi] of file descriptor `src` ('[' at lo, ']' at hi) into part files, each
+    cut after an event's closing '}' and closed with ']' (the next opens with '['). A cut is taken at the first
+    '}, {' after each equal share; one that lands inside a string leaves a part that is not JSON, which
+    read_json refuses (_load_duckdb then reads the array whole)."""
+    n = _parts(hi + 1 - lo, threads)
+    cuts = []  # (end of one part, start of the next)
+    for k in range(1, n):
+        at = max(lo + (hi + 1 - lo) * k // n, cuts[-1][1] if cuts else lo)
+        m = _BOUNDARY.search(os.pread(src, _CUT_WINDOW, at))
+        if m and at + m.end() - 1 < hi:
+            cuts.append((at + m.start() + 1, at + m.end() - 1))
+    bounds = [lo, *(x for cut in cuts for x in cut), hi + 1]
+    files = []
+    for i in range(len(cuts) + 1):
+        a, b = bounds[2 * i], bounds[2 * i + 1]
+        out = tmp / f"events-{i:03d}.json"
+        with open(out, "wb", buffering=0) as dst:
+            if i:
+                dst.write(b"[")
+            _copy_range(src, dst, a, b - a)
+            if i < len(cuts):
+                dst.write(b"]")
+        files.append(out)
+    return files
+
+
+def _copy_range(src: int, dst, offset: int, todo: int) -> None:
+    """Append bytes [offset, offset + todo) of `src` to the unbuffered file `dst`, in the kernel where it can."""
+    try:
+        while todo:  # the array never passes through Python
+            n = os.copy_file_range(src, dst.fileno(), todo, offset)
+            if n <= 0:
+                raise OSError("copy_file_range copied nothing")
+            todo -= n
+            offset += n
+    except (OSError, AttributeError):
+        while todo:
+            block = os.pread(src, min(todo, _CHUNK), offset)
+            if not block:
+                raise _Fallback
+            dst.write(block)
+            todo -= len(block)
+            offset += len(block)
 
 
 # --------------------------------------------------------------------------- json.loads path
