@@ -921,6 +921,8 @@ def _build(con, top: dict) -> None:
     lift = _args_struct(*CPU_OP_LIFTED, kind="JSON")
     patch = quote_literal(json.dumps(dict.fromkeys(CPU_OP_LIFTED + (OLD_DIMS,))))
     dims = f"""coalesce(l."Input Dims", json_extract(args, {quote_literal('$.' + json.dumps(OLD_DIMS))}))"""
+    # A scan, filter and projection of native.event_store keep its order (preserve_insertion_order, as every table
+    # here relies on), so the rows go in in file order without a sort (ORDER BY idx cost 0.2 s CPU at 250 k cpu_ops).
     con.execute(
         f"""INSERT INTO cpu_ops
             SELECT pid, tid, ts, ts + dur, dur, name, cat, TRY_CAST(l."External id"::VARCHAR AS BIGINT),
@@ -928,8 +930,7 @@ def _build(con, top: dict) -> None:
                    {_spaced('l."Input Strides"')}, {_spaced('l."Concrete Inputs"')},
                    CASE WHEN cat = 'cpu_op' AND args IS NOT NULL THEN nullif(json_merge_patch(args, {patch})::VARCHAR, '{{}}') ELSE args END
             FROM (SELECT *, CASE WHEN cat = 'cpu_op' THEN json_transform(args, {lift}) END AS l
-                  FROM kin_ev WHERE cat IN ('cpu_op', 'python_function') AND pid IS NOT NULL AND name IS NOT NULL)
-            ORDER BY idx"""
+                  FROM kin_ev WHERE cat IN ('cpu_op', 'python_function') AND pid IS NOT NULL AND name IS NOT NULL)"""
     )
     _issues(con, cat)
     _memory(con)
