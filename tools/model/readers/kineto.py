@@ -461,7 +461,7 @@ def _stage_plain(fh, tmp: Path, threads: int) -> tuple[list[Path], dict]:
         out = tmp / "events.json"
         os.symlink(Path(fh.name).resolve(), out)  # read_json takes the file as it is
         return [out], top
-    return _write_parts(fh.fileno(), start, end, tmp, threads), top
+    return _write_parts(fh.fileno(), _split(fh.fileno(), start, end, threads), tmp), top
 
 
 def _stage_gzip(read, tmp: Path, threads: int) -> tuple[list[Path], dict]:
@@ -484,11 +484,15 @@ def _stage_gzip(read, tmp: Path, threads: int) -> tuple[list[Path], dict]:
         top.update(keys)
         dst.truncate(end + 1 - start)
         dst.flush()
-        if _parts(end + 1 - start, threads) == 1:
+        ranges = _split(dst.fileno(), 0, end - start, threads)
+        if len(ranges) == 1:
             return [out], top
-        parts = _write_parts(dst.fileno(), 0, end - start, tmp, threads)
-    out.unlink()
-    return parts, top
+        # The first part stays where it is: the others are copied out, then it is cut short and closed.
+        parts = _write_parts(dst.fileno(), ranges, tmp, first=1)
+        dst.truncate(ranges[0][1])
+        dst.seek(ranges[0][1])
+        dst.write(b"]")
+    return [out, *parts], top
 
 
 # Each part of the array at least this large: below it a second thread costs more than it gains.
@@ -501,28 +505,34 @@ def _parts(size: int, threads: int) -> int:
     return max(1, min(threads, size // PART_BYTES))
 
 
-def _write_parts(src: int, lo: int, hi: int, tmp: Path, threads: int) -> list[Path]:
-    """Copy the array at bytes [lo, hi] of file descriptor `src` ('[' at lo, ']' at hi) into part files, each
-    cut after an event's closing '}' and closed with ']' (the next opens with '['). A cut is taken at the first
-    '}, {' after each equal share; one that lands inside a string leaves a part that is not JSON, which
-    read_json refuses (_load_duckdb then reads the array whole)."""
+def _split(src: int, lo: int, hi: int, threads: int) -> list[tuple[int, int]]:
+    """The byte ranges [a, b) of the parts of the array at bytes [lo, hi] of file descriptor `src` ('[' at lo, ']'
+    at hi): each but the last ends after an event's closing '}' (its file then gets a ']'), each but the first
+    starts at the next event's '{' (its file gets a '['). A cut is taken at the first '}, {' after each equal share;
+    one that lands inside a string leaves a part that is not JSON (the part before it ends inside the string),
+    which read_json refuses: _load_duckdb then reads the array whole."""
     n = _parts(hi + 1 - lo, threads)
-    cuts = []  # (end of one part, start of the next)
+    bounds = [lo]
     for k in range(1, n):
-        at = max(lo + (hi + 1 - lo) * k // n, cuts[-1][1] if cuts else lo)
+        at = max(lo + (hi + 1 - lo) * k // n, bounds[-1])
         m = _BOUNDARY.search(os.pread(src, _CUT_WINDOW, at))
         if m and at + m.end() - 1 < hi:
-            cuts.append((at + m.start() + 1, at + m.end() - 1))
-    bounds = [lo, *(x for cut in cuts for x in cut), hi + 1]
+            bounds += [at + m.start() + 1, at + m.end() - 1]
+    bounds.append(hi + 1)
+    return list(zip(bounds[::2], bounds[1::2]))
+
+
+def _write_parts(src: int, ranges: list[tuple[int, int]], tmp: Path, first: int = 0) -> list[Path]:
+    """Part files for ranges[first:] (see _split), copied from `src`."""
     files = []
-    for i in range(len(cuts) + 1):
-        a, b = bounds[2 * i], bounds[2 * i + 1]
+    for i in range(first, len(ranges)):
+        a, b = ranges[i]
         out = tmp / f"events-{i:03d}.json"
         with open(out, "wb", buffering=0) as dst:
             if i:
                 dst.write(b"[")
             _copy_range(src, dst, a, b - a)
-            if i < len(cuts):
+            if i < len(ranges) - 1:
                 dst.write(b"]")
         files.append(out)
     return files
