@@ -266,7 +266,7 @@ def test_staging_finds_the_events_array(before, after, events, ws, bom, cuts, gz
     tmp.mkdir()
     want = json.loads(_dumps(events, ws))
     staged, top = kineto._stage(path, Detected("kineto", compressed=gz), tmp, threads)
-    assert top == {**before, **after} and len(staged) <= min(threads, len(events))
+    assert top == {**before, **after} and len(staged) <= threads  # more than the events: a cut inside a string
     try:
         got = [e for part in staged for e in json.loads(part.read_bytes())]
     except json.JSONDecodeError:
