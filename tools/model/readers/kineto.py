@@ -1,12 +1,13 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON → trace model.
 
 DuckDB parses the events: the reader finds the `traceEvents` array in the file (the few top-level
-keys around it are parsed with the stdlib), copies just the array bytes into a private temporary
-file (decompressing .json.gz on the way) and has read_json turn it into one table, converting
-times and ids in the same scan. Everything else - category aliases, args fields, linking,
-device/process resolution - is DuckDB SQL over that table. Files that do not fit that path (odd
-layout, values DuckDB will not convert, invalid JSON) go through json.loads instead, which also
-produces the error messages for broken files; both paths feed the same SQL.
+keys around it are parsed with the stdlib), copies just the array bytes into private temporary
+files (decompressing .json.gz on the way), cut between events into parts that read_json parses
+one thread each, into one table in file order, converting times and ids in the same scan.
+Everything else - category aliases, args fields, linking, device/process resolution - is DuckDB
+SQL over that table. Files that do not fit that path (odd layout, values DuckDB will not convert,
+invalid JSON) go through json.loads instead, which also produces the error messages for broken
+files; both paths feed the same SQL.
 
 Besides the model tables this creates the view `native.events` (over the table native.event_store):
 one row per traceEvents entry, idx = position in the file, args as JSON text - for sql_query users
