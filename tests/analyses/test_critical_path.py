@@ -133,6 +133,16 @@ def test_step_and_window_choices(opened):
         critical_path(t, what_if=[{"speedup": 2.0}])
 
 
+
+def test_a_substring_with_glob_characters_says_it_was_matched_literally(opened):
+    t = opened("cp_gpu_bound", "nsys")
+    star, glob, plain = critical_path(t, what_if=[[{"name_contains": "*", "speedup": 2.0}], [{"name_glob": "*", "speedup": 2.0}],
+                                                  [{"name_contains": "gemm", "speedup": 2.0}]]).what_if
+    assert "glob:*=K" in star.rules[0].hint  # (the fixture's demangled names hold a literal '*' in pointer arguments)
+    assert glob.rules[0].matched_ops > star.rules[0].matched_ops and glob.rules[0].hint is None and glob.change_ns < 0
+    assert plain.rules[0].hint is None
+
+
 REAL = real_files("nsys/*streams*.sqlite", "pytorch/nv_a100_ddp_cnn_train_2rank_r0_hta.json.gz",
                   "pytorch/nv_h100_bert-small_infer_tracelens.json.gz")
 

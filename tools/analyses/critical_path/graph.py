@@ -152,7 +152,7 @@ class Graph:
             nodes = gi[hit]
             info.append(WhatIfRule(name_contains=r["name_contains"], name_glob=r["name_glob"], speedup=r["speedup"],
                                    matched_ops=int(hit.sum()), matched_on_path=int(np.isin(nodes, path.nodes).sum()),
-                                   matched_ns=int(self.d[nodes].sum())))
+                                   matched_ns=int(self.d[nodes].sum()), hint=_glob_hint(r["name_contains"])))
             d[nodes] = np.rint(d[nodes] / r["speedup"]).astype(np.int64)
         return d, info
 
@@ -166,3 +166,10 @@ class Graph:
             sync_calls_awaiting=self.n_awaiting, launch_edges_dropped=self.launch_dropped,
             overlapping_stream_pairs=self.overlaps, node_cap=MAX_NODES)
 
+
+def _glob_hint(contains: str | None) -> str | None:
+    """A substring holding glob characters is almost always a glob meant as one ('*' matches names with a literal '*')."""
+    if contains and any(c in contains for c in "*?["):
+        return (f"name_contains {contains!r} is a plain substring, matched literally; for a glob over short names pass "
+                f"name_glob instead (CLI: --what-if 'glob:{contains}=K')")
+    return None

@@ -89,6 +89,7 @@ class WhatIfRule(BaseModel):
     matched_ops: int = Field(description="GPU ops of the graph the rule matched")
     matched_on_path: int = Field(description="of those, ops on the baseline critical path")
     matched_ns: int = Field(description="summed measured duration of the matched ops, ns")
+    hint: str | None = Field(None, description="set when name_contains holds glob characters (matched literally)")
 
 
 class WhatIf(BaseModel):
