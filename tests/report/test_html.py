@@ -184,3 +184,41 @@ def test_memory_chart_is_the_tool_s_series(tmp_path):
         assert got["series"] == [p.model_dump() for p in d.series]
         assert (got["peak_allocated_bytes"], got["peak_ts_ns"]) == (d.peak_allocated_bytes, d.peak_ts_ns)
     trace.close()
+
+
+def test_os_memory_charts_are_the_tool_s_wddm_series(tmp_path):
+    """memory_wddm written as Nsight: one chart per device and segment group whose embedded data is memory_timeline's
+    os_memory entries (the profiled process and all processes summed) exactly, titled as OS-reported WDDM usage."""
+    from gpuscope.fixtures.scenarios_memory import memory_wddm
+
+    trace = load_trace(write_scenario(memory_wddm(), "nsys", tmp_path / "w.sqlite"))
+    res = write_html(trace, tmp_path / "r.html")
+    text = (tmp_path / "r.html").read_text()
+    _offline(text)
+    assert next(s for s in res.sections if s.section == "memory_timeline").chart
+    data = embedded_data(text)
+    os_memory = A.memory_timeline(trace).os_memory
+    assert {o.segment_group for o in os_memory} == {"local", "non-local"} and {o.pid for o in os_memory} == {100, None}
+    charts = {}
+    for o in os_memory:
+        charts.setdefault(f"os_memory_{o.device_id}_{o.segment_group.replace('-', '_')}", []).append(o)
+    assert {k for k in data if k.startswith("os_memory_")} == set(charts)
+    for chart, entries in charts.items():
+        assert data[chart] == [{"pid": o.pid, "process_name": o.process_name, "peak_usage_bytes": o.peak_usage_bytes,
+                                "peak_usage_ts_ns": o.peak_usage_ts_ns, "budget_bytes": o.budget_bytes,
+                                "pct_of_budget": o.pct_of_budget, "series": [p.model_dump() for p in o.series]}
+                               for o in entries]
+        svg = re.search(rf'<svg[^>]*id="chart-{chart}".*?</svg>', text, re.S).group(0)
+        # the process's usage, its budget (dashed) and all processes summed
+        assert svg.count("<polyline") == 3
+        assert len(re.findall(r"<polyline[^>]*stroke-dasharray", svg)) == 1
+    # from the scenario: process 100 peaks at 150 MiB local at 55 us (+300 ns) under its 4000 MiB budget
+    local = data["os_memory_0_local"][0]
+    assert (local["pid"], local["peak_usage_bytes"], local["peak_usage_ts_ns"], local["budget_bytes"]) == (
+        100, 150 << 20, 55_300, 4000 << 20)
+    assert text.count("OS-reported WDDM usage") == len(charts) and "not allocator bytes" in text
+    if BROWSER is not None:
+        dom, lines = _console(tmp_path / "r.html")
+        assert dom.count('id="chart-os_memory_') == len(charts)
+        assert lines == []
+    trace.close()

@@ -11,7 +11,9 @@ what was drawn, so a test or a reader can check the picture against the tools. S
     gap_histogram    gap_histogram: per device, idle gaps by length bucket (bars: count, and idle ns in the table)
     iterations       iterations: wall time per step (bars, ns) and the summary
     roofline         roofline: achieved vs attainable per rated op (log-log scatter with the roofs)
-    memory_timeline  memory_timeline (when the profile records allocations): allocated bytes over time per device
+    memory_timeline  memory_timeline (when the profile records allocations): allocated bytes over time per device; and,
+                     where Windows reported it (os_memory), WDDM usage per device and segment group: each profiled
+                     process's usage and budget and all processes summed (step lines), with peak, budget, % of budget
 
 A tool that cannot answer on this profile gives its section a note with its reason (the tool's own message), never
 an empty chart. Profile text (kernel names, paths) is escaped for HTML, and hidden or direction-changing characters
@@ -247,10 +249,13 @@ def _roofline(trace: Trace) -> tuple[str, bool]:
             + _table(points, list(points[0]))), True
 
 
-def _steps_line(chart: str, series: list[dict], peak: tuple[int, int]) -> str:
-    """Allocated bytes over time as a step line (the level holds until the next point), the peak marked."""
-    t0, t1 = series[0]["ts_ns"], max(series[-1]["ts_ns"], series[0]["ts_ns"] + 1)
-    top = max(max(p["allocated_bytes"] for p in series), peak[1], 1)
+def _step_lines(chart: str, lines: list[tuple[str, str, bool, list[tuple[int, int]]]], peak: tuple[int, int, str]) -> str:
+    """Bytes over time as step lines (a level holds until the line's next point), one per (label, color, dashed,
+    points), on one time and byte scale; the peak (ts, bytes, what) marked."""
+    pts_all = [p for *_, pts in lines for p in pts]
+    t0 = min(t for t, _ in pts_all)
+    t1 = max(max(t for t, _ in pts_all), t0 + 1)
+    top = max(max(b for _, b in pts_all), peak[1], 1)
 
     def px(t: int) -> float:
         return 60 + (W - 80) * (t - t0) / (t1 - t0)
@@ -258,17 +263,58 @@ def _steps_line(chart: str, series: list[dict], peak: tuple[int, int]) -> str:
     def py(b: int) -> float:
         return H - 30 - (H - 50) * b / top
 
-    pts = []
-    for a, b in zip(series, series[1:] + [series[-1]]):
-        pts += [(px(a["ts_ns"]), py(a["allocated_bytes"])), (px(b["ts_ns"]), py(a["allocated_bytes"]))]
     out = [_el("line", x1=60, y1=H - 30, x2=W - 20, y2=H - 30, stroke="#888"),
            _el("line", x1=60, y1=20, x2=60, y2=H - 30, stroke="#888"),
            _el("text", f"{top:,} B", x=0, y=24, class_="val"),
-           _el("text", f"time, ns ({t1 - t0:,} ns shown)", x=W // 2, y=H - 5, class_="val"),
-           _el("polyline", fill="none", stroke="#4c78a8", points=" ".join(f"{a:.1f},{b:.1f}" for a, b in pts)),
-           _el("circle", _el("title", f"peak {peak[1]:,} B at {peak[0]:,} ns"), cx=f"{px(peak[0]):.1f}",
-               cy=f"{py(peak[1]):.1f}", r=4, fill="#e45756")]
+           _el("text", f"time, ns ({t1 - t0:,} ns shown)", x=W // 2, y=H - 5, class_="val")]
+    for j, (label, color, dashed, pts) in enumerate(lines):
+        steps = []
+        for (ta, ba), (tb, _) in zip(pts, pts[1:] + [pts[-1]]):
+            steps += [(px(ta), py(ba)), (px(tb), py(ba))]
+        out.append(_el("polyline", _el("title", _shown(label)), fill="none", stroke=color,
+                       points=" ".join(f"{a:.1f},{b:.1f}" for a, b in steps), **({"stroke_dasharray": "5 3"} if dashed else {})))
+        if len(lines) > 1:  # a legend only where there is more than one line
+            out += [_el("line", x1=80 + 170 * j, y1=9, x2=94 + 170 * j, y2=9, stroke=color, stroke_width=3,
+                        **({"stroke_dasharray": "4 2"} if dashed else {})),
+                    _el("text", _shown(label[:26]), x=98 + 170 * j, y=13, class_="val")]
+    out.append(_el("circle", _el("title", f"{_shown(peak[2])} peak {peak[1]:,} B at {peak[0]:,} ns"), cx=f"{px(peak[0]):.1f}",
+                   cy=f"{py(peak[1]):.1f}", r=4, fill="#e45756"))
     return _svg(chart, W, H, out)
+
+
+OS_COLORS = ("#4c78a8", "#54a24b", "#b279a2", "#9d755d")  # profiled processes' usage; the sum is grey, budgets dashed
+
+
+def _os_memory(os_memory: list[dict]) -> list[str]:
+    """memory_timeline's os_memory: one chart per device and segment group: each profiled process's usage, its budget
+    (dashed) and, grey, all processes the OS reported on the adapter summed; the table gives every entry's peak."""
+    out = []
+    groups: dict[tuple[int, str], list[dict]] = {}
+    for o in os_memory:
+        groups.setdefault((o["device_id"], o["segment_group"]), []).append(o)
+    for (dev, seg), entries in groups.items():
+        chart = f"os_memory_{dev}_" + re.sub(r"\W", "_", seg)
+        data = [{k: o[k] for k in ("pid", "process_name", "peak_usage_bytes", "peak_usage_ts_ns", "budget_bytes",
+                                   "pct_of_budget", "series")} for o in entries]
+        lines = []
+        for i, o in enumerate(e for e in entries if e["pid"] is not None and e["series"]):
+            who = f"pid {o['pid']} {o['process_name'] or ''}".strip()
+            color = OS_COLORS[i % len(OS_COLORS)]
+            lines.append(("usage, " + who, color, False, [(p["ts_ns"], p["usage_bytes"]) for p in o["series"]]))
+            budget = [(p["ts_ns"], p["budget_bytes"]) for p in o["series"] if p["budget_bytes"] is not None]
+            if budget:
+                lines.append(("budget, " + who, color, True, budget))
+        lines += [("usage, all processes", "#999", False, [(p["ts_ns"], p["usage_bytes"]) for p in o["series"]])
+                  for o in entries if o["pid"] is None and o["series"]]
+        first = next((o for o in entries if o["pid"] is not None), entries[0])
+        rows = [{"process": "all processes (summed)" if o["pid"] is None else f"pid {o['pid']} {o['process_name'] or ''}".strip(),
+                 "peak_usage_bytes": o["peak_usage_bytes"], "peak_usage_ts_ns": o["peak_usage_ts_ns"],
+                 "budget_bytes": o["budget_bytes"], "pct_of_budget": o["pct_of_budget"]} for o in entries]
+        out.append(_el("h3", f"GPU {dev}: {_shown(entries[0]['device_name'] or '')}, OS-reported WDDM usage, "
+                             f"{_shown(seg)} segment group (not allocator bytes)")
+                   + (_step_lines(chart, lines, (first["peak_usage_ts_ns"], first["peak_usage_bytes"], "usage")) if lines else "")
+                   + _data(chart, data) + _table(rows, list(rows[0])))
+    return out
 
 
 def _memory(trace: Trace) -> tuple[str, bool]:
@@ -283,11 +329,14 @@ def _memory(trace: Trace) -> tuple[str, bool]:
         facts = [{"peak_allocated_bytes": d["peak_allocated_bytes"], "peak_ts_ns": d["peak_ts_ns"],
                   "pct_of_device_memory": d["pct_of_device_memory"], "allocations": d["allocations"], "frees": d["frees"],
                   "never_freed_allocations": d["never_freed_allocations"], "never_freed_bytes": d["never_freed_bytes"]}]
-        out.append(_el("h3", f"GPU {d['device_id']}: {_shown(d['device_name'] or '')}")
-                   + (_steps_line(chart, d["series"], (d["peak_ts_ns"], d["peak_allocated_bytes"])) if d["series"] else "")
+        series = [(p["ts_ns"], p["allocated_bytes"]) for p in d["series"]]
+        out.append(_el("h3", f"GPU {d['device_id']}: {_shown(d['device_name'] or '')}, allocated bytes")
+                   + (_step_lines(chart, [("allocated", "#4c78a8", False, series)],
+                                  (d["peak_ts_ns"], d["peak_allocated_bytes"], "allocated")) if series else "")
                    + _data(chart, data) + _table(facts, list(facts[0]))
                    + _table(d["live_at_peak_by_site"], list(d["live_at_peak_by_site"][0]) if d["live_at_peak_by_site"] else []))
-    return "".join(out), any(d["series"] for d in mt["devices"])
+    out += _os_memory(mt["os_memory"])
+    return "".join(out), any(d["series"] for d in mt["devices"]) or any(o["series"] for o in mt["os_memory"])
 
 
 SECTIONS: dict[str, tuple[str, Callable[[Trace], tuple[str, bool]]]] = {
