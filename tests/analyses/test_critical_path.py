@@ -293,7 +293,7 @@ def test_job_path_runs_through_the_last_arriving_rank_and_what_if_moves_every_ra
     assert r.segments[0].start_ns == start and r.segments[-1].end_ns == start + step
     # Kineto records the process group of each NCCL kernel: matched by communicator; one barrier, 2 edges per rank
     assert r.collectives.model_dump() == {"ranks_with_comm": n, "collective_match": "communicator", "comm_kernels": n,
-                                          "comm_kernels_with_communicator": n, "instances": 1, "instances_by_communicator": 1,
+                                          "p2p_kernels": 0, "comm_kernels_with_communicator": n, "instances": 1, "instances_by_communicator": 1,
                                           "instances_by_name_order": 0, "unlinked": 0, "edges": 2 * n,
                                           "wait_ns": sum(slow - x for x in cs) * US, "clamped_transfers": 0}
     assert r.graph.edges["collective"] == 2 * n and [x.rank for x in r.ranks] == list(range(n))
@@ -359,6 +359,53 @@ def test_job_in_one_nsight_file_holding_every_rank(tmp_path):
     assert r.collectives.instances == 1 and r.collectives.ranks_with_comm == 4
     assert [s.lane for s in r.segments][1:4] == [f"rank 2 gpu {PID0 + 2}/2/7", f"rank 2 gpu {PID0 + 2}/2/20",
                                                  f"rank 3 gpu {PID0 + 3}/3/20"]
+
+
+@pytest.mark.parametrize("fmt", ["kineto", "nsys"])
+def test_job_point_to_point_kernels_are_not_joined(tmp_path, fmt):
+    """Each rank runs a SendRecv after its all-reduce (fixtures/scenarios_job.py, p2p=True), rank 0 launching it
+    last and the last rank's ending last, and its host waits for it. Only the all-reduce is joined (Kineto by its
+    process group; the Nsight export has no NCCL payload: by name order): the SendRecvs (one process group 'pp', one
+    kernel name) stay whole on each rank's stream 24. The path ends on the last rank: its SendRecv's full
+    P2P_US + 3 x P2P_STEP_US is communication after its own launch, where a barrier would have made it wait for rank
+    0's arrival (3 x P2P_LAG_US later) and put rank 0 on the path."""
+    from gpuscope.fixtures.scenarios_job import P2P_STEP_US, P2P_US, PID0, TAIL_US, compute_us, job, step_us
+    from gpuscope.fixtures.writers import kineto, nsys
+    from gpuscope.tools.model import job as jobs
+    from gpuscope.tools.model.cache import leases
+
+    n, straggler = 4, 2
+    s = job(n, straggler, 3, deps=True, p2p=True)
+    if fmt == "nsys":
+        paths = [str(nsys.write(s, tmp_path / "job.sqlite"))]
+    else:
+        folder = tmp_path / "run"
+        folder.mkdir()
+        for q in range(n):
+            kineto.write(s, folder / f"rank{q:03d}.pt.trace.json", pid=PID0 + q)
+        paths = [str(folder)]
+    with leases():
+        r = critical_path(jobs.open_job(paths))
+    cs = [compute_us(q, 1, straggler) for q in range(n)]
+    slow = cs[straggler]
+    step = step_us(slow)
+    assert r.iteration.index == 1 and r.path_ns == r.window_span_ns == step * US
+    # as without SendRecv, plus the last rank's SendRecv launch (5 µs), the whole SendRecv and its sync return (10 µs)
+    p2p = P2P_US + (n - 1) * P2P_STEP_US
+    assert _split(r) == {"cpu": (step - (22 + slow + 7 + TAIL_US + 10) - (5 + p2p + 10)) * US, "launch_overhead": 27 * US,
+                         "gpu_compute": slow * US, "communication": (TAIL_US + p2p) * US, "sync_wait": 27 * US}
+    p, q = PID0 + straggler, PID0 + n - 1
+    assert [x.lane for x in r.segments] == [f"rank 2 host {p}/{p}", f"rank 2 gpu {p}/2/7", f"rank 2 gpu {p}/2/20",
+                                            f"rank 3 gpu {q}/3/20", f"rank 3 host {q}/{q}", f"rank 3 gpu {q}/3/24",
+                                            f"rank 3 host {q}/{q}"]
+    by_comm = fmt == "kineto"
+    assert r.collectives.model_dump() == {
+        "ranks_with_comm": n, "collective_match": "communicator" if by_comm else "name_order", "comm_kernels": n,
+        "p2p_kernels": n, "comm_kernels_with_communicator": n if by_comm else 0, "instances": 1,
+        "instances_by_communicator": int(by_comm), "instances_by_name_order": int(not by_comm), "unlinked": 0,
+        "edges": 2 * n, "wait_ns": sum(slow - x for x in cs) * US, "clamped_transfers": 0}
+    assert r.graph.edges["collective"] == 2 * n
+    assert any("point-to-point kernels" in a and "never joined" in a for a in r.assumptions)
 
 
 # -- jobs with two communicators: tensor-parallel groups {0, 1} and {2, 3}, a straggler (rank 2, gemm x2) in one ----

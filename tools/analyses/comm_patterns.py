@@ -39,6 +39,9 @@ COLLECTIVES: tuple[tuple[str, str], ...] = (
     ("Send", r"send"),
     ("Recv", r"recv"),
 )
+# The types of COLLECTIVES that move data between two ranks (pipeline stages, ...), not among every rank of a
+# communicator: their peer is not in the profile, so they cannot be matched across ranks as one collective instance.
+POINT_TO_POINT: frozenset[str] = frozenset({"SendRecv", "Send", "Recv"})
 
 
 def comm_patterns(extra: list[str] | None = None) -> list[str]:

@@ -27,7 +27,9 @@ same-stream order and CUDA event syncs, longest path through one ProfilerStep). 
     assumed aligned), joined at the collectives: the k-th communication kernel of one communicator on each rank holding
     it is one instance (the communicator as the profile records it: Nsight NCCL payloads, Kineto 'Process Group Name';
     where it is not recorded, the k-th kernel of one name on each rank with communication kernels, and the result says
-    so: collectives.collective_match). Each rank's kernel is split into its arrival (start, 0 ns) and its transfer part
+    so: collectives.collective_match). Point-to-point kernels (Send, Recv, SendRecv: comm_patterns.POINT_TO_POINT) are
+    never joined: a pipeline stage sends to one neighbour and receives from another, and the peer is not recorded, so
+    they stay on their stream with their measured duration (collectives.p2p_kernels). Each rank's kernel is split into its arrival (start, 0 ns) and its transfer part
     [the instance's last arrival, its end]; every arrival is an edge to the instance's barrier node (0 ns), the barrier
     an edge to every transfer part: 2 edges per rank, not one per pair of ranks. The path therefore runs through the
     last-arriving rank's chain; what-if re-evaluates the joined graph, so a faster kernel on the straggler moves every
@@ -97,6 +99,10 @@ JOB_ASSUMPTIONS = [
     "arrival) and the barrier to every transfer part, so the path runs through the last-arriving rank and the others' waits [arrival, last arrival] "
     "are off the path (on it only as sync_wait where a wait binds). A transfer part that would end before the last "
     "arrival (clock skew) is clamped to 0 ns (collectives.clamped_transfers)",
+    "point-to-point kernels (Send, Recv, SendRecv by name; a ROCm ncclDevKernel_Generic cannot be told apart and counts "
+    "as a collective) are never joined across ranks: the rank they send to or receive from is not in the profile, so "
+    "each stays on its rank's stream as communication with its measured duration, a wait for its peer included "
+    "(collectives.p2p_kernels)",
 ]
 
 

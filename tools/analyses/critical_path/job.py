@@ -1,4 +1,5 @@
-"""A job's critical-path graph: each rank's graph over the same step, on one timeline, joined at the collectives."""
+"""A job's critical-path graph: each rank's graph over the same step, on one timeline, joined at the collectives.
+Point-to-point kernels (Send, Recv, SendRecv) are never joined: their peer rank is not in the model."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pandas as pd
 
 from ...model.errors import ProfileError
 from ...model.trace import Trace
-from ..comm_patterns import COLLECTIVES
+from ..comm_patterns import COLLECTIVES, POINT_TO_POINT
 from ..requirements import require
 from .build import RankGraph
 from .graph import COLL, KINDS, STREAM, Graph
@@ -75,7 +76,13 @@ def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
     rank_of = np.concatenate([np.full(len(g.gop_nodes), u.rank) for u, g in zip(units, graphs)])
 
     comm = gops["is_comm"].fillna(False).to_numpy(dtype=bool)
-    inst, links = _instances(pd.DataFrame({"rank": rank_of, "node": gop_nodes, "name": gops["name"].astype(str).to_numpy(),
+    # point-to-point kernels stay whole on their rank's stream (communication, measured duration): the rank they send
+    # to or receive from is not recorded, and a barrier over the communicator's ranks would join the wrong ones
+    names = gops["name"].astype(str)
+    kind = {x: _collective(x) for x in names[comm].unique()}
+    p2p = comm & names.map(kind).isin(POINT_TO_POINT).to_numpy(dtype=bool)
+    comm = comm & ~p2p
+    inst, links = _instances(pd.DataFrame({"rank": rank_of, "node": gop_nodes, "name": names.to_numpy(),
                                            "comm": gops["communicator"].to_numpy(dtype=object), "S": S[gop_nodes],
                                            "E": E[gop_nodes]})[comm])
     K = inst["node"].to_numpy(dtype=np.int64)
@@ -137,14 +144,14 @@ def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
     m.eval = Lanes(n, seq, head, src, dst, typ, anc, w, chain, delay)
     ranks = [JobRank(rank=u.rank, trace=u.trace.path.name, pid=u.pid, window_start_ns=g.base, nodes=g.n - 1)
              for u, g in zip(units, graphs)]
-    links = CollectiveLinks(**links, edges=2 * len(K), wait_ns=wait, clamped_transfers=clamped)
+    links = CollectiveLinks(**links, p2p_kernels=int(p2p.sum()), edges=2 * len(K), wait_ns=wait, clamped_transfers=clamped)
     return m, base, {"ranks": ranks, "collectives": links}
 
 
 
 def _instances(comm: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """The linked communication kernels (rank, node, S, ...) with their instance number `inst` and barrier label,
-    sorted by instance then rank, and the counts for CollectiveLinks. A kernel whose communicator the profile records
+    """The linked collective kernels (rank, node, S, ...; the caller leaves point-to-point ones out) with their
+    instance number `inst` and barrier label, sorted by instance then rank, and the counts for CollectiveLinks. A kernel whose communicator the profile records
     (Nsight NCCL payload, Kineto 'Process Group Name') is the k-th of that communicator on its rank, and its instance
     takes the ranks holding that communicator in the window; any other is the k-th of its name on its rank, and its
     instance takes every rank with such kernels (name order: ranks of different communicators can be mixed up)."""

@@ -114,14 +114,18 @@ class JobRank(BaseModel):
 
 
 class CollectiveLinks(BaseModel):
-    ranks_with_comm: int = Field(description="ranks with communication kernels in their window")
+    ranks_with_comm: int = Field(description="ranks with collective kernels in their window (point-to-point ones not counted)")
     collective_match: str = Field(description="how a kernel was matched to its instance: 'communicator' (every communication "
                                               "kernel's communicator is recorded: Nsight NCCL payload, Kineto 'Process Group "
                                               "Name'; the k-th kernel of a communicator on each rank holding it), 'name_order' "
                                               "(none recorded: the k-th kernel of a name on each rank with communication "
                                               "kernels, which joins kernels of different communicators running under one name), "
                                               "'communicator+name_order' (some of each) or 'none' (no communication kernels)")
-    comm_kernels: int = Field(description="communication kernels in the ranks' windows")
+    comm_kernels: int = Field(description="collective kernels in the ranks' windows (every communication kernel but the "
+                                          "point-to-point ones, p2p_kernels)")
+    p2p_kernels: int = Field(description="point-to-point kernels (Send, Recv, SendRecv by name) in the ranks' windows: never "
+                                         "joined across ranks (the peer rank is not in the model); each stays on its stream "
+                                         "as communication with its measured duration")
     comm_kernels_with_communicator: int = Field(description="of comm_kernels, those whose communicator the profile records")
     instances: int = Field(description="collective instances linked across ranks (one barrier node each)")
     instances_by_communicator: int = Field(description="of instances, matched by (communicator, sequence number on the rank)")
