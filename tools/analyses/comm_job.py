@@ -135,9 +135,10 @@ DEFINITIONS = (
     "max_rank (lowest rank on ties). messages: the same spread per (collective, communicator, message size) from "
     "NCCL payloads (Nsight) or NCCL kernel args (Kineto). Ratios name their denominator in the field name."
 )
-# PyTorch's args of an NCCL kernel (Kineto): collective, process group and message size
-KINETO_MESSAGE = ("""name, ts_ns, tid, json_extract_string(args, '$."Collective name"') AS cname,
-    json_extract_string(args, '$."Process Group Name"') AS pg, json_extract_string(args, '$.dtype') AS dtype,
+# PyTorch's args of an NCCL kernel (Kineto): collective, process group (its communicator) and message size
+KINETO_PROCESS_GROUP = """json_extract_string(args, '$."Process Group Name"')"""
+KINETO_MESSAGE = (f"""name, ts_ns, tid, json_extract_string(args, '$."Collective name"') AS cname,
+    {KINETO_PROCESS_GROUP} AS pg, json_extract_string(args, '$.dtype') AS dtype,
     TRY_CAST(json_extract_string(args, '$."In msg nelems"') AS BIGINT) AS inn""")
 
 

@@ -10,6 +10,7 @@ import pandas as pd
 
 from ...model.errors import ProfileError
 from ...model.trace import Trace
+from ..comm_job import KINETO_PROCESS_GROUP
 from ..comm_patterns import COLLECTIVES, POINT_TO_POINT
 from ..requirements import require
 from .build import RankGraph
@@ -196,8 +197,8 @@ def _communicators(g: RankGraph) -> np.ndarray:
         if "events" not in g.trace.native_tables():
             return out
         keys = ["name", "stream_id", "start_ns"]
-        found = g._df("""SELECT name, tid AS stream_id, ts_ns - ? AS start_ns, min(pg) AS communicator
-                        FROM (SELECT name, tid, ts_ns, json_extract_string(args, '$."Process Group Name"') AS pg
+        found = g._df(f"""SELECT name, tid AS stream_id, ts_ns - ? AS start_ns, min(pg) AS communicator
+                        FROM (SELECT name, tid, ts_ns, {KINETO_PROCESS_GROUP} AS pg
                               FROM native.events WHERE cat = 'kernel' AND ts_ns BETWEEN ? AND ?
                                    AND args LIKE '%Process Group Name%')
                         WHERE pg IS NOT NULL GROUP BY ALL HAVING count(DISTINCT pg) = 1""", [g.base, lo, hi])
