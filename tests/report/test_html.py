@@ -209,9 +209,11 @@ def test_os_memory_charts_are_the_tool_s_wddm_series(tmp_path):
                                 "pct_of_budget": o.pct_of_budget, "series": [p.model_dump() for p in o.series]}
                                for o in entries]
         svg = re.search(rf'<svg[^>]*id="chart-{chart}".*?</svg>', text, re.S).group(0)
-        # the process's usage, its budget (dashed) and all processes summed
-        assert svg.count("<polyline") == 3
-        assert len(re.findall(r"<polyline[^>]*stroke-dasharray", svg)) == 1
+        # the process's usage and all processes summed; its budget (4000-16000 MiB against usage under 400 MiB)
+        # would flatten them: it is named under the chart instead
+        assert svg.count("<polyline") == 2 and "stroke-dasharray" not in svg
+        budget = max(p.budget_bytes for o in entries if o.pid == 100 for p in o.series if p.budget_bytes is not None)
+        assert re.search(rf"budget, pid 100[^:<]*: up to {budget:,} B", text.split(f'id="chart-{chart}"')[1].split("<svg")[0])
     # from the scenario: process 100 peaks at 150 MiB local at 55 us (+300 ns) under its 4000 MiB budget
     local = data["os_memory_0_local"][0]
     assert (local["pid"], local["peak_usage_bytes"], local["peak_usage_ts_ns"], local["budget_bytes"]) == (
@@ -222,3 +224,19 @@ def test_os_memory_charts_are_the_tool_s_wddm_series(tmp_path):
         assert dom.count('id="chart-os_memory_') == len(charts)
         assert lines == []
     trace.close()
+
+
+def test_step_lines_draw_a_budget_on_scale_and_wrap_a_long_legend():
+    """A budget within OFF_SCALE times the usage is drawn (dashed); nine lines wrap the legend onto three rows inside
+    the chart, the plot moving down under them."""
+    from gpuscope.tools.report import html as H
+
+    usage = [(0, 100), (10, 300), (20, 50)]
+    lines = [(f"usage, pid {i}", "#000", False, usage) for i in range(8)] + [("budget, pid 0", "#000", True, [(0, 1000)])]
+    svg = H._step_lines("x", lines, (10, 300, "usage"))
+    height = int(re.search(r'height="(\d+)"', svg).group(1))
+    assert height == H.H + 28  # 3 legend rows of 4
+    legend = [(float(x), float(y)) for x, y in re.findall(r'<line x1="([\d.]+)" y1="([\d.]+)" x2="[\d.]+" y2="[\d.]+" stroke="#000" stroke-width="3"', svg)]
+    assert len(legend) == 9 and len(set(legend)) == 9
+    assert max(x for x, _ in legend) + H.LEGEND_W <= H.W and sorted({y for _, y in legend}) == [9, 23, 37]
+    assert svg.count("<polyline") == 9 and svg.count('stroke-dasharray="5 3"') == 1

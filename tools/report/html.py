@@ -256,33 +256,41 @@ def _step_lines(chart: str, lines: list[tuple[str, str, bool, list[tuple[int, in
     t0 = min(t for t, _ in pts_all)
     t1 = max(max(t for t, _ in pts_all), t0 + 1)
     top = max(max(b for _, b in pts_all), peak[1], 1)
+    # The legend (only where there is more than one line) wraps onto rows above the plot, which moves down for them.
+    per_row = (W - 80) // LEGEND_W
+    rows = -(-len(lines) // per_row) if len(lines) > 1 else 1
+    lift = 14 * (rows - 1)
+    height = H + lift
 
     def px(t: int) -> float:
         return 60 + (W - 80) * (t - t0) / (t1 - t0)
 
     def py(b: int) -> float:
-        return H - 30 - (H - 50) * b / top
+        return height - 30 - (H - 50) * b / top
 
-    out = [_el("line", x1=60, y1=H - 30, x2=W - 20, y2=H - 30, stroke="#888"),
-           _el("line", x1=60, y1=20, x2=60, y2=H - 30, stroke="#888"),
-           _el("text", f"{top:,} B", x=0, y=24, class_="val"),
-           _el("text", f"time, ns ({t1 - t0:,} ns shown)", x=W // 2, y=H - 5, class_="val")]
+    out = [_el("line", x1=60, y1=height - 30, x2=W - 20, y2=height - 30, stroke="#888"),
+           _el("line", x1=60, y1=20 + lift, x2=60, y2=height - 30, stroke="#888"),
+           _el("text", f"{top:,} B", x=0, y=24 + lift, class_="val"),
+           _el("text", f"time, ns ({t1 - t0:,} ns shown)", x=W // 2, y=height - 5, class_="val")]
     for j, (label, color, dashed, pts) in enumerate(lines):
         steps = []
         for (ta, ba), (tb, _) in zip(pts, pts[1:] + [pts[-1]]):
             steps += [(px(ta), py(ba)), (px(tb), py(ba))]
         out.append(_el("polyline", _el("title", _shown(label)), fill="none", stroke=color,
                        points=" ".join(f"{a:.1f},{b:.1f}" for a, b in steps), **({"stroke_dasharray": "5 3"} if dashed else {})))
-        if len(lines) > 1:  # a legend only where there is more than one line
-            out += [_el("line", x1=80 + 170 * j, y1=9, x2=94 + 170 * j, y2=9, stroke=color, stroke_width=3,
+        if len(lines) > 1:
+            x, y = 80 + LEGEND_W * (j % per_row), 9 + 14 * (j // per_row)
+            out += [_el("line", x1=x, y1=y, x2=x + 14, y2=y, stroke=color, stroke_width=3,
                         **({"stroke_dasharray": "4 2"} if dashed else {})),
-                    _el("text", _shown(label[:26]), x=98 + 170 * j, y=13, class_="val")]
+                    _el("text", _shown(label[:26]), x=x + 18, y=y + 4, class_="val")]
     out.append(_el("circle", _el("title", f"{_shown(peak[2])} peak {peak[1]:,} B at {peak[0]:,} ns"), cx=f"{px(peak[0]):.1f}",
                    cy=f"{py(peak[1]):.1f}", r=4, fill="#e45756"))
-    return _svg(chart, W, H, out)
+    return _svg(chart, W, height, out)
 
 
 OS_COLORS = ("#4c78a8", "#54a24b", "#b279a2", "#9d755d")  # profiled processes' usage; the sum is grey, budgets dashed
+LEGEND_W = 170  # px per legend entry
+OFF_SCALE = 4  # a budget above this many times the highest usage is named under the chart, not drawn: it would flatten the usage
 
 
 def _os_memory(os_memory: list[dict]) -> list[str]:
@@ -306,6 +314,12 @@ def _os_memory(os_memory: list[dict]) -> list[str]:
                 lines.append(("budget, " + who, color, True, budget))
         lines += [("usage, all processes", "#999", False, [(p["ts_ns"], p["usage_bytes"]) for p in o["series"]])
                   for o in entries if o["pid"] is None and o["series"]]
+        usage_top = max((b for _, _, dashed, pts in lines if not dashed for _, b in pts), default=0)
+        off = [line for line in lines if line[2] and usage_top and max(b for _, b in line[3]) > OFF_SCALE * usage_top]
+        lines = [line for line in lines if line not in off]
+        caption = "".join(_el("p", f"{_shown(label)}: up to {max(b for _, b in pts):,} B, "
+                                   f"{max(b for _, b in pts) / usage_top:.1f}x the highest usage shown: left off the chart's "
+                                   "scale (the table gives it)", class_="note") for label, _, _, pts in off)
         first = next((o for o in entries if o["pid"] is not None), entries[0])
         rows = [{"process": "all processes (summed)" if o["pid"] is None else f"pid {o['pid']} {o['process_name'] or ''}".strip(),
                  "peak_usage_bytes": o["peak_usage_bytes"], "peak_usage_ts_ns": o["peak_usage_ts_ns"],
@@ -313,7 +327,7 @@ def _os_memory(os_memory: list[dict]) -> list[str]:
         out.append(_el("h3", f"GPU {dev}: {_shown(entries[0]['device_name'] or '')}, OS-reported WDDM usage, "
                              f"{_shown(seg)} segment group (not allocator bytes)")
                    + (_step_lines(chart, lines, (first["peak_usage_ts_ns"], first["peak_usage_bytes"], "usage")) if lines else "")
-                   + _data(chart, data) + _table(rows, list(rows[0])))
+                   + caption + _data(chart, data) + _table(rows, list(rows[0])))
     return out
 
 
