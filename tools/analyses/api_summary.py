@@ -284,8 +284,10 @@ def _blocking_sql(pid_sql: str, lo: int | None, hi: int | None, spin_min_calls: 
                                       WHEN a.name NOT LIKE '%Async%' THEN {cat['blocking_copy']}
                                       ELSE {cat['pageable_async_copy']} END AS category,
                    a.name AS label, a.start_ns, a.end_ns
-            FROM a LEFT JOIN host_side h ON h.pid IS NOT DISTINCT FROM a.pid AND h.correlation_id = a.correlation_id
-                                          AND regexp_matches(a.name, '{COPY_RE}') AND a.name LIKE '%Async%'
+            -- (only async copies look up their host side: as a key, so the join stays a hash join; a condition on
+            -- `a` alone in ON made DuckDB compare every call with every copy)
+            FROM a LEFT JOIN host_side h ON h.pid IS NOT DISTINCT FROM a.pid AND h.correlation_id =
+                 CASE WHEN regexp_matches(a.name, '{COPY_RE}') AND a.name LIKE '%Async%' THEN a.correlation_id END
             WHERE regexp_matches(a.name, '{SYNC_RE}')
                OR (regexp_matches(a.name, '{COPY_RE}') AND (a.name NOT LIKE '%Async%' OR coalesce(h.pageable, false)))),
         seq AS (
@@ -394,7 +396,8 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
             SELECT k.device_id, k.p, k.pid, k.stream_id, k.start_ns, k.end_ns, k.correlation_id, k.prev_end,
                    c.start_ns AS c_start, c.end_ns AS c_end, c.name AS c_name, coalesce(pc.n, 0) AS call_kernels
             FROM seq k
-            LEFT JOIN calls c ON k.launched AND c.pid IS NOT DISTINCT FROM k.pid AND c.correlation_id = k.correlation_id
+            LEFT JOIN calls c ON c.pid IS NOT DISTINCT FROM k.pid  -- launched as a key: a hash join (see _blocking_sql)
+                             AND c.correlation_id = CASE WHEN k.launched THEN k.correlation_id END
             LEFT JOIN per_call pc ON pc.pid IS NOT DISTINCT FROM k.pid AND pc.correlation_id = k.correlation_id
             WHERE k.is_kernel = 1 AND {where}),
         kk AS (

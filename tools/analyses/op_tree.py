@@ -38,6 +38,7 @@ import pandas as pd
 
 from ..model.trace import Trace
 from .comm_patterns import is_comm_sql
+from .containment import temp_tables
 
 SHIFT = "18446744073709551616"  # 2^64
 BLEED_NS = 1_000                 # tolerated overhang of a child past its parent's end (node tree only)
@@ -106,11 +107,20 @@ def _launchers(trace: Trace) -> Launchers:
     comm = is_comm_sql("g.name")
     cur = trace.con.cursor()
     try:
-        gops = cur.execute(f"""{with_sql()},
-            inner_op AS (
-                SELECT g.gop_id, arg_max(o.op_id, (o.start_ns, -o.dur_ns, o.op_id)) AS launcher_id
-                FROM gop g JOIN op o ON o.ks <= g.ks AND g.ks < o.ke
-                GROUP BY g.gop_id)
+        with temp_tables(cur, with_sql(), {"_tree_op": "op", "_tree_gop": "gop"}):
+            return _launchers_from_temp(cur, comm)
+    finally:
+        cur.close()
+
+
+def _launchers_from_temp(cur, comm: str) -> Launchers:
+    """The launchers over temp tables _tree_op and _tree_gop (containment.py: no CTE around the IEJoins)."""
+    cur.execute("""CREATE OR REPLACE TEMP TABLE _tree_inner AS
+                   SELECT g.gop_id, arg_max(o.op_id, (o.start_ns, -o.dur_ns, o.op_id)) AS launcher_id
+                   FROM _tree_gop g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke
+                   GROUP BY g.gop_id""")
+    try:
+        gops = cur.execute(f"""
             SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name,
                    g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm, g.whole_graph, g.pid, g.linked, g.call_tid, g.call_start_ns, g.call_end_ns,
                    g.call_name,
@@ -125,12 +135,11 @@ def _launchers(trace: Trace) -> Launchers:
                    c.input_dims, c.input_types,
                    lag(g.end_ns) OVER (PARTITION BY g.device_id, g.stream_id ORDER BY g.start_ns, g.end_ns, g.gop_id)
                        AS prev_end_ns
-            FROM gop g LEFT JOIN inner_op i USING (gop_id) LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
+            FROM _tree_gop g LEFT JOIN _tree_inner i USING (gop_id) LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
             ORDER BY g.start_ns, g.gop_id""").df()
-        subtree = cur.execute(f"""{with_sql()}
-            SELECT o.op_id, g.gop_id FROM gop g JOIN op o ON o.ks <= g.ks AND g.ks < o.ke""").df()
+        subtree = cur.execute("SELECT o.op_id, g.gop_id FROM _tree_gop g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke").df()
     finally:
-        cur.close()
+        cur.execute("DROP TABLE IF EXISTS temp.main._tree_inner")
     for col in ("linked", "is_comm", "whole_graph"):
         gops[col] = gops[col].fillna(False).astype(bool)
     return Launchers(gops=gops, subtree=subtree)
@@ -146,7 +155,25 @@ def node_parents(trace: Trace) -> pd.DataFrame:
 def _node_parents(trace: Trace) -> pd.DataFrame:
     cur = trace.con.cursor()
     try:
-        return cur.execute(f"""
+        with temp_tables(cur, NODES_SQL, {"_tree_nodes": "n"}):
+            return cur.execute(f"""
+                -- The IEJoin works on the first two conditions: in tree order p comes first, and c starts before p ends.
+                -- (On one thread an earlier ord starts no later, so p.ks <= c.ks holds; a node of an earlier thread
+                -- ends before any of a later thread starts.) Leading with p.ks <= c.ks and p.ord < c.ord instead paired
+                -- every earlier node with every later one.
+                WITH par AS (SELECT c.ord, arg_max(p.ord, p.ord) AS parent_ord, count(*) AS depth
+                             FROM _tree_nodes c JOIN _tree_nodes p
+                                  ON p.ord < c.ord AND c.ks < p.ke AND c.ke <= p.ke + {BLEED_NS}
+                             GROUP BY c.ord)
+                SELECT c.node, c.row, p.node AS parent_node, p.row AS parent_row, coalesce(par.depth, 0) AS depth
+                FROM _tree_nodes c LEFT JOIN par ON par.ord = c.ord LEFT JOIN _tree_nodes p ON p.ord = par.parent_ord
+                ORDER BY c.ord""").df()
+    finally:
+        cur.close()
+
+
+# Host nodes (cpu_ops rows and PyTorch annotations) in tree order, keyed by (thread, time) like the launchers.
+NODES_SQL = f"""
             WITH thr AS (SELECT pid, tid, (row_number() OVER (ORDER BY pid, tid) - 1)::HUGEINT AS k FROM (
                     SELECT DISTINCT pid, tid FROM cpu_ops WHERE pid IS NOT NULL AND tid IS NOT NULL
                     UNION SELECT DISTINCT pid, tid FROM markers WHERE kind = 'annotation' AND pid IS NOT NULL AND tid IS NOT NULL)),
@@ -154,15 +181,8 @@ def _node_parents(trace: Trace) -> pd.DataFrame:
                    UNION ALL SELECT 'markers', rowid, pid, tid, start_ns, end_ns FROM markers WHERE kind = 'annotation'),
             n AS (SELECT n0.*, row_number() OVER (ORDER BY n0.pid, n0.tid, n0.start_ns, n0.end_ns DESC, n0.node DESC, n0.row) AS ord,
                          thr.k * {SHIFT} + n0.start_ns AS ks, thr.k * {SHIFT} + n0.end_ns AS ke
-                  FROM n0 JOIN thr ON thr.pid = n0.pid AND thr.tid = n0.tid),
-            par AS (SELECT c.ord, arg_max(p.ord, p.ord) AS parent_ord, count(*) AS depth
-                    FROM n c JOIN n p ON p.ks <= c.ks AND c.ke <= p.ke + {BLEED_NS} AND c.ks < p.ke
-                    WHERE p.ord < c.ord GROUP BY c.ord)
-            SELECT c.node, c.row, p.node AS parent_node, p.row AS parent_row, coalesce(par.depth, 0) AS depth
-            FROM n c LEFT JOIN par ON par.ord = c.ord LEFT JOIN n p ON p.ord = par.parent_ord
-            ORDER BY c.ord""").df()
-    finally:
-        cur.close()
+                  FROM n0 JOIN thr ON thr.pid = n0.pid AND thr.tid = n0.tid)
+"""
 
 
 def union_ns(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Series:

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..model.job import XT_COLUMNS
 from ..model.trace import Trace
+from .containment import temp_tables
 from .requirements import GPU, gap_text
 
 RANGE_KINDS = ("push_pop", "start_end", "annotation")
@@ -142,11 +143,15 @@ def tree(trace: Trace) -> Tree:
 def _tree(trace: Trace) -> Tree:
     cur = trace.con.cursor()
     try:
-        data = cur.execute(f"""{with_sql(trace)},
-            par AS (SELECT c.rid, max(p.rid) AS parent, count(*) AS depth
-                    FROM rng c JOIN rng p ON p.ks <= c.ks AND c.ke <= p.ke WHERE p.rid < c.rid GROUP BY c.rid)
-            SELECT r.rid, coalesce(par.parent, 0) AS parent, coalesce(par.depth, 0) AS depth, r.name
-            FROM rng r LEFT JOIN par USING (rid) ORDER BY r.rid""").fetchnumpy()
+        # The ranges as a temp table, then a self-join naming no CTE (containment.py). Of the three conditions the
+        # IEJoin works on the first two (rid order, then ends); on one thread an earlier rid starts no later, so
+        # p.ks <= c.ks is implied there and ranges of other threads fail c.ke <= p.ke.
+        with temp_tables(cur, with_sql(trace), {"_proj_rng": "rng"}):
+            data = cur.execute("""
+                WITH par AS (SELECT c.rid, max(p.rid) AS parent, count(*) AS depth
+                             FROM _proj_rng c JOIN _proj_rng p ON p.rid < c.rid AND c.ke <= p.ke AND p.ks <= c.ks GROUP BY c.rid)
+                SELECT r.rid, coalesce(par.parent, 0) AS parent, coalesce(par.depth, 0) AS depth, r.name
+                FROM _proj_rng r LEFT JOIN par USING (rid) ORDER BY r.rid""").fetchnumpy()
     finally:
         cur.close()
     rid = np.asarray(data["rid"], dtype=np.int64)

@@ -109,6 +109,11 @@ def duckdb_config(memory_limit: int | None = None, spill: bool = True) -> dict[s
         "memory_limit": f"{(memory_limit or memory_limit_bytes()) // 2**20}MiB",
         "autoinstall_known_extensions": "false",
         "autoload_known_extensions": "false",
+        # A join on two inequalities (the op tree's "inside the same thread's op" keys) is an IEJoin whatever the
+        # optimizer estimates: below this many estimated rows on a side DuckDB picks a piecewise merge join instead,
+        # and its estimate for the tree's CTEs is ~0 rows, which made 250,000 ops on one thread a quadratic join that
+        # did not finish in minutes (ops_summary, diagnose, call_stack on a 1.25 M-event trace).
+        "merge_join_threshold": "0",
     }
     if spill:
         config["temp_directory"] = str(private_dir("spill", str(os.getpid())))

@@ -1,0 +1,36 @@
+"""Containment joins (an interval inside another on the same thread) as DuckDB IEJoins, whatever the query around them.
+
+The op tree, the NVTX/annotation projection and the step choice key every interval by (thread, time) and join on
+two inequalities, which DuckDB runs as an IEJoin: O(n log n) on one thread's ops. DuckDB 1.5 plans every join
+below a materialized CTE without IEJoin (its planner registers materialized CTEs as recursive-CTE tables, which
+rules IEJoin out), and it materializes a CTE that a query names twice; the join then became a piecewise merge
+join filtering the second inequality, quadratic on one thread: 250,000 ops did not finish in minutes. So a
+containment join reads its inputs from temp tables made on the caller's cursor first (`temp_tables`), in a
+statement that names no CTE. tests/analyses/test_join_plans.py checks every tool's plans for the fallback.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import duckdb
+
+from ..model.quote import quote_ident
+
+
+@contextmanager
+def temp_tables(cur: duckdb.DuckDBPyConnection, with_clause: str, tables: dict[str, str],
+                params: list | None = None) -> Iterator[None]:
+    """Make each `tables` entry (temp name -> CTE of `with_clause`) a temp table of `cur` for the block, then drop
+    it. Temp tables belong to the cursor's connection: concurrent tool calls (one cursor each) never share them."""
+    made = []
+    try:
+        for name, cte in tables.items():
+            sql = f"CREATE OR REPLACE TEMP TABLE {quote_ident(name)} AS {with_clause} SELECT * FROM {quote_ident(cte)}"
+            cur.execute(sql, params) if params else cur.execute(sql)
+            made.append(name)
+        yield
+    finally:
+        for name in made:
+            cur.execute(f"DROP TABLE IF EXISTS temp.main.{quote_ident(name)}")
