@@ -12,6 +12,9 @@ files; both paths feed the same SQL.
 Besides the model tables this creates the view `native.events` (over the table native.event_store):
 one row per traceEvents entry, idx = position in the file, args as JSON text - for sql_query users
 who need something the model does not carry.
+
+`preview` answers the first top_kernels of a large trace while its store builds (model/trace.py): the
+same staging, read_json call and SQL, into memory, keeping only what the kernels derive from.
 """
 
 from __future__ import annotations
