@@ -1,29 +1,35 @@
-"""The first answer while the store builds (tools/model/trace.py, readers/nsys.py `preview`) equals the stored one.
+"""The first answer while the store builds (tools/model/trace.py, readers/nsys.py and readers/kineto.py `preview`)
+equals the stored one.
 
 Every Nsight profile the fixtures write - clean, damaged (end before start, rows without times or device,
 launches before their call, repeated string ids, graph replays, old schemas) - and every real Nsight profile
 in ../shared/data is answered twice: from a preview of the export and from its finished store. The answers
 (rows, per-device busy and summed time, data-issue notes, window) must be equal, or the preview must
 decline (and the store answer); that the preview declines only where the docstring says is checked too.
+The same for Kineto: every scenario of the fixtures as a trace of today's and of the 2021 format, the damaged
+traces of test_data_issues and of the malformed corpus (bad values, broken structure, odd encodings), and every
+real trace in ../shared/data/pytorch (uncompressed: a .json.gz is declined, and checked to be).
 """
 
 from __future__ import annotations
 
 import copy
+import gzip
 import sqlite3
 import threading
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from conftest import real_files
-from gpuscope.fixtures import catalog, scenarios_diagnose, scenarios_graph_summary, scenarios_legacy
-from gpuscope.fixtures.writers import nsys
+from gpuscope.fixtures import catalog, malformed, malformed_files, scenarios_diagnose, scenarios_graph_summary, scenarios_legacy
+from gpuscope.fixtures.writers import kineto, nsys
 from gpuscope.tools.analyses.gap_histogram import gap_histogram
 from gpuscope.tools.analyses.top_kernels import top_kernels
 from gpuscope.tools.model import cache, sqlite_source, trace as trace_mod
 from gpuscope.tools.model.errors import ProfileError
-from gpuscope.tools.model.readers import nsys as nsys_reader
+from gpuscope.tools.model.readers import kineto as kineto_reader, nsys as nsys_reader
 from gpuscope.tools.model.store import store_exists
 
 # Each question top_kernels can be asked of a preview (a device filter goes to the store).
@@ -34,6 +40,7 @@ QUESTIONS = [{}, {"group_by": "name"}, {"sort_by": "count", "limit": 2}, {"sort_
 @pytest.fixture(autouse=True)
 def _every_size(monkeypatch, tmp_path):
     monkeypatch.setattr(nsys_reader, "PREVIEW_MIN_KERNELS", 0)
+    monkeypatch.setattr(kineto_reader, "PREVIEW_MIN_BYTES", 0)
     monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     # The scanner is looked up again in this cache (a test before may have left it unavailable).
     monkeypatch.setattr(sqlite_source, "_EXTENSION_FILE", False)
@@ -46,10 +53,14 @@ def _answer(trace, **kw):
         return f"refused: {exc}"
 
 
-def _compare(path) -> bool:
+def _compare(path, fmt: str = "nsys") -> bool:
     """Assert the preview's answers equal the store's; False when the preview declined."""
-    view = trace_mod._preview_trace(path, "nsys", lambda *_: None)
-    stored = trace_mod.load_trace(path, store_now=True)
+    view = trace_mod._preview_trace(path, fmt, lambda *_: None)
+    try:
+        stored = trace_mod.load_trace(path, store_now=True)
+    except ProfileError:  # the store refuses the file: so must the preview
+        assert view is None, path
+        return False
     try:
         if view is None:
             return False
@@ -233,3 +244,105 @@ def test_concurrent_first_questions_share_one_build(tmp_path):
     pending._builder.join(timeout=120)
     assert pending.ready
     pending.close()
+
+
+# -- Kineto ----------------------------------------------------------------------------------------------------------
+
+def _kineto_makers():
+    from gpuscope.fixtures import (scenarios_api_summary, scenarios_critical_path, scenarios_iterations, scenarios_marker_summary,
+                                   scenarios_memcpy_summary, scenarios_memory, scenarios_nccl, scenarios_ops_summary,
+                                   scenarios_partial, scenarios_regression, scenarios_stream_summary, scenarios_timeline)
+
+    modules = (catalog, scenarios_api_summary, scenarios_critical_path, scenarios_diagnose, scenarios_graph_summary,
+               scenarios_iterations, scenarios_legacy, scenarios_marker_summary, scenarios_memcpy_summary, scenarios_memory,
+               scenarios_nccl, scenarios_ops_summary, scenarios_partial, scenarios_regression, scenarios_stream_summary,
+               scenarios_timeline)
+    makers = {f"{m.__name__.rsplit('.', 1)[1]}.{name}": maker for m in modules for name, maker in m.SCENARIOS.items()}
+    return [pytest.param(maker, legacy, id=f"{name}{'-2021' if legacy else ''}")
+            for name, maker in sorted(makers.items()) for legacy in (False, True)]
+
+
+@pytest.fixture
+def kineto_compare(monkeypatch):
+    """_compare for Kineto that also checks the preview declines exactly where its docstring says: where load() takes
+    the json.loads path or refuses the file, and for a trace without kernels (gzip input is tested apart)."""
+    fell_back = []
+    original = kineto_reader._load_python
+    monkeypatch.setattr(kineto_reader, "_load_python", lambda *a: fell_back.append(1) or original(*a))
+
+    def compare(path: Path) -> bool:
+        fell_back.clear()
+        previewed = _compare(path, "kineto")
+        try:
+            stored = trace_mod.load_trace(path, store_now=True)
+        except ProfileError:
+            assert not previewed
+            return previewed
+        try:
+            assert previewed is (not fell_back and stored.count("kernels") > 0), (path, fell_back)
+        finally:
+            stored.close()
+        return previewed
+    return compare
+
+
+@pytest.mark.parametrize("maker,legacy", _kineto_makers())
+def test_kineto_preview_answers_as_the_store_on_every_scenario(maker, legacy, tmp_path, kineto_compare):
+    try:
+        path = kineto.write(maker(), tmp_path / "t.pt.trace.json", legacy=legacy)
+    except (ValueError, NotImplementedError, KeyError) as exc:
+        pytest.skip(f"no Kineto form: {exc}")
+    kineto_compare(path)
+
+
+@pytest.mark.parametrize("case", ["kineto", "kineto_text"])
+def test_kineto_preview_counts_the_data_issues_the_store_counts(case, tmp_path, kineto_compare):
+    import test_data_issues as d
+
+    s = d.scenario()
+    s.options["raw_values"] = d.CASES[case][2]
+    path = kineto.write(s, tmp_path / "bad.json")
+    assert kineto_compare(path)
+    stored = trace_mod.load_trace(path, store_now=True)
+    notes = top_kernels(stored).data_issues
+    stored.close()
+    assert len(notes) == sum(t == "kernels" for t, *_ in d.CASES[case][3])
+
+
+_KINETO_CORPUS = [e for e in malformed.CORPUS if e.name.startswith(("kineto-", "truncated-kineto-"))]
+
+
+@pytest.fixture(scope="module")
+def kineto_base(tmp_path_factory):
+    return malformed_files.base_profiles(tmp_path_factory.mktemp("base"))
+
+
+@pytest.mark.parametrize("entry", _KINETO_CORPUS, ids=lambda e: e.name)
+def test_kineto_preview_on_the_malformed_corpus(entry, kineto_base, tmp_path, kineto_compare):
+    path = Path(entry.build(tmp_path, kineto_base))
+    kineto_compare(path)
+
+
+@pytest.mark.parametrize("path", real_files("pytorch/*.json.gz"), ids=lambda p: p.name)
+def test_kineto_preview_answers_as_the_store_on_real_traces(path, tmp_path, kineto_compare):
+    plain = tmp_path / path.name.removesuffix(".gz")
+    plain.write_bytes(gzip.decompress(path.read_bytes()))
+    assert kineto_compare(plain)
+    assert trace_mod._preview_trace(path, "kineto", lambda *_: None) is None  # compressed: declined
+
+
+def test_a_pending_kineto_trace_answers_first_then_builds_in_the_background(tmp_path):
+    path = kineto.write(scenarios_diagnose.launch_bound(), tmp_path / "t.pt.trace.json")
+    cache.clear()
+    pending = cache.open_trace(path)
+    assert not pending.ready and not store_exists(path)
+    first = top_kernels(pending).model_dump()
+    pending._builder.join(timeout=120)
+    assert pending.ready and store_exists(path) and pending.store.built
+    assert pending.count("native.events") > 0  # the finished store, not the preview
+    again = trace_mod.load_trace(path)
+    for f in (again.store.folder / "answers").iterdir():  # computed by the store itself
+        f.unlink()
+    assert top_kernels(again).model_dump() == first
+    again.close()
+    cache.clear()

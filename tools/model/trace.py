@@ -1,10 +1,10 @@
 """The shared trace object: one profile's trace model in its store, read through a locked connection.
 
-The first answer need not wait for the store. Opening a large Nsight export that has no store yet returns
+The first answer need not wait for the store. Opening a large Nsight export (or Kineto trace) that has no store yet returns
 a *pending* Trace at once: the first access to its model (con, meta, store, ...) builds or reopens the store
 as before, waiting for it. top_kernels asks `trace.preview()` first: while the store is not built, that is
 a small in-memory model holding exactly what top_kernels reads, filled from the export in one scan
-(readers/nsys.py `preview`), and the store's build then starts in a background thread, so the next question
+(readers/nsys.py, readers/kineto.py `preview`), and the store's build then starts in a background thread, so the next question
 finds it built (or waits for it). Every preview answer equals the stored one (tests/model/test_preview.py);
 an export the preview cannot match exactly, or any failure making it, is answered from the store instead.
 A failed background build raises its error at the next access to the model, like a failed open."""
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -23,7 +24,7 @@ from typing import Any, Callable
 
 import duckdb
 
-from .detect import FORMAT_NAMES, Detected, detect, regular_file
+from .detect import FORMAT_NAMES, GZIP_MAGIC, Detected, detect, regular_file
 from .errors import ProfileError, shown_path
 from .hub import ModelConnection, hub
 from .quality import check_model
@@ -262,7 +263,7 @@ def load_trace(path: Path, progress: Progress = _no_progress, attached: bool = T
     """Detect the format, open its store (building it on the first open of this content) and read it (uncached).
     attached=False: the store is let go once its metadata is read, and attached again on first use (a job's ranks
     are read through its stacked store; done here, before any other thread can hold the Trace).
-    A large Nsight export without a store gives a pending Trace (module docstring) unless `store_now`."""
+    A large Nsight export or Kineto trace without a store gives a pending Trace (module docstring) unless `store_now`."""
     path = regular_file(path)
     found: Detected = detect(path)
     if found.format == "nsys-rep":
@@ -270,7 +271,7 @@ def load_trace(path: Path, progress: Progress = _no_progress, attached: bool = T
 
         path = export_nsys_rep(path, progress)
         found = detect(path)
-    if not store_now and found.format == "nsys" and not store_exists(path) and _large_nsys(path):
+    if not store_now and found.format in PREVIEW_GATES and not store_exists(path) and PREVIEW_GATES[found.format](path):
         return Trace.pending(path, found.format, progress)
     t0 = time.perf_counter()
     try:
@@ -315,9 +316,26 @@ def _large_nsys(path: Path) -> bool:
         return False
 
 
+def _large_kineto(path: Path) -> bool:
+    """True for an uncompressed trace large enough for a preview to pay (readers/kineto.py)."""
+    from .readers.kineto import PREVIEW_MIN_BYTES
+
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) != GZIP_MAGIC and os.fstat(fh.fileno()).st_size >= PREVIEW_MIN_BYTES
+    except OSError:  # the build says what
+        return False
+
+
+# The formats whose reader has a `preview`, each with its test that a preview pays for this file.
+PREVIEW_GATES: dict[str, Callable[[Path], bool]] = {"nsys": _large_nsys, "kineto": _large_kineto}
+
+
 def _preview_trace(path: Path, fmt: str, progress: Progress) -> Trace | None:
-    """A Trace over an in-memory preview model of `path` (readers/nsys.py), or None where there is none."""
-    from .readers.nsys import NoPreview, preview
+    """A Trace over an in-memory preview model of `path` (its reader's `preview`), or None where there is none."""
+    from .readers.nsys import NoPreview
+
+    preview = importlib.import_module(f"{__package__}.readers.{fmt}").preview
 
     progress(0.0, "answering from the export while its store is built")
     # Half the usual limit (the rest spills to the private cache): top_kernels' interval union then fetches the

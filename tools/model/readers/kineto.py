@@ -12,6 +12,9 @@ files; both paths feed the same SQL.
 Besides the model tables this creates the view `native.events` (over the table native.event_store):
 one row per traceEvents entry, idx = position in the file, args as JSON text - for sql_query users
 who need something the model does not carry.
+
+`preview` answers the first top_kernels of a large trace while its store builds (model/trace.py): the
+same staging, read_json call and SQL, into memory, keeping only what the kernels derive from.
 """
 
 from __future__ import annotations
@@ -35,12 +38,13 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from ..detect import GZIP_MAGIC
+from ..detect import GZIP_MAGIC, detect
 from ..errors import ProfileError, shown_path
 from ..limits import max_decompressed_bytes, memory_limit_bytes
 from ..names import create_short_names
 from ..quote import quote_literal
-from ..quality import count_sql, record_query
+from ..quality import check_model, count_sql, record_query
+from .nsys import NoPreview  # one exception for every reader's preview (model/trace.py)
 
 # Pre-2022 category names (and the 2022 gpu_user_Annotation typo) → current ActivityType names.
 CAT_ALIASES = {
@@ -107,7 +111,7 @@ _FILLED = ("trace_meta", "devices", "processes", "threads", "kernels", "memops",
 
 def _drop_temp(con) -> None:
     con.execute("DROP VIEW IF EXISTS kin_ev")
-    for table in ("kin_gpu", "kin_rt", "kin_meta", "kin_names", "kin_pids", "kin_piddev", "kin_link", "kin_mem"):
+    for table in ("kin_gpu", "kin_rt", "kin_meta", "kin_names", "kin_pids", "kin_piddev", "kin_link", "kin_evid", "kin_mem"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
 
 
@@ -118,6 +122,48 @@ def _reset(con) -> None:
     con.execute("DROP TABLE IF EXISTS native.event_store")
     for table in _FILLED:
         con.execute(f"DELETE FROM {table}")
+
+
+# --------------------------------------------------------------------------- the first answer while the store builds
+
+PREVIEW_MIN_BYTES = 64 << 20  # smaller traces build their store in about a second: no preview
+# Raw category names (current and legacy) of the events whose name and args the preview reads: GPU ops and annotations
+# (kin_gpu, kin_piddev), runtime calls (kin_rt: launch links, the launch check, graph launches) and cuda_sync records
+# (the calls' event ids). Of every other complete event it reads ph, cat, pid, tid, ts and dur only.
+PREVIEW_CATS = GPU_CATS + RUNTIME_CATS + ("cuda_sync",) + tuple(k for k, v in CAT_ALIASES.items() if v in GPU_CATS + RUNTIME_CATS)
+
+
+def preview(con, path: Path) -> None:
+    """Fill the model tables top_kernels reads with the rows the full reader and check_model give them: kernels,
+    devices, api_calls (what decides the launch check and graph replays), the kernels' data_issues and trace_meta's
+    capture span. The same staging, read_json call and SQL as load(), without writing a store: native.event_store
+    is held in memory with the name and args only of the events the kernels are derived from (PREVIEW_CATS), and
+    of the model only what kernels need is built. The store's build repeats this work and the rest in the background.
+
+    Raises NoPreview where load() would not take this path (a layout, values or entries only json.loads reads, an
+    error it reports), for a gzip-compressed trace (decompressing twice costs more than the store's build saves) and
+    for a trace without kernels."""
+    try:
+        detected = detect(path)
+        with _open(path) as fh:
+            if _is_gzip(fh, detected):
+                raise NoPreview("compressed trace")
+        top = _load_duckdb(con, path, detected, lambda *_: None, preview=True)
+        cat = _cat_sql()
+        _links(con, cat)
+        _kernels(con)
+        if not con.execute("SELECT count(*) FROM kernels").fetchone()[0]:
+            raise NoPreview("no kernels")
+        _api_calls(con)
+        _issues(con, cat, ("kernels",))
+        _devices(con, top)
+        span, _ = _capture(con)
+        con.executemany("INSERT INTO trace_meta VALUES (?, ?)", [("format", "kineto"), *span])
+        check_model(con)
+    except (_Fallback, ProfileError, duckdb.Error, ValueError, RecursionError, OSError) as exc:
+        raise NoPreview(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        _drop_temp(con)
 
 
 # --------------------------------------------------------------------------- event table
@@ -178,7 +224,7 @@ def _create_store(con, source: str, params: list | None = None) -> None:
     )
 
 
-def _load_duckdb(con, path: Path, detected, progress) -> dict:
+def _load_duckdb(con, path: Path, detected, progress, preview: bool = False) -> dict:
     try:
         tmp = tempfile.mkdtemp(prefix="gpuscope-kineto-")  # private (0700), removed below
     except OSError:
@@ -190,7 +236,7 @@ def _load_duckdb(con, path: Path, detected, progress) -> dict:
         progress(0.3, "parsing events (DuckDB read_json)")
         try:
             try:
-                _read_events(con, files)
+                _read_events(con, files, preview)
             except duckdb.Error as exc:
                 if len(files) == 1 or isinstance(exc, duckdb.OutOfMemoryException):
                     raise
@@ -198,7 +244,7 @@ def _load_duckdb(con, path: Path, detected, progress) -> dict:
                 # may hold it) leaves a part that is not JSON: read the array whole, as one part.
                 con.execute("DROP TABLE IF EXISTS native.event_store")
                 files, top = _stage(path, detected, Path(tmp), 1)
-                _read_events(con, files)
+                _read_events(con, files, preview)
         except (duckdb.OutOfMemoryException, MemoryError):
             # Not a reason to try json.loads, which needs several times more.
             raise ProfileError(_out_of_memory(path, "DuckDB's JSON reader")) from None
@@ -222,18 +268,27 @@ def _load_duckdb(con, path: Path, detected, progress) -> dict:
     return top
 
 
-def _read_events(con, files: list[Path]) -> None:
+def _read_events(con, files: list[Path], preview: bool = False) -> None:
     """native.event_store from the staged parts of the traceEvents array, one thread per part: DuckDB parses
     one JSON array with one thread, and a second thread on the same array only adds hand-offs (up to 2x
     slower on a busy machine). The parts are read in their order, so rowid is still the index in the file."""
     con.execute(f"SET threads = {len(files)}")
+    events = """read_json(?, format = 'array',
+                          columns = {'ph': 'VARCHAR', 'cat': 'VARCHAR', 'name': 'VARCHAR', 'pid': 'VARCHAR',
+                                     'tid': 'VARCHAR', 'ts': 'JSON', 'dur': 'JSON', 'args': 'JSON'})"""
+    if preview:
+        # What preview() reads: complete and metadata events, the tid, name and args of metadata events and of
+        # PREVIEW_CATS only, and every entry the blank-entry and nesting checks of _load_duckdb look at (entries
+        # without ph, args that may nest too deep), so those decide as they do for load().
+        detail = f"(ph IS DISTINCT FROM 'X' OR cat IN {_sql_list(PREVIEW_CATS)})"
+        events = f"""(SELECT ph, cat, CASE WHEN {detail} THEN name END AS name, pid, CASE WHEN {detail} THEN tid END AS tid,
+                             ts, dur, CASE WHEN {detail} OR {_deep_sql('args')} THEN args END AS args
+                      FROM {events} WHERE ph IS NULL OR ph IN ('X', 'M') OR {_deep_sql('args')})"""
     _create_store(
         con,
         f"""(SELECT ph, cat, name, pid, tid, {_json_time_sql('ts')} AS ts, {_json_time_sql('dur')} AS dur,
                    args::VARCHAR AS args
-            FROM read_json(?, format = 'array',
-                           columns = {{'ph': 'VARCHAR', 'cat': 'VARCHAR', 'name': 'VARCHAR', 'pid': 'VARCHAR',
-                                       'tid': 'VARCHAR', 'ts': 'JSON', 'dur': 'JSON', 'args': 'JSON'}}))""",
+            FROM {events})""",
         [[str(f) for f in files]],
     )
 
@@ -243,15 +298,17 @@ def _check_nesting(con, path: Path) -> None:
     Only args with more than MAX_NESTING opening brackets can be that deep: SQL picks those (none in
     real traces), numpy measures their depth outside strings. Such args are longer than MAX_NESTING
     bytes, a test that costs nothing next to counting the brackets of every args text."""
-    cur = con.execute(
-        "SELECT rowid, args FROM native.event_store "
-        "WHERE strlen(args) > $n AND length(args) - length(translate(args, '[{', '')) > $n",
-        {"n": MAX_NESTING})
+    cur = con.execute(f"SELECT rowid, args FROM native.event_store WHERE {_deep_sql('args')}")
     while rows := cur.fetchmany(256):
         for idx, args in rows:
             depth = _depth(args)
             if depth > MAX_NESTING:
                 raise ProfileError(_too_deep(path, f"the args of traceEvents entry {idx} nest {depth} levels deep"))
+
+
+def _deep_sql(x: str) -> str:
+    """True for args text that may nest deeper than MAX_NESTING (_check_nesting measures those)."""
+    return f"CASE WHEN strlen({x}) > {MAX_NESTING} THEN length({x}) - length(translate({x}, '[{{', '')) > {MAX_NESTING} ELSE false END"
 
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
@@ -806,83 +863,9 @@ def _build(con, top: dict) -> None:
         "ts_ns/dur_ns = round(us*1000); pid/tid NULL where the trace writes text; args as JSON text; "
         "time_issue says why a complete (ph X) event has no usable ts/dur (it is then in no model table)'"
     )
-    con.execute(
-        f"""CREATE TEMP VIEW kin_ev AS SELECT rowid AS idx, ph, {cat} AS cat, name, pid, tid,
-                  ts_ns AS ts, greatest(dur_ns, 0) AS dur, dur_ns < 0 AS neg_dur, args
-           FROM native.event_store WHERE ph = 'X' AND time_issue IS NULL"""
-    )
-    i = _int_sql
-    gpu_args = _args_struct("device", "inDevice", "stream", "correlation", "graph id", "registers per thread", "shared memory",
-                            "bytes", "fromDevice", "toDevice")[:-2] + ', "grid": "VARCHAR[]", "block": "VARCHAR[]"}\''
-    con.execute(
-        f"""CREATE TEMP TABLE kin_gpu AS
-            SELECT idx,
-                   -- Peer copies carry fromDevice/inDevice/toDevice instead of device; the engine is inDevice.
-                   CASE WHEN a.device IS NOT NULL THEN {i('a.device')} ELSE {i('a.inDevice')} END AS device,
-                   {i('a.stream')} AS stream, {i('a.correlation')} AS corr, {i('a."graph id"')} AS graph_id,
-                   {', '.join(f"CASE WHEN len(a.{g}) = 3 THEN {i(f'a.{g}[{k + 1}]')} END AS {g}_{c}"
-                              for g in ('grid', 'block') for k, c in enumerate('xyz'))},
-                   {i('a."registers per thread"')} AS regs, {i('a."shared memory"')} AS shmem, {i('a.bytes')} AS bytes,
-                   {i('a.fromDevice')} AS src_dev, {i('a.toDevice')} AS dst_dev,
-                   cat, name, pid, tid, ts, dur
-            FROM (SELECT *, json_transform(args, {gpu_args}) AS a FROM kin_ev WHERE cat IN {GPU_OP_CATS})"""
-    )
-    # Runtime events of 2021 traces spell it 'external id', and write 0 when no CPU op launched the call
-    # (struct keys are case-insensitive in DuckDB, so that spelling is read by path).
-    legacy_ext = """json_extract_string(args, '$."external id"')"""
-    con.execute(
-        f"""CREATE TEMP TABLE kin_rt AS
-            SELECT idx, {i('a.correlation')} AS corr, coalesce({i('a."External id"')}, nullif({i(legacy_ext)}, 0)) AS ext,
-                   cat, name, pid, tid, ts, dur
-            FROM (SELECT *, json_transform(args, {_args_struct('correlation', 'External id')}) AS a
-                  FROM kin_ev WHERE cat IN {RUNTIME_CATS} AND pid IS NOT NULL)"""
-    )
-    con.execute(
-        f"""CREATE TEMP TABLE kin_meta AS
-            SELECT name AS kind, pid, tid, CASE WHEN a.name IS NOT NULL THEN a.name ELSE a.labels END AS value, idx
-            FROM (SELECT rowid AS idx, name, pid, tid, json_transform(args, {_args_struct('name', 'labels')}) AS a
-                  FROM native.event_store WHERE ph = 'M' AND pid IS NOT NULL)"""
-    )
-    # CPU processes: pids with host-side events or a 'CPU' label, never a pid that carries GPU work
-    # or a 'GPU n' label (Kineto also writes python frames of helper threads under GPU pid 0).
-    con.execute(
-        f"""CREATE TEMP TABLE kin_pids AS
-            WITH gpu_pids AS (SELECT DISTINCT pid FROM kin_ev WHERE cat IN {GPU_CATS} AND pid IS NOT NULL
-                              UNION SELECT pid FROM kin_meta WHERE kind = 'process_labels' AND value LIKE 'GPU%')
-            SELECT DISTINCT pid FROM (
-                SELECT pid FROM kin_ev WHERE cat IN {CPU_CATS} AND pid IS NOT NULL
-                UNION SELECT pid FROM kin_meta WHERE kind = 'process_labels' AND value = 'CPU')
-            WHERE pid NOT IN (SELECT pid FROM gpu_pids)"""
-    )
-    # Device of each GPU pid: what its GPU ops say in args.device (ROCm pids are HSA agent ids),
-    # else the 'GPU n' label, else the pid itself.
-    con.execute(
-        """CREATE TEMP TABLE kin_piddev AS
-           SELECT pid, coalesce(d.dev, l.dev, pid)::INTEGER AS dev FROM (
-               SELECT DISTINCT pid FROM kin_ev WHERE cat IN ('kernel','gpu_memcpy','gpu_memset','gpu_user_annotation'))
-           LEFT JOIN (SELECT pid, mode(device) AS dev FROM kin_gpu WHERE device IS NOT NULL GROUP BY pid) d USING (pid)
-           LEFT JOIN (SELECT pid, max(TRY_CAST(regexp_extract(value, '^GPU\\s*(\\d+)$', 1) AS INTEGER)) AS dev
-                      FROM kin_meta WHERE kind = 'process_labels' GROUP BY pid) l USING (pid)"""
-    )
-    # Launch link by args.correlation. Correlation ids are unique per process, so the only
-    # ambiguity is a file with several processes: take the latest call that started before the op.
-    # A graph launch matches every op of its replay (1 → N).
-    con.execute(
-        """CREATE TEMP TABLE kin_link AS
-           SELECT g.idx, r.pid, r.tid FROM kin_gpu g JOIN kin_rt r ON r.corr = g.corr
-           QUALIFY row_number() OVER (PARTITION BY g.idx ORDER BY (r.ts <= g.ts) DESC, r.ts DESC) = 1"""
-    )
-    create_short_names(con, "kin_names", "SELECT name FROM kin_gpu WHERE cat = 'kernel'")
-    one_cpu = "(SELECT CASE WHEN count(*) = 1 THEN min(pid) END FROM kin_pids)"
+    _links(con, cat)
+    _kernels(con)
     gpu_from = """FROM kin_gpu g LEFT JOIN kin_link l USING (idx) LEFT JOIN kin_piddev p ON p.pid = g.pid"""
-    con.execute(
-        f"""INSERT INTO kernels
-            SELECT coalesce(g.device, p.dev, g.pid), g.stream, g.ts, g.ts + g.dur, g.dur, g.name, coalesce(n.short, g.name),
-                   g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z, g.regs, g.shmem, NULL, g.corr, g.graph_id,
-                   coalesce(l.pid, {one_cpu}), l.tid, l.pid IS NOT NULL, false
-            {gpu_from} LEFT JOIN kin_names n ON n.name = g.name
-            WHERE g.cat = 'kernel' AND g.name IS NOT NULL AND coalesce(g.device, p.dev, g.pid) IS NOT NULL ORDER BY g.idx"""
-    )
     kinds = ", ".join(f"'{k}'" for k in COPY_KINDS)
     con.execute(
         f"""INSERT INTO memops
@@ -894,35 +877,11 @@ def _build(con, top: dict) -> None:
                    g.bytes,
                    nullif(regexp_extract(g.name, '\\((.+?)\\s*->', 1), ''),
                    nullif(coalesce(nullif(regexp_extract(g.name, '->\\s*(.+?)\\s*\\)', 1), ''), regexp_extract(g.name, '^Memset\\s*\\((.+?)\\)', 1)), ''),
-                   g.src_dev, g.dst_dev, g.corr, coalesce(l.pid, {one_cpu}), l.tid, l.pid IS NOT NULL
+                   g.src_dev, g.dst_dev, g.corr, coalesce(l.pid, {ONE_CPU}), l.tid, l.pid IS NOT NULL
             {gpu_from}
             WHERE g.cat IN ('gpu_memcpy', 'gpu_memset') AND coalesce(g.device, p.dev, g.pid) IS NOT NULL ORDER BY g.idx"""
     )
-    # Event ids. Kineto names no CUDA event handle on the calls, but its 'cuda_sync' records (GPU track, args.correlation
-    # = the waiting call's) name the correlation id of the cudaEventRecord that recorded the awaited event. That id
-    # serves as the event id of both calls, so a wait pairs with exactly its record (critical_path).
-    con.execute(
-        f"""CREATE TEMP TABLE kin_evid AS
-            SELECT r.idx, s.rec AS event_id
-            FROM (SELECT ts, {i('a.correlation')} AS corr, {i('a.wait_on_cuda_event_record_corr_id')} AS rec
-                  FROM (SELECT ts, json_transform(args, {_args_struct('correlation', 'wait_on_cuda_event_record_corr_id')}) AS a
-                        FROM kin_ev WHERE cat = 'cuda_sync')) s
-            JOIN kin_rt r ON r.corr = s.corr
-            WHERE s.rec >= 0
-            QUALIFY row_number() OVER (PARTITION BY s.corr, s.ts ORDER BY abs(r.ts - s.ts), r.idx) = 1"""
-    )
-    con.execute(
-        """INSERT INTO kin_evid
-           SELECT r.idx, r.corr FROM kin_rt r
-           WHERE r.name LIKE '%EventRecord%' AND r.corr IN (SELECT event_id FROM kin_evid)"""
-    )
-    con.execute(
-        """INSERT INTO api_calls
-           SELECT pid, tid, ts, ts + dur, dur, regexp_replace(name, '_v\\d+$', ''),
-                  CASE WHEN name LIKE 'hip%' THEN 'hip' WHEN name LIKE 'hsa%' THEN 'hsa' ELSE cat END, corr, ext, e.event_id
-           FROM kin_rt LEFT JOIN (SELECT idx, min(event_id) AS event_id FROM kin_evid GROUP BY idx) e USING (idx)
-           WHERE name IS NOT NULL ORDER BY idx"""
-    )
+    _api_calls(con)
     con.execute(
         """INSERT INTO markers
            SELECT pid, tid, ts, ts + dur, dur, name, '', 'annotation', 'pytorch', NULL, NULL
@@ -966,6 +925,127 @@ def _build(con, top: dict) -> None:
     )
     _devices(con, top)
     _meta(con, top, dist, rank, n_cpu)
+
+
+
+def _links(con, cat: str) -> None:
+    """The temporary tables both the reader and preview() derive the GPU rows from: kin_ev (complete events with usable
+    times, categories aliased), kin_gpu (GPU ops with their args), kin_rt (runtime calls), kin_meta (metadata events),
+    kin_pids (CPU processes), kin_piddev (device of each GPU pid), kin_link (each GPU op's launching call) and
+    kin_names (kernel base names)."""
+    con.execute(
+        f"""CREATE TEMP VIEW kin_ev AS SELECT rowid AS idx, ph, {cat} AS cat, name, pid, tid,
+                  ts_ns AS ts, greatest(dur_ns, 0) AS dur, dur_ns < 0 AS neg_dur, args
+           FROM native.event_store WHERE ph = 'X' AND time_issue IS NULL"""
+    )
+    i = _int_sql
+    gpu_args = _args_struct("device", "inDevice", "stream", "correlation", "graph id", "registers per thread", "shared memory",
+                            "bytes", "fromDevice", "toDevice")[:-2] + ', "grid": "VARCHAR[]", "block": "VARCHAR[]"}\''
+    con.execute(
+        f"""CREATE TEMP TABLE kin_gpu AS
+            SELECT idx,
+                   -- Peer copies carry fromDevice/inDevice/toDevice instead of device; the engine is inDevice.
+                   CASE WHEN a.device IS NOT NULL THEN {i('a.device')} ELSE {i('a.inDevice')} END AS device,
+                   {i('a.stream')} AS stream, {i('a.correlation')} AS corr, {i('a."graph id"')} AS graph_id,
+                   {', '.join(f"CASE WHEN len(a.{g}) = 3 THEN {i(f'a.{g}[{k + 1}]')} END AS {g}_{c}"
+                              for g in ('grid', 'block') for k, c in enumerate('xyz'))},
+                   {i('a."registers per thread"')} AS regs, {i('a."shared memory"')} AS shmem, {i('a.bytes')} AS bytes,
+                   {i('a.fromDevice')} AS src_dev, {i('a.toDevice')} AS dst_dev,
+                   cat, name, pid, tid, ts, dur
+            FROM (SELECT *, json_transform(args, {gpu_args}) AS a FROM kin_ev WHERE cat IN {GPU_OP_CATS})"""
+    )
+    # Runtime events of 2021 traces spell it 'external id', and write 0 when no CPU op launched the call
+    # (struct keys are case-insensitive in DuckDB, so that spelling is read by path).
+    legacy_ext = """json_extract_string(args, '$."external id"')"""
+    con.execute(
+        f"""CREATE TEMP TABLE kin_rt AS
+            SELECT idx, {i('a.correlation')} AS corr, coalesce({i('a."External id"')}, nullif({i(legacy_ext)}, 0)) AS ext,
+                   cat, name, pid, tid, ts, dur
+            FROM (SELECT *, json_transform(args, {_args_struct('correlation', 'External id')}) AS a
+                  FROM kin_ev WHERE cat IN {RUNTIME_CATS} AND pid IS NOT NULL)"""
+    )
+    con.execute(
+        f"""CREATE TEMP TABLE kin_meta AS
+            SELECT name AS kind, pid, tid, CASE WHEN a.name IS NOT NULL THEN a.name ELSE a.labels END AS value, idx
+            FROM (SELECT rowid AS idx, name, pid, tid, json_transform(args, {_args_struct('name', 'labels')}) AS a
+                  FROM native.event_store WHERE ph = 'M' AND pid IS NOT NULL)"""
+    )
+    # CPU processes: pids with host-side events or a 'CPU' label, never a pid that carries GPU work
+    # or a 'GPU n' label (Kineto also writes python frames of helper threads under GPU pid 0).
+    con.execute(
+        f"""CREATE TEMP TABLE kin_pids AS
+            SELECT pid FROM (
+                SELECT pid, bool_or(cat IN {CPU_CATS}) AS cpu, bool_or(cat IN {GPU_CATS}) AS gpu
+                FROM kin_ev WHERE pid IS NOT NULL GROUP BY pid
+                UNION ALL SELECT pid, value = 'CPU', value LIKE 'GPU%' FROM kin_meta WHERE kind = 'process_labels')
+            GROUP BY pid HAVING bool_or(cpu) AND NOT bool_or(gpu)"""
+    )
+    # Device of each GPU pid: what its GPU ops say in args.device (ROCm pids are HSA agent ids),
+    # else the 'GPU n' label, else the pid itself.
+    con.execute(
+        """CREATE TEMP TABLE kin_piddev AS
+           SELECT pid, coalesce(d.dev, l.dev, pid)::INTEGER AS dev FROM (
+               SELECT DISTINCT pid FROM kin_ev WHERE cat IN ('kernel','gpu_memcpy','gpu_memset','gpu_user_annotation'))
+           LEFT JOIN (SELECT pid, mode(device) AS dev FROM kin_gpu WHERE device IS NOT NULL GROUP BY pid) d USING (pid)
+           LEFT JOIN (SELECT pid, max(TRY_CAST(regexp_extract(value, '^GPU\\s*(\\d+)$', 1) AS INTEGER)) AS dev
+                      FROM kin_meta WHERE kind = 'process_labels' GROUP BY pid) l USING (pid)"""
+    )
+    # Launch link by args.correlation. Correlation ids are unique per process, so the only
+    # ambiguity is a file with several processes: take the latest call that started before the op.
+    # A graph launch matches every op of its replay (1 → N).
+    con.execute(
+        """CREATE TEMP TABLE kin_link AS
+           SELECT g.idx, r.pid, r.tid FROM kin_gpu g JOIN kin_rt r ON r.corr = g.corr
+           QUALIFY row_number() OVER (PARTITION BY g.idx ORDER BY (r.ts <= g.ts) DESC, r.ts DESC) = 1"""
+    )
+    create_short_names(con, "kin_names", "SELECT name FROM kin_gpu WHERE cat = 'kernel'")
+
+
+# The launching process of GPU work without a linked call: the trace's CPU process when there is exactly one.
+ONE_CPU = "(SELECT CASE WHEN count(*) = 1 THEN min(pid) END FROM kin_pids)"
+
+
+def _kernels(con) -> None:
+    """kernels from kin_gpu: the device is args.device, else the device of the GPU pid, else the pid itself."""
+    con.execute(
+        f"""INSERT INTO kernels
+            SELECT coalesce(g.device, p.dev, g.pid), g.stream, g.ts, g.ts + g.dur, g.dur, g.name, coalesce(n.short, g.name),
+                   g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z, g.regs, g.shmem, NULL, g.corr, g.graph_id,
+                   coalesce(l.pid, {ONE_CPU}), l.tid, l.pid IS NOT NULL, false
+            FROM kin_gpu g LEFT JOIN kin_link l USING (idx) LEFT JOIN kin_piddev p ON p.pid = g.pid
+            LEFT JOIN kin_names n ON n.name = g.name
+            WHERE g.cat = 'kernel' AND g.name IS NOT NULL AND coalesce(g.device, p.dev, g.pid) IS NOT NULL ORDER BY g.idx"""
+    )
+
+
+def _api_calls(con) -> None:
+    """api_calls from kin_rt, with the event ids Kineto's cuda_sync records give."""
+    i = _int_sql
+    # Event ids. Kineto names no CUDA event handle on the calls, but its 'cuda_sync' records (GPU track, args.correlation
+    # = the waiting call's) name the correlation id of the cudaEventRecord that recorded the awaited event. That id
+    # serves as the event id of both calls, so a wait pairs with exactly its record (critical_path).
+    con.execute(
+        f"""CREATE TEMP TABLE kin_evid AS
+            SELECT r.idx, s.rec AS event_id
+            FROM (SELECT ts, {i('a.correlation')} AS corr, {i('a.wait_on_cuda_event_record_corr_id')} AS rec
+                  FROM (SELECT ts, json_transform(args, {_args_struct('correlation', 'wait_on_cuda_event_record_corr_id')}) AS a
+                        FROM kin_ev WHERE cat = 'cuda_sync')) s
+            JOIN kin_rt r ON r.corr = s.corr
+            WHERE s.rec >= 0
+            QUALIFY row_number() OVER (PARTITION BY s.corr, s.ts ORDER BY abs(r.ts - s.ts), r.idx) = 1"""
+    )
+    con.execute(
+        """INSERT INTO kin_evid
+           SELECT r.idx, r.corr FROM kin_rt r
+           WHERE r.name LIKE '%EventRecord%' AND r.corr IN (SELECT event_id FROM kin_evid)"""
+    )
+    con.execute(
+        """INSERT INTO api_calls
+           SELECT pid, tid, ts, ts + dur, dur, regexp_replace(name, '_v\\d+$', ''),
+                  CASE WHEN name LIKE 'hip%' THEN 'hip' WHEN name LIKE 'hsa%' THEN 'hsa' ELSE cat END, corr, ext, e.event_id
+           FROM kin_rt LEFT JOIN (SELECT idx, min(event_id) AS event_id FROM kin_evid GROUP BY idx) e USING (idx)
+           WHERE name IS NOT NULL ORDER BY idx"""
+    )
 
 
 # c10::DeviceType of a '[memory]' event: 0 is host memory, every other type (1 CUDA, 6 HIP, 12 XPU, ...) a device's.
@@ -1017,6 +1097,10 @@ def _memory(con) -> None:
     )
 
 
+def _sql_list(values: tuple[str, ...]) -> str:
+    return "(" + ", ".join(quote_literal(v) for v in values) + ")"
+
+
 def _table_of(cat: str) -> str:
     """The model table an event of (aliased) category `cat` belongs in, or NULL for none."""
     return (f"CASE WHEN {cat} = 'kernel' THEN 'kernels' WHEN {cat} IN ('gpu_memcpy', 'gpu_memset') THEN 'memops' "
@@ -1024,8 +1108,8 @@ def _table_of(cat: str) -> str:
             f"THEN 'markers' WHEN {cat} IN ('cpu_op', 'python_function') THEN 'cpu_ops' END")
 
 
-def _issues(con, cat: str) -> None:
-    """data_issues: every event of a model table's category that the inserts above left out or
+def _issues(con, cat: str, tables: tuple[str, ...] = _FILLED) -> None:
+    """data_issues of the model tables `tables`: every event of their categories that the inserts above left out or
     changed, each counted once with the first reason that applies. The conditions mirror the
     inserts' WHERE clauses: kept + skipped = the category's complete events."""
     gpu_ops = "('kernel', 'gpu_memcpy', 'gpu_memset')"
@@ -1033,7 +1117,7 @@ def _issues(con, cat: str) -> None:
         SELECT tbl, 'skipped', count(*), time_issue
         FROM (SELECT {_table_of(cat)} AS tbl, time_issue
               FROM native.event_store WHERE ph = 'X' AND time_issue IS NOT NULL)
-        WHERE tbl IS NOT NULL GROUP BY ALL
+        WHERE tbl IN {_sql_list(tables)} GROUP BY ALL
         UNION ALL
         SELECT tbl, CASE WHEN reason IS NULL THEN 'repaired' ELSE 'skipped' END, count(*),
                coalesce(reason, 'dur is negative: set to 0')
@@ -1043,8 +1127,8 @@ def _issues(con, cat: str) -> None:
                                THEN 'no device: args.device is missing or not a number, and pid is not a number'
                           WHEN e.name IS NULL AND e.cat NOT IN ('gpu_memcpy', 'gpu_memset') THEN 'name is missing'
                      END AS reason
-              FROM kin_ev e LEFT JOIN kin_gpu g USING (idx))
-        WHERE tbl IS NOT NULL AND (reason IS NOT NULL OR neg_dur) GROUP BY ALL
+              FROM (SELECT * FROM kin_ev WHERE {_table_of('cat')} IN {_sql_list(tables)}) e LEFT JOIN kin_gpu g USING (idx))
+        WHERE reason IS NOT NULL OR neg_dur GROUP BY ALL
         ORDER BY 1, 2, 4""")
 
 
@@ -1114,6 +1198,18 @@ def _int_or_none(v):
     return None
 
 
+def _capture(con) -> tuple[list[tuple[str, str]], bool]:
+    """trace_meta's capture span rows, and whether the times are fractional absolute µs (approximate)."""
+    lo, hi, frac, big = con.execute(
+        "SELECT min(ts), max(ts + dur), bool_or(ts % 1000 <> 0 OR dur % 1000 <> 0), max(abs(ts)) >= 8796093022208000 FROM kin_ev"
+    ).fetchone()
+    if lo is None:
+        return [("absent", "capture span: the trace has no timed (ph X) events")], False
+    return [("capture_start_ns", str(lo)), ("capture_end_ns", str(hi)),
+            ("capture_span_source", "first start to last end of all complete (ph X) events, including the profiler's own span event")], \
+        bool(frac and big)
+
+
 def _meta(con, top: dict, dist: dict, rank, n_cpu: int) -> None:
     rows: list[tuple[str, str]] = [("format", "kineto"), ("format_version", _text(top.get("schemaVersion")) or "")]
     cuda, hip = _int_or_none(top.get("cuda_runtime_version")), _int_or_none(top.get("hip_runtime_version"))
@@ -1128,20 +1224,14 @@ def _meta(con, top: dict, dist: dict, rank, n_cpu: int) -> None:
         if top.get(key) is not None:
             rows.append((key if key != "displayTimeUnit" else "display_time_unit", _text(top[key])))
     base = _int_or_none(top.get("baseTimeNanoseconds"))
-    lo, hi, frac, big = con.execute(
-        "SELECT min(ts), max(ts + dur), bool_or(ts % 1000 <> 0 OR dur % 1000 <> 0), max(abs(ts)) >= 8796093022208000 FROM kin_ev"
-    ).fetchone()
+    span, frac_big = _capture(con)
     if base is not None:
         rows.append(("base_time_ns", str(base)))
         rows.append(("timestamp_format", "microseconds relative to baseTimeNanoseconds (absolute epoch ns = base_time_ns + ts)"))
     else:
         rows.append(("timestamp_format", "absolute epoch microseconds"))
-    if lo is not None:
-        rows += [("capture_start_ns", str(lo)), ("capture_end_ns", str(hi)),
-                 ("capture_span_source", "first start to last end of all complete (ph X) events, including the profiler's own span event")]
-    else:
-        rows.append(("absent", "capture span: the trace has no timed (ph X) events"))
-    if base is None and frac and big:
+    rows += span
+    if base is None and frac_big:
         rows.append(("warning", "Timestamps are fractional absolute microseconds (2024-era Kineto before baseTimeNanoseconds): "
                                 "float parsing keeps only ~0.25 us resolution, so sub-microsecond times are approximate."))
     if dist:
