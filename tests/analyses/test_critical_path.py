@@ -353,6 +353,22 @@ def test_job_reads_every_rank_through_the_stacked_store_in_a_fixed_number_of_sta
     assert statements[3] == statements[6]
 
 
+def test_job_step_missing_on_another_rank_is_refused_with_that_ranks_series(tmp_path):
+    """The first rank's step index is taken on every rank: a rank with fewer steps refuses it, naming its own series."""
+    from gpuscope.fixtures.scenarios_job import PID0, job
+    from gpuscope.fixtures.writers import kineto
+    from gpuscope.tools.model import job as jobs
+    from gpuscope.tools.model.cache import leases
+
+    paths = [str(kineto.write(job(2, 1, steps, deps=True), tmp_path / f"rank{r}.pt.trace.json", pid=PID0 + r))
+             for r, steps in enumerate((3, 2))]
+    with leases():
+        traces = jobs.open_job(paths)
+        assert critical_path(traces, step=1).iteration.index == 1
+        with pytest.raises(ProfileError, match=rf"step=2 does not exist: .*\(process {PID0 + 1}, thread {PID0 + 1}\) has steps 0\.\.1"):
+            critical_path(traces, step=2)
+
+
 def test_job_clock_skew_clamps_transfer_parts(tmp_path):
     """Rank 0's clock runs 500 µs late: its arrival comes after the other ranks' all-reduce ended, so their transfer
     parts are clamped to 0 ns (counted); the path still ends on the latest rank's step end."""
