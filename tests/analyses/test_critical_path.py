@@ -319,6 +319,56 @@ def test_job_refuses_pid(tmp_path):
             critical_path(traces, pid=20_000)
 
 
+def test_job_reads_every_rank_through_the_stacked_store_in_a_fixed_number_of_statements(tmp_path, monkeypatch):
+    """Every rank's window (step choice), API calls, GPU ops and host-gap names come from the job's stacked store: the
+    statements do not grow with the ranks, and no rank's own store is attached (each costs DuckDB ~0.5 MB of its
+    memory limit). Ranks without collectives: the communicator lookup (per rank, job._communicators) does not run."""
+    from gpuscope.fixtures.scenarios_job import PID0, job, step_us
+    from gpuscope.fixtures.writers import kineto
+    from gpuscope.tools.model import hub as hubs
+    from gpuscope.tools.model import job as jobs
+    from gpuscope.tools.model.cache import leases
+
+    statements = {}
+    for n in (3, 6):
+        folder = tmp_path / f"run{n}"
+        folder.mkdir()
+        s = job(n, 1, 3, deps=True, silent=tuple(range(n)))
+        for r in range(n):
+            kineto.write(s, folder / f"rank{r:03d}.pt.trace.json", pid=PID0 + r)
+        with leases():
+            traces = jobs.open_job([str(folder)])
+            seen = []
+            for name in ("job_sql", "job_df"):
+                real = getattr(jobs, name)
+                monkeypatch.setattr(jobs, name, lambda *a, _real=real, **k: seen.append(a) or _real(*a, **k))
+            res = critical_path(traces)
+            monkeypatch.undo()
+            attached = sum(str(t.store.model_file.resolve()) in hubs.hub()._attached for t in traces)
+        statements[n] = len(seen)
+        assert attached == 0
+        assert [x.rank for x in res.ranks] == list(range(n)) and res.collectives.comm_kernels == 0
+        # no collective: each rank's step thread runs to the step's end (the generator's step_us: no all-reduce to wait for)
+        assert res.iteration.index == 1 and res.path_ns == res.window_span_ns == step_us(0) * US
+    assert statements[3] == statements[6]
+
+
+def test_job_step_missing_on_another_rank_is_refused_with_that_ranks_series(tmp_path):
+    """The first rank's step index is taken on every rank: a rank with fewer steps refuses it, naming its own series."""
+    from gpuscope.fixtures.scenarios_job import PID0, job
+    from gpuscope.fixtures.writers import kineto
+    from gpuscope.tools.model import job as jobs
+    from gpuscope.tools.model.cache import leases
+
+    paths = [str(kineto.write(job(2, 1, steps, deps=True), tmp_path / f"rank{r}.pt.trace.json", pid=PID0 + r))
+             for r, steps in enumerate((3, 2))]
+    with leases():
+        traces = jobs.open_job(paths)
+        assert critical_path(traces, step=1).iteration.index == 1
+        with pytest.raises(ProfileError, match=rf"step=2 does not exist: .*\(process {PID0 + 1}, thread {PID0 + 1}\) has steps 0\.\.1"):
+            critical_path(traces, step=2)
+
+
 def test_job_clock_skew_clamps_transfer_parts(tmp_path):
     """Rank 0's clock runs 500 µs late: its arrival comes after the other ranks' all-reduce ended, so their transfer
     parts are clamped to 0 ns (counted); the path still ends on the latest rank's step end."""

@@ -41,7 +41,7 @@ from .intervals import unions
 from .marker_summary import ANNOTATE
 from .projection import RANGE_KINDS_SQL, SHIFT, projection_absent_reason, with_sql
 from .requirements import left_out, require
-from .stacked import run
+from .stacked import run, stack
 from .step_choice import MIN_COVERAGE, choice_sql
 
 WARMUP_FACTOR = 1.5
@@ -158,44 +158,7 @@ def iterations(
     limit = None if limit is None else max(1, min(int(limit), 1000))
     absent = projection_absent_reason(trace)
     base = with_sql(trace)
-
-    # the choice is step_choice.py's, the one definition rank_summary applies to every rank of a job
-    ranges = f"kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL"
-    if pid is not None:
-        have = [p for (p,) in trace.sql(f"SELECT DISTINCT pid FROM markers WHERE {ranges} AND end_ns > start_ns ORDER BY 1")]
-        if pid not in have:
-            raise ProfileError(f"process {pid} has no annotation ranges; processes with ranges: {have}.")
-    params: dict = {}
-    if marker:
-        params["marker"] = marker
-        if any(ch in marker for ch in "*?["):
-            params["names"] = [n for (n,) in trace.sql(f"SELECT DISTINCT name FROM markers WHERE {ranges} AND name IS NOT NULL")
-                               if fnmatch.fnmatchcase(n, marker)]
-    choice_with = choice_sql([trace], [(0, pid)], [0] if absent is None else [], bool(marker), "names" in params)
-    # one statement: the range groups (one row each) and the chosen step ranges
-    gcols = ["pid", "tid", "domain", "pattern", "instances", "min_depth", "example", "coverage", "picked", "how", "best",
-             "any_eligible"]
-    scols = ["rid", "pid", "tid", "start_ns", "end_ns", "name", "domain", "pattern"]
-    (found_groups, found_steps), = run([trace], choice_with + f"""
-        SELECT (SELECT list(({', '.join(f'g_.{c}' for c in gcols)}) ORDER BY g_.first_rid) FROM (
-                   SELECT g.*, p.pid IS NOT NULL AS picked, p.how, b.pid IS NOT NULL AS best, b.any_eligible FROM grp g
-                   LEFT JOIN pick p ON p.pid = g.pid AND p.tid = g.tid AND p.domain = g.domain AND p.pattern = g.pattern
-                   LEFT JOIN best b ON b.pid = g.pid AND b.tid = g.tid AND b.domain = g.domain AND b.pattern = g.pattern) g_),
-               (SELECT list(({', '.join(scols)}) ORDER BY pid, tid, start_ns, rid) FROM chosen)""", params or None)
-    groups = pd.DataFrame([tuple(x) for x in found_groups or []], columns=gcols)
-    groups["coverage"] = groups["coverage"].astype("float64")
-    steps_df = pd.DataFrame([tuple(x) for x in found_steps or []], columns=scols)
-
-    if marker:
-        if steps_df.empty:
-            top = groups.sort_values("instances", ascending=False)["pattern"].head(8).tolist()
-            raise ProfileError(f"no annotation range matches marker={marker!r} (exact name, name with numbers as <N>, or "
-                               f"glob such as 'step*'). Most repeated range names here: {top}.")
-        pats = sorted(set(steps_df["pattern"]))
-        choice = Choice(how="caller", pattern=pats[0] if len(pats) == 1 else marker,
-                        domain=str(steps_df.sort_values("rid")["domain"].iloc[0]), reason=f"requested with marker={marker!r}")
-    else:
-        choice = _choice(groups, absent)
+    choice, groups, steps_df = step_choice([trace], 0, pid, marker, absent)
     chosen = groups[groups["picked"]]
     steps_df = steps_df.sort_values(["pid", "tid", "start_ns", "rid"])
     if start_ns is not None:
@@ -229,6 +192,51 @@ def iterations(
         summaries=summaries, steps=steps[:limit], truncated=truncated,
         hint=f"{len(steps) - limit} more steps than limit={limit}; raise limit or narrow the time window" if truncated else None,
     )
+
+
+def step_choice(traces: list[Trace], part: int, pid: int | None, marker: str | None,
+                absent: str | None) -> tuple[Choice, pd.DataFrame, pd.DataFrame]:
+    """(choice, range groups, step ranges) of one scope: profile `part` of `traces` (one profile, or a job read through
+    its stacked store), process `pid` (None: every process); `absent`: why the profile has no GPU projection (None: it
+    has one). Raises ProfileError as iterations does when no range can be the step. Three statements at most."""
+    ranges = f"kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL"
+    if pid is not None:
+        have = [p for (p,) in run(traces, f"""SELECT DISTINCT pid FROM (
+            {stack(traces, 'markers', 'pid', f'{ranges} AND end_ns > start_ns', {part})}) ORDER BY 1""")]
+        if pid not in have:
+            raise ProfileError(f"process {pid} has no annotation ranges; processes with ranges: {have}.")
+    params: dict = {}
+    if marker:
+        params["marker"] = marker
+        if any(ch in marker for ch in "*?["):
+            params["names"] = [n for (n,) in run(traces, f"""SELECT DISTINCT name FROM (
+                {stack(traces, 'markers', 'name', f'{ranges} AND name IS NOT NULL', {part})})""")
+                               if fnmatch.fnmatchcase(n, marker)]
+    choice_with = choice_sql(traces, [(part, pid)], [part] if absent is None else [], bool(marker), "names" in params)
+    # one statement: the range groups (one row each) and the chosen step ranges
+    gcols = ["pid", "tid", "domain", "pattern", "instances", "min_depth", "example", "coverage", "picked", "how", "best",
+             "any_eligible"]
+    scols = ["rid", "pid", "tid", "start_ns", "end_ns", "name", "domain", "pattern"]
+    (found_groups, found_steps), = run(traces, choice_with + f"""
+        SELECT (SELECT list(({', '.join(f'g_.{c}' for c in gcols)}) ORDER BY g_.first_rid) FROM (
+                   SELECT g.*, p.pid IS NOT NULL AS picked, p.how, b.pid IS NOT NULL AS best, b.any_eligible FROM grp g
+                   LEFT JOIN pick p ON p.pid = g.pid AND p.tid = g.tid AND p.domain = g.domain AND p.pattern = g.pattern
+                   LEFT JOIN best b ON b.pid = g.pid AND b.tid = g.tid AND b.domain = g.domain AND b.pattern = g.pattern) g_),
+               (SELECT list(({', '.join(scols)}) ORDER BY pid, tid, start_ns, rid) FROM chosen)""", params or None)
+    groups = pd.DataFrame([tuple(x) for x in found_groups or []], columns=gcols)
+    groups["coverage"] = groups["coverage"].astype("float64")
+    steps_df = pd.DataFrame([tuple(x) for x in found_steps or []], columns=scols)
+    if marker:
+        if steps_df.empty:
+            top = groups.sort_values("instances", ascending=False)["pattern"].head(8).tolist()
+            raise ProfileError(f"no annotation range matches marker={marker!r} (exact name, name with numbers as <N>, or "
+                               f"glob such as 'step*'). Most repeated range names here: {top}.")
+        pats = sorted(set(steps_df["pattern"]))
+        choice = Choice(how="caller", pattern=pats[0] if len(pats) == 1 else marker,
+                        domain=str(steps_df.sort_values("rid")["domain"].iloc[0]), reason=f"requested with marker={marker!r}")
+    else:
+        choice = _choice(groups, absent)
+    return choice, groups, steps_df
 
 
 def _choice(groups: pd.DataFrame, absent: str | None) -> Choice:

@@ -5,6 +5,7 @@ table of it with each row's position `part` in the job (one scan, however many r
 fixed, however many ranks it reads:
 
   run(traces, sql, params)   one statement over the stacked stores (through job.job_sql, so a test can count them);
+  frame(traces, sql, ...)    the same as a pandas DataFrame (through job.job_df), reading registered DataFrames too;
   stack(traces, table, cols) the stacked table (union_sql);
   values(rows)               a VALUES list of small per-rank rows (integers, booleans, NULLs) for a CTE;
   prime(traces)              one statement for the per-profile counts (requirements.present, Trace.count,
@@ -43,6 +44,19 @@ def run(traces: list[Trace], sql: str, params: list | dict | None = None) -> lis
     if len(traces) == 1:
         return traces[0].sql(sql, params)
     return jobs.job_sql(traces, sql, params)
+
+
+def frame(traces: list[Trace], sql: str, params: list | dict | None = None, frames: dict | None = None):
+    """run()'s statement as a pandas DataFrame; `frames`: DataFrames the statement reads by name."""
+    if len(traces) == 1:
+        cur = traces[0].con.cursor()
+        try:
+            for name, df in (frames or {}).items():
+                cur.register(name, df)
+            return cur.execute(sql, params).df()
+        finally:
+            cur.close()
+    return jobs.job_df(sql, params, frames)
 
 
 def whole_graph_cols(traces: list[Trace]) -> str:

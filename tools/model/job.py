@@ -209,21 +209,23 @@ def open_job(items: Iterable[str | Path], progress: Progress = lambda f, m: None
 
 
 # A job's analyses read these tables of every rank: copied once into the job's stacked store (JobStack), with
-# `_part` = the rank profile's position in the job. Three derived tables ride along: each profile's row counts
-# (stacked.prime), the args of Kineto NCCL kernels (comm_job_summary's messages) and the Nsight start/end ranges that
-# ended on another thread (the step choice leaves them out of the GPU projection), so the large tables they come from
-# (cpu_ops, native.events, native.NVTX_EVENTS) are not copied and no rank's own store is read.
+# `_part` = the rank profile's position in the job. Four derived tables ride along: each profile's row counts
+# (stacked.prime), the args of Kineto NCCL kernels (comm_job_summary's messages), the Nsight start/end ranges that
+# ended on another thread (the step choice leaves them out of the GPU projection) and the CPU operators (critical_path
+# names its host gaps after them; not the Python functions), so the large tables they come from (cpu_ops,
+# native.events, native.NVTX_EVENTS) are not copied whole and no rank's own store is read.
 STACKED_TABLES = ("kernels", "memops", "processes", "api_calls", "markers", "nccl_calls", "devices", "data_issues")
-DERIVED_TABLES = ("kind_counts", "comm_args", "nvtx_cross_thread")
+DERIVED_TABLES = ("kind_counts", "comm_args", "nvtx_cross_thread", "cpu_op_ranges")
 EMPTY_DERIVED = {"kind_counts": "kind VARCHAR, n BIGINT", "comm_args": "name VARCHAR, ts_ns BIGINT, tid BIGINT, args VARCHAR",
-                 "nvtx_cross_thread": "pid BIGINT, tid BIGINT, start_ns BIGINT"}
+                 "nvtx_cross_thread": "pid BIGINT, tid BIGINT, start_ns BIGINT",
+                 "cpu_op_ranges": "pid BIGINT, tid BIGINT, start_ns BIGINT, end_ns BIGINT, name VARCHAR"}
 # NVTX_EVENTS columns that record the thread a start/end range ended on (Nsight exports since ~2021)
 XT_COLUMNS = frozenset({"endGlobalTid", "globalTid", "eventType", "start"})
 # Stores attached at once while a job's stacked store is built: each costs DuckDB about 0.5 MB of its memory limit
 # while attached, so a batch bounds the memory however many ranks the job has.
 STACK_BATCH = 64
 MAX_STACKS = 4  # stacked stores kept attached in this process (a compare_traces call holds two)
-STACK_VERSION = "2"  # 2: nvtx_cross_thread
+STACK_VERSION = "3"  # 2: nvtx_cross_thread; 3: cpu_op_ranges
 
 
 def empty_sql(table: str) -> str:
@@ -250,6 +252,9 @@ def source_sql(table: str, catalog: str, fmt: str, nvtx_columns: frozenset | set
             return None
         return (f"SELECT name, ts_ns, tid, args FROM {catalog}.native.events "
                 "WHERE cat = 'kernel' AND args LIKE '%Collective name%'")
+    if table == "cpu_op_ranges":
+        return (f"SELECT pid, tid, start_ns, end_ns, name FROM {catalog}.main.cpu_ops "
+                "WHERE category = 'cpu_op' AND pid IS NOT NULL AND tid IS NOT NULL")
     if table == "nvtx_cross_thread":
         if fmt != "nsys" or not XT_COLUMNS <= set(nvtx_columns):
             return None
@@ -396,6 +401,20 @@ def union_sql(traces: list[Trace], table: str, columns: str, where: str = "TRUE"
             SELECT _part, {columns} FROM {quote_ident(st.catalog)}.main.{table} WHERE {where}) x
             JOIN (VALUES {mapping}) m(_part, part) ON x._part = m._part""")
     return "\nUNION ALL\n".join(selects)
+
+
+def job_df(query: str, params: list | dict | None = None, frames: dict | None = None):
+    """Run one query over the job's stores as a pandas DataFrame; `frames`: DataFrames the query reads by name
+    (registered on its cursor only)."""
+    from .hub import hub
+
+    cur = hub().con.cursor()
+    try:
+        for name, df in (frames or {}).items():
+            cur.register(name, df)
+        return cur.execute(query, params).df()
+    finally:
+        cur.close()
 
 
 def job_sql(traces: list[Trace], query: str, params: list | None = None) -> list[tuple]:

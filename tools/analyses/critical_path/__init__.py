@@ -61,11 +61,11 @@ from ...model.errors import ProfileError
 from ...model.trace import Trace
 from ..common import Window, data_issue_notes, pct
 from ..requirements import require
-from .build import RankGraph
+from .build import rank_graphs
 from .graph import KINDS, MAX_NODES
 from .job import job_graph
 from .result import CriticalPathResult, Share, WhatIf
-from .window import choose_window
+from .window import choose_windows
 
 __all__ = ["KINDS", "CriticalPathResult", "critical_path"]
 
@@ -128,8 +128,8 @@ def critical_path(
         traces = trace
     else:
         require(trace, "critical_path")
-        ws, we, main_tid, pid, choice, note, source = choose_window(trace, step, marker, pid, start_ns, end_ns)
-        g = RankGraph(trace, ws, we, pid, main_tid)
+        ((ws, we, main_tid, pid),), choice, note, source = choose_windows([trace], [(0, pid)], step, marker, start_ns, end_ns)
+        g, = rank_graphs([trace], [(0, pid, ws, we, main_tid)])
         traces = [trace]
     base = g.evaluate(g.d)
     path = g.path(base)

@@ -11,6 +11,7 @@ import pandas as pd
 from ...model.trace import Trace
 from ..api_summary import COPY_RE, LAUNCH_RE, SYNC_RE
 from ..comm_patterns import is_comm_sql
+from ..stacked import frame, run, stack, values
 from .graph import EVENT, HOST, KINDS, LAUNCH, MAX_NODES, ROOT, STREAM, WAIT, Graph
 from .lanes import FIN, START, Lanes
 
@@ -20,28 +21,167 @@ EVENT_SYNC_RE = r"^(cuda|cu|hip)EventSynchronize$"
 ASYNC_ISSUE_RE = r"^(cuda|cu|hip)(Memcpy|Memset)[A-Za-z0-9]*Async$"
 
 
+def rank_graphs(traces: list[Trace], ranks: list[tuple]) -> list["RankGraph"]:
+    """The graph of each rank (part: the profile's position in `traces`, pid or None for every process, window start
+    and end, the step's thread or None) over its window: one profile, or every rank of a job read through its stacked
+    store. Four statements however many ranks: the window cut (MAX_NODES), the API calls, the GPU ops, the names of
+    the host gaps; each rank's rows are then built into its graph as for one profile."""
+    if not ranks:
+        return []
+    # Times inside a graph are relative to its window start (base): pandas turns nullable integer columns into
+    # float64, which is exact only below 2^53 ns, and rocpd clocks are absolute (~1.7e18 ns).
+    cut = _cut(traces, ranks)
+    ranks = [(part, pid, ws, cut.get(r, we), tid) for r, (part, pid, ws, we, tid) in enumerate(ranks)]
+    win = values([(r, part, pid, ws, we) for r, (part, pid, ws, we, _) in enumerate(ranks)],
+                 ("BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT"))
+    calls = _by_rank(frame(traces, _calls_sql(traces, win)), len(ranks))
+    gops = _by_rank(frame(traces, _gops_sql(traces, win)), len(ranks))
+    graphs = [RankGraph(traces[part], ws, we, pid, tid, r in cut, calls[r], gops[r])
+              for r, (part, pid, ws, we, tid) in enumerate(ranks)]
+    names = _gap_names(traces, graphs, [part for part, *_ in ranks])
+    for r, g in enumerate(graphs):
+        g.finish(names.get(r, {}))
+    return graphs
+
+
+def _cut(traces: list[Trace], ranks: list[tuple]) -> dict[int, int]:
+    """{rank: window end moved earlier} for the ranks whose graph could pass MAX_NODES: an API call makes at most 3 host
+    nodes (gap, entry, return) and the GPU op it launches (even one starting after the window), an op 1."""
+    win = values([(r, part, pid, ws, we) for r, (part, pid, ws, we, _) in enumerate(ranks)],
+                 ("BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT"))
+    parts = [f"""SELECT w.r, x.start_ns, {nodes} AS w FROM ({stack(traces, table, 'pid, start_ns')}) x
+                 JOIN win w ON x.part = w.part AND x.start_ns >= w.ws AND x.start_ns < w.we AND (w.pid IS NULL OR x.pid = w.pid)"""
+             for table, nodes in (("api_calls", 3), ("kernels", 1), ("memops", 1))]
+    rows = run(traces, f"""
+        WITH win(r, part, pid, ws, we) AS ({win}),
+        e AS ({" UNION ALL ".join(parts)}),
+        big AS (SELECT r FROM e GROUP BY r HAVING sum(w) > {MAX_NODES})
+        SELECT r, min(start_ns) FILTER (WHERE nodes > {MAX_NODES}) FROM (
+            SELECT r, start_ns, sum(w) OVER (PARTITION BY r ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS nodes
+            FROM e WHERE r IN (SELECT r FROM big)) GROUP BY r""")
+    return {int(r): int(end) for r, end in rows}
+
+
+def _calls_sql(traces: list[Trace], win: str) -> str:
+    """Each rank's API calls in its window, with `outer`: a call starting before the running end of the earlier calls
+    of its thread is nested in one. cid (the row's id) breaks ties in the model's order."""
+    calls = stack(traces, "api_calls", "rowid AS cid, pid, tid, start_ns, end_ns, name, event_id",
+                  "pid IS NOT NULL AND tid IS NOT NULL")
+    return f"""
+        WITH win(r, part, pid, ws, we) AS ({win})
+        SELECT r, cid, pid, tid, start_ns - ws AS start_ns, end_ns - ws AS end_ns, name, event_id,
+               prev_end IS NULL OR start_ns >= prev_end AS outer
+        FROM (SELECT w.r, w.ws, c.cid, c.pid, c.tid, c.start_ns, c.end_ns, c.name, c.event_id,
+                     max(c.end_ns) OVER (PARTITION BY w.r, c.pid, c.tid ORDER BY c.start_ns, c.end_ns DESC, c.cid
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+              FROM ({calls}) c JOIN win w ON c.part = w.part AND c.start_ns >= w.ws AND c.start_ns < w.we
+                   AND (w.pid IS NULL OR c.pid = w.pid))
+        ORDER BY r, pid, tid, start_ns, end_ns DESC, cid"""
+
+
+def _gops_sql(traces: list[Trace], win: str) -> str:
+    """Each rank's GPU ops running in its window or launched in it, with their launching call (the first of their
+    correlation id in the process)."""
+    comm = is_comm_sql("g.name")
+    kernels = stack(traces, "kernels", "'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, "
+                                       "correlation_id, whole_graph")
+    memops = stack(traces, "memops", "op, device_id, stream_id, start_ns, end_ns, "
+                                     "CASE WHEN op = 'set' THEN 'Memset' ELSE 'Memcpy ' || kind END, NULL, pid, correlation_id, false")
+    calls = stack(traces, "api_calls", "rowid AS cid, pid, tid, start_ns, end_ns, correlation_id",
+                  "correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL")
+    return f"""
+        WITH win(r, part, pid, ws, we) AS ({win}),
+        g AS ({kernels} UNION ALL {memops}),
+        l AS (SELECT part, pid, correlation_id, arg_min(cid, (start_ns, end_ns, cid)) AS lcid, min(start_ns) AS call_start_ns,
+                     arg_min(tid, (start_ns, end_ns, cid)) AS call_tid
+              FROM ({calls}) GROUP BY part, pid, correlation_id)
+        SELECT w.r, g.op, g.device_id, coalesce(g.stream_id, -1) AS stream_id, g.start_ns - w.ws AS start_ns,
+               g.end_ns - w.ws AS end_ns, g.name, coalesce(g.short_name, g.name) AS short_name, g.pid,
+               l.lcid IS NOT NULL AS linked, l.lcid, coalesce(l.call_start_ns - w.ws, g.start_ns - w.ws) AS call_start_ns,
+               coalesce(l.call_tid, -1) AS call_tid, g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm,
+               g.whole_graph AS is_whole
+        FROM g JOIN win w ON g.part = w.part AND (w.pid IS NULL OR g.pid = w.pid)
+        LEFT JOIN l ON l.part = g.part AND l.pid = g.pid AND l.correlation_id = g.correlation_id
+        WHERE (g.start_ns >= w.ws AND g.start_ns < w.we) OR (g.start_ns < w.ws AND g.end_ns > w.ws)
+              OR (l.call_start_ns >= w.ws AND l.call_start_ns < w.we)
+        ORDER BY w.r, g.pid, g.device_id, stream_id, g.start_ns, g.end_ns, g.name"""
+
+
+def _gap_names(traces: list[Trace], graphs: list["RankGraph"], parts: list[int]) -> dict[int, dict[int, str]]:
+    """{rank: {host row: name}}: the innermost CPU op (else annotation range) of the thread covering each gap's
+    midpoint, for every rank's gaps in one statement."""
+    probes = [g.gap_probes().assign(r=r, part=parts[r]) for r, g in enumerate(graphs)]
+    probes = [p for p in probes if len(p)]
+    if not probes:
+        return {}
+    ops = stack(traces, "cpu_op_ranges", "pid, tid, start_ns, end_ns, name, 0 AS pri")
+    ranges = stack(traces, "markers", "pid, tid, start_ns, end_ns, name, 1 AS pri",
+                   "kind IN ('push_pop', 'start_end', 'annotation') AND pid IS NOT NULL")
+    found = frame(traces, f"""
+        WITH o AS ({ops} UNION ALL {ranges})
+        SELECT p.r, p.i, arg_max(o.name, (-o.pri, o.start_ns, -o.end_ns)) AS name FROM _cp_probe p
+        JOIN o ON o.part = p.part AND o.pid = p.pid AND o.tid = p.tid AND o.start_ns <= p.t AND p.t < o.end_ns
+        GROUP BY p.r, p.i""", frames={"_cp_probe": pd.concat(probes, ignore_index=True)})
+    out: dict[int, dict[int, str]] = {}
+    for r, i, name in zip(found["r"].tolist(), found["i"].tolist(), found["name"].tolist()):
+        out.setdefault(r, {})[i] = name
+    return out
+
+
+def _by_rank(df: pd.DataFrame, n: int) -> list[pd.DataFrame]:
+    """The rows of each rank 0..n-1 (`df` sorted by column r), each as the rank's own query would return them: DuckDB
+    gives a column a nullable dtype only when the rows hold a NULL, and text columns of no rows the object dtype."""
+    r = df["r"].to_numpy()
+    bounds = np.searchsorted(r, np.arange(n + 1))
+    body = df.drop(columns="r")
+    out = []
+    for k in range(n):
+        part = body.iloc[bounds[k]:bounds[k + 1]].reset_index(drop=True)
+        for c in part.columns:
+            dt = part[c].dtype
+            if isinstance(dt, pd.api.extensions.ExtensionDtype) and dt.name in _NULLABLE and not part[c].isna().any():
+                part[c] = part[c].astype(_NULLABLE[dt.name])
+            elif not len(part) and pd.api.types.is_string_dtype(dt) and dt != object:
+                part[c] = part[c].astype(object)
+        out.append(part)
+    return out
+
+
+_NULLABLE = {"Int64": "int64", "Int32": "int32", "Int16": "int16", "Int8": "int8", "boolean": "bool"}
+
+
 class RankGraph(Graph):
-    def __init__(self, trace: Trace, ws: int, we: int, pid: int | None, main_tid: int | None) -> None:
-        # Times inside the graph are relative to the window start (base): pandas turns nullable integer columns into
-        # float64, which is exact only below 2^53 ns, and rocpd clocks are absolute (~1.7e18 ns).
+    def __init__(self, trace: Trace, ws: int, we: int, pid: int | None, main_tid: int | None, truncated: bool,
+                 calls: pd.DataFrame, gops: pd.DataFrame) -> None:
+        """The graph of one rank over [ws, we) (`we` already cut at MAX_NODES when `truncated`) from its API calls and
+        GPU ops as rank_graphs reads them (times relative to ws); finish() completes it."""
         self.trace, self.base, self.ws, self.pid = trace, ws, ws, pid
-        self.truncated = False
-        we = self._cap(we)
-        self.we = we
-        calls = self._calls(we)
-        gops = self._gops(we)
+        self.truncated, self.we = truncated, we
+        calls["outer_cid"] = calls["cid"].where(calls["outer"]).ffill().fillna(-1).astype("int64")
+        calls["sync"] = _has(calls["name"], SYNC_RE) | (
+            _has(calls["name"], COPY_RE) & ~calls["name"].str.contains("Async", regex=False))
         self.ws, we = 0, we - ws
         self.main = (pid, main_tid) if main_tid is not None else self._busiest_thread(calls)
         # a step's thread runs until the step's end; a caller window ends with its last event
         self.trailing = main_tid is not None
-        host, self.n_sync, wait_of = self._host(calls, we)
-        self._build(host, gops, calls, wait_of)
+        self._inputs = (calls, gops) + self._host(calls, we)
+
+    def gap_probes(self) -> pd.DataFrame:
+        """Row i, process, thread and midpoint (absolute ns) of each host gap, to be named after what covers it."""
+        host = self._inputs[2]
+        gaps = host[host["role"] == "gap"]
+        return pd.DataFrame({"i": gaps.index, "pid": gaps["pid"].astype("int64"), "tid": gaps["tid"].astype("int64"),
+                             "t": ((gaps["S"] + gaps["E"]) // 2).astype("int64") + self.base})
+
+    def finish(self, gap_names: dict[int, str]) -> None:
+        """Name the host gaps ({row: name of what covers its midpoint}) and build the graph."""
+        calls, gops, host, self.n_sync, waits = self._inputs
+        del self._inputs
+        self._name_gaps(host, gap_names)
+        self._build(host, gops, calls, waits)
 
 
     # -- data ---------------------------------------------------------------------------------------------
-
-    def _pid_sql(self, col: str = "pid") -> tuple[str, list]:
-        return (f" AND {col} = ?", [self.pid]) if self.pid is not None else ("", [])
 
     def _df(self, query: str, params: list) -> pd.DataFrame:
         cur = self.trace.con.cursor()
@@ -49,62 +189,6 @@ class RankGraph(Graph):
             return cur.execute(query, params).df()
         finally:
             cur.close()
-
-    def _cap(self, we: int) -> int:
-        """The window end, moved earlier when the graph could pass MAX_NODES: an API call makes at most 3 host nodes
-        (gap, entry, return) and the GPU op it launches (even one starting after the window), an op 1."""
-        p, pp = self._pid_sql()
-        events = f"""SELECT start_ns, 3 AS w FROM api_calls WHERE start_ns >= ? AND start_ns < ?{p}
-                     UNION ALL SELECT start_ns, 1 FROM kernels WHERE start_ns >= ? AND start_ns < ?{p}
-                     UNION ALL SELECT start_ns, 1 FROM memops WHERE start_ns >= ? AND start_ns < ?{p}"""
-        args = [self.ws, we, *pp] * 3
-        if int(self.trace.scalar(f"SELECT coalesce(sum(w), 0) FROM ({events})", args)) <= MAX_NODES:
-            return we
-        self.truncated = True
-        return int(self.trace.scalar(f"""SELECT min(start_ns) FROM (
-                SELECT start_ns, sum(w) OVER (ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS nodes FROM ({events}))
-            WHERE nodes > ?""", args + [MAX_NODES]))
-
-    def _calls(self, we: int) -> pd.DataFrame:
-        p, pp = self._pid_sql()
-        # outermost calls per thread: a call starting before the running end of the earlier calls is nested in one
-        df = self._df(f"""SELECT cid, pid, tid, start_ns - ? AS start_ns, end_ns - ? AS end_ns, name, event_id,
-                                 prev_end IS NULL OR start_ns >= prev_end AS outer
-                          FROM (SELECT rowid AS cid, pid, tid, start_ns, end_ns, name, event_id,
-                                       max(end_ns) OVER (PARTITION BY pid, tid ORDER BY start_ns, end_ns DESC, rowid
-                                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-                                FROM api_calls
-                                WHERE start_ns >= ? AND start_ns < ? AND pid IS NOT NULL AND tid IS NOT NULL{p})
-                          ORDER BY pid, tid, start_ns, end_ns DESC, cid""", [self.base, self.base, self.ws, we, *pp])
-        df["outer_cid"] = df["cid"].where(df["outer"]).ffill().fillna(-1).astype("int64")
-        df["sync"] = _has(df["name"], SYNC_RE) | (
-            _has(df["name"], COPY_RE) & ~df["name"].str.contains("Async", regex=False))
-        return df
-
-    def _gops(self, we: int) -> pd.DataFrame:
-        p, pp = self._pid_sql("g.pid")
-        comm = is_comm_sql("g.name")
-        return self._df(f"""
-            WITH g AS (
-                SELECT 'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, correlation_id, whole_graph
-                FROM kernels
-                UNION ALL
-                SELECT op, device_id, stream_id, start_ns, end_ns,
-                       CASE WHEN op = 'set' THEN 'Memset' ELSE 'Memcpy ' || kind END, NULL, pid, correlation_id, false FROM memops),
-            l AS (SELECT pid, correlation_id, arg_min(rowid, (start_ns, end_ns, rowid)) AS lcid, min(start_ns) AS call_start_ns,
-                         arg_min(tid, (start_ns, end_ns, rowid)) AS call_tid
-                  FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
-                  GROUP BY pid, correlation_id)
-            SELECT g.op, g.device_id, coalesce(g.stream_id, -1) AS stream_id, g.start_ns - ? AS start_ns, g.end_ns - ? AS end_ns,
-                   g.name, coalesce(g.short_name, g.name) AS short_name, g.pid, l.lcid IS NOT NULL AS linked, l.lcid,
-                   coalesce(l.call_start_ns - ?, g.start_ns - ?) AS call_start_ns, coalesce(l.call_tid, -1) AS call_tid,
-                   g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm, g.whole_graph AS is_whole
-            FROM g LEFT JOIN l ON l.pid = g.pid AND l.correlation_id = g.correlation_id
-            WHERE ((g.start_ns >= ? AND g.start_ns < ?) OR (g.start_ns < ? AND g.end_ns > ?)
-                   OR (l.call_start_ns >= ? AND l.call_start_ns < ?)){p}
-            ORDER BY g.pid, g.device_id, stream_id, g.start_ns, g.end_ns, g.name""",
-                        [self.base] * 4 + [self.ws, we, self.ws, self.ws, self.ws, we, *pp])
-        return gops
 
     def _busiest_thread(self, calls: pd.DataFrame):
         if calls.empty:
@@ -149,30 +233,15 @@ class RankGraph(Graph):
         host["lane"], self.host_lanes = _lane_codes(host[["pid", "tid"]], "host {}/{}")
         host = host.sort_values(["lane", "pos"], kind="stable").reset_index(drop=True)
         host[["S", "E", "pos", "cid"]] = host[["S", "E", "pos", "cid"]].astype("int64")
-        self._name_gaps(host)
         return host, int(len(waits)), waits
 
-    def _name_gaps(self, host: pd.DataFrame) -> None:
-        """Gap name = innermost CPU op (else annotation range) of the thread covering the gap's midpoint; kind."""
+    def _name_gaps(self, host: pd.DataFrame, names: dict[int, str]) -> None:
+        """Gap name = innermost CPU op (else annotation range) of the thread covering the gap's midpoint (`names`, by
+        host row: rank_graphs reads them); kind."""
         gaps = host[host["role"] == "gap"]
         host["gkind"] = "cpu"
         if gaps.empty:
             return
-        probe = pd.DataFrame({"i": gaps.index, "pid": gaps["pid"].astype("int64"), "tid": gaps["tid"].astype("int64"),
-                              "t": ((gaps["S"] + gaps["E"]) // 2).astype("int64") + self.base})
-        cur = self.trace.con.cursor()
-        try:
-            cur.register("_cp_probe", probe)
-            rows = cur.execute("""
-                WITH o AS (SELECT pid, tid, start_ns, end_ns, name, 0 AS pri FROM cpu_ops WHERE category = 'cpu_op'
-                           UNION ALL SELECT pid, tid, start_ns, end_ns, name, 1 FROM markers
-                           WHERE kind IN ('push_pop', 'start_end', 'annotation') AND pid IS NOT NULL)
-                SELECT p.i, arg_max(o.name, (-o.pri, o.start_ns, -o.end_ns)) FROM _cp_probe p
-                JOIN o ON o.pid = p.pid AND o.tid = p.tid AND o.start_ns <= p.t AND p.t < o.end_ns GROUP BY p.i""").fetchall()
-            cur.unregister("_cp_probe")
-        finally:
-            cur.close()
-        names = dict(rows)
         host.loc[gaps.index, "name"] = [names.get(i, "<host: no op recorded>") for i in gaps.index]
         main = (host["pid"] == (self.main[0] if self.main else None)) & (host["tid"] == (self.main[1] if self.main else None))
         covered = host.index.isin(list(names))

@@ -13,11 +13,11 @@ from ...model.trace import Trace
 from ..comm_job import KINETO_PROCESS_GROUP
 from ..comm_patterns import COLLECTIVES, POINT_TO_POINT
 from ..requirements import require
-from .build import RankGraph
+from .build import RankGraph, rank_graphs
 from .graph import COLL, KINDS, STREAM, Graph
 from .lanes import FIN, START, Lanes
 from .result import CollectiveLinks, JobRank
-from .window import choose_window
+from .window import choose_windows
 
 
 def job_graph(traces: list[Trace], step, marker, pid, start_ns, end_ns):
@@ -29,15 +29,12 @@ def job_graph(traces: list[Trace], step, marker, pid, start_ns, end_ns):
         raise ProfileError("pid selects a process of one profile; a job takes every rank: pass one rank's profile with "
                            "pid, or the job without it.")
     units = job_ranks(traces, [])
-    graphs: list[Graph] = []
     for u in units:
         require(u.trace, "critical_path")
-        upid = None if (u.whole or u.pid is None) else int(u.pid)
-        at = step if not graphs or choice is None else choice.index  # the first rank's step on every rank
-        ws, we, tid, p, ch, nt, src = choose_window(u.trace, at, marker, upid, start_ns, end_ns)
-        if not graphs:
-            choice, note, source = ch, nt, src
-        graphs.append(RankGraph(u.trace, ws, we, p, tid))
+    # every rank's window and graph from a fixed number of statements over the job's stacked store
+    scopes = [(u.order, None if (u.whole or u.pid is None) else int(u.pid)) for u in units]
+    spans, choice, note, source = choose_windows(traces, scopes, step, marker, start_ns, end_ns)
+    graphs: list[Graph] = rank_graphs(traces, [(part, p, ws, we, tid) for (part, _), (ws, we, tid, p) in zip(scopes, spans)])
     g, base, job = _join(graphs, units)
     return g, base, choice, note + f"; the same window on each of {len(units)} ranks (clocks assumed aligned)", source, job
 

@@ -1,48 +1,127 @@
-"""The window a critical path is taken over: a caller's time window, a step of the iterations tool, or the capture."""
+"""The window a critical path is taken over: a caller's time window, a step of the iterations tool, or the capture;
+for every rank of a job at once (a fixed number of statements over the job's stacked store, however many ranks)."""
 
 from __future__ import annotations
 
+import fnmatch
 import statistics
 
 from ...model.errors import ProfileError
 from ...model.trace import Trace
-from ..common import capture_window, resolve_selection
+from ..common import capture_window, clip_name, resolve_selection
+from ..iterations import _warmup, step_choice
+from ..marker_summary import ANNOTATE
+from ..projection import RANGE_KINDS_SQL, projection_absent_reason
+from ..requirements import require
+from ..stacked import run, stack
+from ..step_choice import steps_sql
 from .result import IterationChoice
 
+Scope = tuple[int, "int | None"]  # (position of the profile in the job, process or None for every process)
+Span = tuple[int, int, "int | None", "int | None"]  # (ws, we, main thread or None, pid or None)
 
-def choose_window(trace: Trace, step, marker, pid, start_ns, end_ns):
-    """(ws, we, main thread or None, pid or None, IterationChoice or None, note, window source)."""
+
+def choose_windows(traces: list[Trace], scopes: list[Scope], step, marker, start_ns, end_ns):
+    """([Span per scope], IterationChoice or None, note, window source) of the first scope. The first scope takes
+    `step` (without it: its median-length steady step); every other scope the step of the same index, or its own
+    median-length steady step when the first has no steps. `traces` is one profile or a job (read through its stacked
+    store: no rank's own store is opened)."""
     if start_ns is not None or end_ns is not None:
         if step is not None or marker is not None:
             raise ProfileError("give either a step (step=, marker=) or a time window (start_ns/end_ns), not both.")
-        _, w = resolve_selection(trace, None, None, start_ns, end_ns)
-        return w.start_ns, w.end_ns, None, pid, None, "the caller's time window", w.source
-    from ..iterations import iterations
+        spans, source = [], None
+        for part, pid in scopes:
+            _, w = resolve_selection(traces[part], None, None, start_ns, end_ns)
+            spans.append((w.start_ns, w.end_ns, None, pid))
+            source = source or w.source
+        return spans, None, "the caller's time window", source
+    first, choice, note, source = _one(traces, *scopes[0], step, marker)
+    at = step if choice is None else choice.index
+    return [first] + _others(traces, scopes[1:], at, marker), choice, note, source
 
+
+def _one(traces: list[Trace], part: int, pid, step, marker) -> tuple[Span, IterationChoice | None, str, str]:
+    """One scope's window, choice, note and source: the iterations tool's steps of the scope (step_choice), or the
+    capture when it has none and neither `step` nor `marker` asks for one."""
+    trace = traces[part]
     try:
-        it = iterations(trace, marker=marker, pid=pid, limit=None)
+        require(trace, "iterations", "Steps are taken from repeating ranges. " + ANNOTATE)
+        _, cap = resolve_selection(trace, None, None, None, None)
+        it, _, steps = step_choice(traces, part, pid, marker, projection_absent_reason(trace))
+        if steps.empty:
+            raise ProfileError(f"no step of '{it.pattern}' starts inside the time window [{cap.start_ns}, {cap.end_ns}) ns.")
     except ProfileError as exc:
         if step is not None or marker is not None:
             raise
         w = capture_window(trace)
-        return (w.start_ns, w.end_ns, None, pid, None,
+        return ((w.start_ns, w.end_ns, None, pid), None,
                 f"no iteration steps ({str(exc).split('. ')[0]}); the whole capture span is analysed: pass start_ns/end_ns "
                 "for one step", w.source)
-    s0 = it.summaries[0]
-    series = [s for s in it.steps if (s.pid, s.tid) == (s0.pid, s0.tid)]
-    if step is not None:
-        if not 0 <= step < len(series):
-            raise ProfileError(f"step={step} does not exist: the series '{it.choice.pattern}' (process {s0.pid}, thread "
-                               f"{s0.tid}) has steps 0..{len(series) - 1}.")
-        chosen, how = series[step], f"caller (step={step})"
-    else:
-        steady = [s for s in series if not s.warmup] or series
-        ranked = sorted(steady, key=lambda s: (s.wall_ns, s.index))
-        chosen = ranked[(len(ranked) - 1) // 2]
-        how = (f"the median-length steady step ({len(steady)} steady of {len(series)}; warm-up "
-               f"{s0.warmup_steps or 'none'}; median wall {statistics.median([s.wall_ns for s in steady]):.0f} ns)")
-    choice = IterationChoice(index=chosen.index, name=chosen.name, pid=chosen.pid, tid=chosen.tid, start_ns=chosen.start_ns,
-                             end_ns=chosen.end_ns, wall_ns=chosen.wall_ns, steps=len(series), how=how)
-    note = (f"step {chosen.index} of '{it.choice.pattern}' ({it.choice.how}: {it.choice.reason}); GPU work launched in "
+    steps = steps.sort_values(["pid", "tid", "start_ns", "rid"])
+    s0 = steps.iloc[0]
+    series = [(int(r.start_ns), int(r.end_ns), r.name, int(r.pid), int(r.tid))
+              for r in steps[(steps["pid"] == s0["pid"]) & (steps["tid"] == s0["tid"])].itertuples()]
+    if step is not None and not 0 <= step < len(series):
+        raise ProfileError(f"step={step} does not exist: the series '{it.pattern}' (process {int(s0['pid'])}, thread "
+                           f"{int(s0['tid'])}) has steps 0..{len(series) - 1}.")
+    choice = _pick(series, step)
+    note = (f"step {choice.index} of '{it.pattern}' ({it.how}: {it.reason}); GPU work launched in "
             "the step is followed past the step's end")
-    return chosen.start_ns, chosen.end_ns, chosen.tid, chosen.pid, choice, note, f"iteration step {chosen.index}"
+    return (choice.start_ns, choice.end_ns, choice.tid, choice.pid), choice, note, f"iteration step {choice.index}"
+
+
+def _pick(series: list[tuple], step) -> IterationChoice:
+    """Step `step` of a series (start_ns, end_ns, name, pid, tid in time order), else its median-length steady step:
+    the iterations tool's warm-up rule leaves out the leading warm-up steps."""
+    walls = [e - s for s, e, *_ in series]
+    if step is not None:
+        index, how = step, f"caller (step={step})"
+    else:
+        warm, _ = _warmup(walls)
+        steady = [i for i in range(len(series)) if i not in warm] or list(range(len(series)))
+        ranked = sorted(steady, key=lambda i: (walls[i], i))
+        index = ranked[(len(ranked) - 1) // 2]
+        how = (f"the median-length steady step ({len(steady)} steady of {len(series)}; warm-up "
+               f"{warm or 'none'}; median wall {statistics.median([walls[i] for i in steady]):.0f} ns)")
+    s, e, name, pid, tid = series[index]
+    return IterationChoice(index=index, name=clip_name(name), pid=pid, tid=tid, start_ns=s, end_ns=e, wall_ns=e - s,
+                           steps=len(series), how=how)
+
+
+def _others(traces: list[Trace], scopes: list[Scope], at, marker) -> list[Span]:
+    """The windows of the other scopes of a job, from one statement (step_choice.steps_sql) over all of them (and one
+    for the range names a glob marker matches). A scope without the step asked for goes through _one, which raises
+    the error its own choice gives."""
+    if not scopes:
+        return []
+    # steps need a capture span (iterations' resolve_selection): a scope without one has none
+    timed = [(p, u) for p, u in scopes if traces[p].meta_int("capture_start_ns") is not None
+             and traces[p].meta_int("capture_end_ns") is not None]
+    projected = sorted({p for p, _ in timed if projection_absent_reason(traces[p]) is None})
+    params: dict = {}
+    globbed = bool(marker) and any(ch in marker for ch in "*?[")
+    if marker:
+        params["marker"] = marker
+        if globbed:
+            names = run(traces, f"""SELECT DISTINCT name FROM ({stack(traces, 'markers', 'name',
+                        f'kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL AND name IS NOT NULL')})""")
+            params["names"] = [n for (n,) in names if fnmatch.fnmatchcase(n, marker)]
+    series: dict[Scope, list[tuple]] = {}
+    if timed:
+        for part, upid, _, pid, tid, _, s, e, name in run(traces, steps_sql(traces, timed, projected, bool(marker), globbed),
+                                                          params or None):
+            mine = series.setdefault((part, upid), [])
+            if not mine or (mine[0][3], mine[0][4]) == (pid, tid):  # the first series (process, thread) of the scope
+                mine.append((int(s), int(e), name, int(pid), int(tid)))
+    spans = []
+    for part, pid in scopes:
+        mine = series.get((part, pid), [])
+        if mine and (at is None or 0 <= at < len(mine)):
+            c = _pick(mine, at)
+            spans.append((c.start_ns, c.end_ns, c.tid, c.pid))
+        elif not mine and at is None and marker is None:  # no steps: the capture, as _one takes it
+            w = capture_window(traces[part])
+            spans.append((w.start_ns, w.end_ns, None, pid))
+        else:
+            spans.append(_one(traces, part, pid, at, marker)[0])
+    return spans
