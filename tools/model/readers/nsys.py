@@ -601,7 +601,8 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
                 con.execute(f"CREATE TEMP TABLE _calls AS SELECT * FROM {calls}")
                 calls = "_calls"
         k = lambda c: r.col(KERNEL, c, "k")  # noqa: E731
-        # kernels is a view of a narrower table: what the question does not read is not stored, nor dur_ns (end - start).
+        # kernels is a view of a narrower table: what the question does not read is not stored, nor dur_ns (end - start);
+        # the view passes rowid on (graph_kids joins on it).
         # Without names, a base name missing from StringIds is NULL here (the reader would take the demangled name).
         name, short, join = ("coalesce(dn.value, sn.value, 'unknown kernel (StringIds ' || k.demangledName || ')'), ",
                              "coalesce(sn.value, dn.value, 'unknown kernel (StringIds ' || k.shortName || ')')",
