@@ -88,8 +88,10 @@ def top_kernels(
     limit: int = 15,
 ) -> TopKernelsResult:
     # A large export opened for the first time is answered from a preview while its store builds (model/trace.py).
-    # (A device filter is checked against memory operations too, which the preview leaves out.)
-    trace = trace.preview() if device is None else trace
+    # (A device filter is checked against memory operations too, which the preview leaves out.) The preview reads
+    # what this question reads: full names for grouping by them or filtering on them, streams for a stream filter.
+    if device is None:
+        trace = trace.preview(names=group_by == "name" or bool(name_contains), streams=stream is not None)
     require(trace, "top_kernels")
     sel, window = resolve_selection(trace, device, stream, start_ns, end_ns)
     limit = max(1, min(int(limit), 200))

@@ -137,16 +137,17 @@ class Trace:
             self._carried.clear()
             self.__dict__["_preview"] = None  # later answers come from the store; the preview goes with its last user
 
-    def preview(self) -> "Trace":
+    def preview(self, names: bool = True, streams: bool = True) -> "Trace":
         """The model to answer top_kernels from now: this trace's, or while its store is not built, a preview of
-        the export (module docstring) - after which the store's build goes on in the background."""
+        the export (module docstring) - after which the store's build goes on in the background. The preview answers
+        one question: without `names` or `streams` it may leave kernels.name or stream_id out (readers/nsys.py)."""
         if self.ready or "_opening" not in self.__dict__:
             return self
         with self._opening:
             if self.ready or self._failure is not None:
                 return self
             if self._preview is None:
-                self.__dict__["_preview"] = _preview_trace(self.path, self.format, self._progress) or self
+                self.__dict__["_preview"] = _preview_trace(self.path, self.format, self._progress, names, streams) or self
                 if self._preview is not self:
                     self._preview.__dict__["_carry"] = self._carried
             # Used once: the next question waits for the store. The build starts when this answer is given (the
@@ -331,8 +332,9 @@ def _large_kineto(path: Path) -> bool:
 PREVIEW_GATES: dict[str, Callable[[Path], bool]] = {"nsys": _large_nsys, "kineto": _large_kineto}
 
 
-def _preview_trace(path: Path, fmt: str, progress: Progress) -> Trace | None:
-    """A Trace over an in-memory preview model of `path` (its reader's `preview`), or None where there is none."""
+def _preview_trace(path: Path, fmt: str, progress: Progress, names: bool = True, streams: bool = True) -> Trace | None:
+    """A Trace over an in-memory preview model of `path` (its reader's `preview`), or None where there is none.
+    Without `names` or `streams` the reader may leave kernels.name or stream_id out (the one question reads neither)."""
     from .readers.nsys import NoPreview
 
     preview = importlib.import_module(f"{__package__}.readers.{fmt}").preview
@@ -343,7 +345,7 @@ def _preview_trace(path: Path, fmt: str, progress: Progress) -> Trace | None:
     con = duckdb.connect(":memory:", config=duckdb_config(memory_limit_bytes() // 2))
     try:
         con.execute(SCHEMA_SQL)
-        preview(con, path)
+        preview(con, path, names, streams)
         meta_rows = con.execute("SELECT key, value FROM trace_meta").fetchall()
         lock_down(con)
     except (NoPreview, ProfileError, duckdb.Error, sqlite3.Error, OSError) as exc:

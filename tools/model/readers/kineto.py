@@ -133,7 +133,7 @@ PREVIEW_MIN_BYTES = 64 << 20  # smaller traces build their store in about a seco
 PREVIEW_CATS = GPU_CATS + RUNTIME_CATS + ("cuda_sync",) + tuple(k for k, v in CAT_ALIASES.items() if v in GPU_CATS + RUNTIME_CATS)
 
 
-def preview(con, path: Path) -> None:
+def preview(con, path: Path, names: bool = True, streams: bool = True) -> None:
     """Fill the model tables top_kernels reads with the rows the full reader and check_model give them: kernels,
     devices, api_calls (what decides the launch check and graph replays), the kernels' data_issues and trace_meta's
     capture span. The same staging, read_json call and SQL as load(), without writing a store: native.event_store
@@ -142,7 +142,8 @@ def preview(con, path: Path) -> None:
 
     Raises NoPreview where load() would not take this path (a layout, values or entries only json.loads reads, an
     error it reports), for a gzip-compressed trace (decompressing twice costs more than the store's build saves) and
-    for a trace without kernels."""
+    for a trace without kernels. `names` and `streams` (what the one question reads) change nothing here: the names
+    and streams come with the kernel events the preview parses anyway."""
     try:
         detected = detect(path)
         with _open(path) as fh:

@@ -552,19 +552,26 @@ class NoPreview(Exception):
     """The export holds something only the full reader handles exactly: answer from the store instead."""
 
 
-def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, streams: bool = True) -> None:
     """Fill the model tables top_kernels reads, with the rows and counts the full reader and check_model give them.
 
     That is kernels (without their launching thread: tid is NULL, launched false), devices, the capture span
-    and the kernels' data_issues, and of api_calls the launching call of each (process, correlation id) - which
-    decides the launch check and graph replays - plus the calls that start first and end last (the capture span
-    without ANALYSIS_DETAILS). One scan of the kernel and runtime tables, nothing written to disk: the store's
-    build repeats this work and more in the background.
+    and the kernels' data_issues, and of api_calls one row standing for the calls' capture bounds plus the calls
+    of graph launches. One scan of the kernel and runtime tables into memory: the store's build repeats this work
+    and more in the background.
+
+    A preview answers one question, so it reads only what that question reads: without `names` (grouped by base
+    name, no name filter) kernels.name is '' and the demangled names are not read; without `streams` (no stream
+    filter) stream_id is NULL. kernels is a view of the table _kernels, which stores neither these constants nor
+    dur_ns (end_ns - start_ns): ~20% less memory, so a 10 M-kernel preview spills less of it.
 
     Raises NoPreview where a cheap check cannot rule out a difference from the full reader: a small export
     (its store is quick), no SQLite scanner, memory copies or NVTX ranges without ANALYSIS_DETAILS (they
-    move the capture span), whole-graph executions (GRAPH_TRACE: kernels rows of the store), names longer than MAX_NAME_CHARS (cut by check_model), or kernels left out while
-    the runtime table repeats correlation ids (the reader's row count check then decides differently)."""
+    move the capture span), whole-graph executions (GRAPH_TRACE: kernels rows of the store), names longer than
+    MAX_NAME_CHARS (cut by check_model), kernels left out while the runtime table repeats correlation ids (the
+    reader's row count check then decides differently), API call times further apart than the 64-bit ns range
+    (the reader's call durations might overflow), or, without `names`, a base name missing from StringIds (the
+    reader names the kernel after its demangled name then)."""
     src = SqliteSource(con, path)
     con.execute("SET preserve_insertion_order = false")
     try:
@@ -583,7 +590,7 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         if src.has(GRAPH_TRACE):  # whole-graph executions are kernels rows too (_graph_executions): the store has them
             raise NoPreview("graph-level trace")
         r._metadata()
-        con.execute("CREATE TEMP TABLE _launch (pid BIGINT, correlation_id BIGINT, call_start BIGINT, last_end BIGINT)")
+        calls = graphs = None
         if src.has(RUNTIME):
             calls = f"""(SELECT {PID.format(g='globalTid')} AS pid, {TID.format(g='globalTid')} AS tid, start AS start_ns,
                                 greatest("end", start) AS end_ns, nameId, eventClass, correlationId AS correlation_id
@@ -593,39 +600,25 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             if graphs:  # graph replays are marked from the calls themselves: keep them (scanned twice otherwise)
                 con.execute(f"CREATE TEMP TABLE _calls AS SELECT * FROM {calls}")
                 calls = "_calls"
-            # The launching call of a (process, correlation id) is its first by (start, end, name), so it starts at the
-            # pair's earliest start: that decides the launch check. The pairs' bounds give the calls' capture bounds
-            # (a NULL process or id is a pair of its own here, never matched by the joins below).
-            con.execute(f"""INSERT INTO _launch SELECT pid, correlation_id, min(start_ns), max(end_ns) FROM {calls}
-                            GROUP BY pid, correlation_id HAVING max(end_ns - start_ns) IS NOT NULL  -- overflows where the reader's would""")
-            # api_calls holds what top_kernels reads of it: one row standing for the calls' capture bounds (no process,
-            # no correlation id, name '(capture bounds)'), and of every pair with a graph-launch call at its earliest
-            # start all its calls there - graph_summary picks the first among them exactly as among all calls.
-            con.execute("""INSERT INTO api_calls SELECT NULL, NULL, min(call_start), max(last_end), max(last_end) - min(call_start),
-                           '(capture bounds)', 'cuda_runtime', NULL, NULL, NULL FROM _launch HAVING count(*) > 0""")
-            if graphs:
-                con.execute(f"""
-                    INSERT INTO api_calls
-                    SELECT c.pid, c.tid, c.start_ns, c.end_ns, c.end_ns - c.start_ns,
-                           coalesce(s.name, 'unknown API (StringIds ' || c.nameId || ')'),
-                           CASE c.eventClass WHEN 0 THEN 'cuda_runtime' WHEN 1 THEN 'cuda_driver' ELSE 'cuda_class_' || c.eventClass END,
-                           c.correlation_id, NULL, NULL
-                    FROM _calls c JOIN _launch l ON l.pid = c.pid AND l.correlation_id = c.correlation_id AND c.start_ns = l.call_start
-                    LEFT JOIN _apiname s ON s.id = c.nameId
-                    QUALIFY bool_or(regexp_matches(coalesce(s.name, ''), {quote_literal(GRAPH_LAUNCH_RX)}, 'i'))
-                            OVER (PARTITION BY c.pid, c.correlation_id)""")
-                con.execute("DROP TABLE _calls")
         k = lambda c: r.col(KERNEL, c, "k")  # noqa: E731
+        # kernels is a view of a narrower table: what the question does not read is not stored, nor dur_ns (end - start);
+        # the view passes rowid on (graph_kids joins on it).
+        # Without names, a base name missing from StringIds is NULL here (the reader would take the demangled name).
+        name, short, join = ("coalesce(dn.value, sn.value, 'unknown kernel (StringIds ' || k.demangledName || ')'), ",
+                             "coalesce(sn.value, dn.value, 'unknown kernel (StringIds ' || k.shortName || ')')",
+                             f"LEFT JOIN {r.strings} dn ON dn.id = k.demangledName") if names else ("", "sn.value", "")
+        con.execute(f"""DROP TABLE kernels;
+            CREATE TABLE _kernels (device_id INTEGER NOT NULL, {'stream_id BIGINT, ' if streams else ''}start_ns BIGINT NOT NULL,
+                end_ns BIGINT NOT NULL, {'name VARCHAR NOT NULL, ' if names else ''}short_name VARCHAR, grid_x INTEGER, grid_y INTEGER,
+                grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER, registers_per_thread INTEGER,
+                static_shared_bytes BIGINT, dynamic_shared_bytes BIGINT, correlation_id BIGINT, graph_id BIGINT, pid BIGINT)""")
         inserted = con.execute(f"""
-            INSERT INTO kernels
-            SELECT k.deviceId, k.streamId, k.start, k."end", k."end" - k.start,
-                   coalesce(dn.value, sn.value, 'unknown kernel (StringIds ' || k.demangledName || ')'),
-                   coalesce(sn.value, dn.value, 'unknown kernel (StringIds ' || k.shortName || ')'),
+            INSERT INTO _kernels
+            SELECT k.deviceId, {'k.streamId, ' if streams else ''}k.start, k."end", {name}{short},
                    {k('gridX')}, {k('gridY')}, {k('gridZ')}, {k('blockX')}, {k('blockY')}, {k('blockZ')},
                    {k('registersPerThread')}, {k('staticSharedMemory')}, {k('dynamicSharedMemory')},
-                   k.correlationId, {k('graphId')}, {PID.format(g='k.globalPid')}, NULL, false, false
-            FROM {src.relation(KERNEL)} k LEFT JOIN {r.strings} dn ON dn.id = k.demangledName
-            LEFT JOIN {r.strings} sn ON sn.id = k.shortName
+                   k.correlationId, {k('graphId')}, {PID.format(g='k.globalPid')}
+            FROM {src.relation(KERNEL)} k LEFT JOIN {r.strings} sn ON sn.id = k.shortName {join}
             WHERE k.start IS NOT NULL AND k."end" IS NOT NULL AND k.deviceId IS NOT NULL""").fetchone()[0]
         if inserted != rows:  # as _gpu_rows: the rows left out, counted when the reader's row check counts them
             if src.has(RUNTIME) and r.scalar(
@@ -635,17 +628,24 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             missing_time, _ = time_checks("k.start", 'k."end"')
             record(con, con.execute(count_sql("kernels", f"{src.relation(KERNEL)} k", [
                 missing_time, ("k.deviceId IS NULL", "skipped", "deviceId is missing or not an integer")])).fetchall())
-        bad = r.scalar("SELECT count(*) FROM kernels WHERE dur_ns < 0")
+        # end - start of every row, as the reader computes dur_ns (it fails where that overflows)
+        bad, unnamed = con.execute("SELECT count(*) FILTER (WHERE end_ns - start_ns < 0), count(*) FILTER (WHERE short_name IS NULL) "
+                                   "FROM _kernels").fetchone()
+        if unnamed:
+            raise NoPreview("base names missing from StringIds")
         if bad:
-            con.execute("UPDATE kernels SET end_ns = start_ns, dur_ns = 0 WHERE dur_ns < 0")
+            con.execute("UPDATE _kernels SET end_ns = start_ns WHERE end_ns < start_ns")
             record(con, [("kernels", "repaired", bad, END_BEFORE_START)])
-        # check_model's launch check (the first call of a pair starts at the pair's earliest start)
-        # (counted first: a join that changes nothing costs half an UPDATE that rewrites nothing)
-        launch_check = "kernels.pid = c.pid AND kernels.correlation_id = c.correlation_id AND kernels.start_ns < c.call_start"
-        early = r.scalar(f"SELECT count(*) FROM kernels JOIN _launch c ON {launch_check}")
-        if early:
-            con.execute(f"UPDATE kernels SET correlation_id = NULL FROM _launch c WHERE {launch_check}")
-        record(con, [("kernels", "repaired", early, LAUNCH_BEFORE_CALL)])
+        con.execute(f"""
+            CREATE VIEW kernels AS
+            SELECT rowid AS rowid, device_id, {'stream_id' if streams else 'NULL::BIGINT AS stream_id'}, start_ns, end_ns,
+                   end_ns - start_ns AS dur_ns, {'name' if names else "'' AS name"}, short_name, grid_x, grid_y, grid_z,
+                   block_x, block_y, block_z, registers_per_thread, static_shared_bytes, dynamic_shared_bytes,
+                   correlation_id, graph_id, pid, NULL::BIGINT AS tid, false AS launched, false AS whole_graph
+            FROM _kernels""")
+        if calls is not None:
+            _launches(con, calls, graphs)
+            con.execute("DROP TABLE IF EXISTS _launch; DROP TABLE IF EXISTS _calls")
         r._devices()
         r._span()
         con.executemany("INSERT INTO trace_meta VALUES (?, ?)", r.meta)
@@ -654,3 +654,53 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     finally:
         con.execute("SET preserve_insertion_order = true")
         src.close()
+
+
+_NS_MAX = 2**63 - 1
+
+
+def _launches(con: duckdb.DuckDBPyConnection, calls: str, graphs: int) -> None:
+    """The preview's api_calls rows and check_model's launch check (a kernel starting before the first call of its
+    (process, correlation id) loses its link), from `calls`: the runtime table's calls as the reader reads them.
+
+    One join of the calls with the kernels gives the calls' capture bounds and, counting the matches where the call
+    starts after the kernel, proves in the usual case (none) that no kernel starts before its launching call without
+    grouping the calls by pair; the pairs' first calls are grouped only where some match says otherwise, or where
+    graph-launch calls are kept."""
+    first, last, later = con.execute(f"""
+        SELECT min(c.start_ns), max(c.end_ns), count(*) FILTER (WHERE c.start_ns > k.start_ns)
+        FROM {calls} c LEFT JOIN _kernels k ON k.pid = c.pid AND k.correlation_id = c.correlation_id""").fetchone()
+    if first is None:
+        return
+    if last - first > _NS_MAX:
+        raise NoPreview("API call times span more than the 64-bit ns range")
+    # One row standing for the calls' capture bounds (no process, no correlation id, name '(capture bounds)').
+    con.execute("""INSERT INTO api_calls VALUES (NULL, NULL, ?, ?, ?, '(capture bounds)', 'cuda_runtime', NULL, NULL, NULL)""",
+                [first, last, last - first])
+    if not (graphs or later):
+        return
+    # The launching call of a (process, correlation id) is its first by (start, end, name), so it starts at the
+    # pair's earliest start (a NULL process or id is a pair of its own here, never matched by the joins below).
+    con.execute(f"""CREATE TEMP TABLE _launch AS SELECT pid, correlation_id, min(start_ns) AS call_start FROM {calls}
+                    GROUP BY pid, correlation_id""")
+    if graphs:
+        # Of every pair with a graph-launch call at its earliest start, all its calls there: graph_summary picks
+        # the first among them exactly as among all calls.
+        con.execute(f"""
+            INSERT INTO api_calls
+            SELECT c.pid, c.tid, c.start_ns, c.end_ns, c.end_ns - c.start_ns,
+                   coalesce(s.name, 'unknown API (StringIds ' || c.nameId || ')'),
+                   CASE c.eventClass WHEN 0 THEN 'cuda_runtime' WHEN 1 THEN 'cuda_driver' ELSE 'cuda_class_' || c.eventClass END,
+                   c.correlation_id, NULL, NULL
+            FROM {calls} c JOIN _launch l ON l.pid = c.pid AND l.correlation_id = c.correlation_id AND c.start_ns = l.call_start
+            LEFT JOIN _apiname s ON s.id = c.nameId
+            QUALIFY bool_or(regexp_matches(coalesce(s.name, ''), {quote_literal(GRAPH_LAUNCH_RX)}, 'i'))
+                    OVER (PARTITION BY c.pid, c.correlation_id)""")
+    early = 0
+    if later:
+        # counted first: a join that changes nothing costs half an UPDATE that rewrites nothing
+        launch_check = "_kernels.pid = c.pid AND _kernels.correlation_id = c.correlation_id AND _kernels.start_ns < c.call_start"
+        early = con.execute(f"SELECT count(*) FROM _kernels JOIN _launch c ON {launch_check}").fetchone()[0]
+        if early:
+            con.execute(f"UPDATE _kernels SET correlation_id = NULL FROM _launch c WHERE {launch_check}")
+    record(con, [("kernels", "repaired", early, LAUNCH_BEFORE_CALL)])
