@@ -813,7 +813,7 @@ def _build(con, top: dict) -> None:
     )
     i = _int_sql
     gpu_args = _args_struct("device", "inDevice", "stream", "correlation", "graph id", "registers per thread", "shared memory",
-                            "bytes", "fromDevice", "toDevice")[:-2] + ', "grid": "VARCHAR[]", "block": "VARCHAR[]"}\''
+                            "bytes", "fromDevice", "toDevice", "Process Group Name", "Collective name")[:-2] + ', "grid": "VARCHAR[]", "block": "VARCHAR[]"}\''
     con.execute(
         f"""CREATE TEMP TABLE kin_gpu AS
             SELECT idx,
@@ -824,6 +824,8 @@ def _build(con, top: dict) -> None:
                               for g in ('grid', 'block') for k, c in enumerate('xyz'))},
                    {i('a."registers per thread"')} AS regs, {i('a."shared memory"')} AS shmem, {i('a.bytes')} AS bytes,
                    {i('a.fromDevice')} AS src_dev, {i('a.toDevice')} AS dst_dev,
+                   -- PyTorch's args of an NCCL kernel: its process group (the communicator) and operation
+                   a."Process Group Name" AS pg, a."Collective name" AS coll,
                    cat, name, pid, tid, ts, dur
             FROM (SELECT *, json_transform(args, {gpu_args}) AS a FROM kin_ev WHERE cat IN {GPU_OP_CATS})"""
     )
@@ -879,7 +881,7 @@ def _build(con, top: dict) -> None:
         f"""INSERT INTO kernels
             SELECT coalesce(g.device, p.dev, g.pid), g.stream, g.ts, g.ts + g.dur, g.dur, g.name, coalesce(n.short, g.name),
                    g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z, g.regs, g.shmem, NULL, g.corr, g.graph_id,
-                   coalesce(l.pid, {one_cpu}), l.tid, l.pid IS NOT NULL, false
+                   coalesce(l.pid, {one_cpu}), l.tid, l.pid IS NOT NULL, false, g.pg, g.coll
             {gpu_from} LEFT JOIN kin_names n ON n.name = g.name
             WHERE g.cat = 'kernel' AND g.name IS NOT NULL AND coalesce(g.device, p.dev, g.pid) IS NOT NULL ORDER BY g.idx"""
     )

@@ -188,7 +188,8 @@ class _Reader:
     def _gpu_rows(self, table: str, what: str, model: str, select: str, joins: str = "") -> None:
         """INSERT GPU activity rows linked to their launching call (same correlationId and process)."""
         graph = "" if model == "memops" else f"{self.col(table, 'graphId', 'k')},"
-        whole = {KERNEL: ", false", GRAPH_TRACE: ", true"}.get(table, "")
+        # kernels: whole_graph, then communicator and collective (set from NCCL payloads once those are read)
+        whole = {KERNEL: ", false, NULL, NULL", GRAPH_TRACE: ", true, NULL, NULL"}.get(table, "")
         mine = {KERNEL: "NOT whole_graph", GRAPH_TRACE: "whole_graph", MEMSET: "op = 'set'"}.get(table, "op = 'copy'")
         rel = self.src.relation(table)
 
@@ -623,7 +624,7 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                    coalesce(sn.value, dn.value, 'unknown kernel (StringIds ' || k.shortName || ')'),
                    {k('gridX')}, {k('gridY')}, {k('gridZ')}, {k('blockX')}, {k('blockY')}, {k('blockZ')},
                    {k('registersPerThread')}, {k('staticSharedMemory')}, {k('dynamicSharedMemory')},
-                   k.correlationId, {k('graphId')}, {PID.format(g='k.globalPid')}, NULL, false, false
+                   k.correlationId, {k('graphId')}, {PID.format(g='k.globalPid')}, NULL, false, false, NULL, NULL
             FROM {src.relation(KERNEL)} k LEFT JOIN {r.strings} dn ON dn.id = k.demangledName
             LEFT JOIN {r.strings} sn ON sn.id = k.shortName
             WHERE k.start IS NOT NULL AND k."end" IS NOT NULL AND k.deviceId IS NOT NULL""").fetchone()[0]
