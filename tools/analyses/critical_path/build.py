@@ -86,11 +86,13 @@ class RankGraph(Graph):
         comm = is_comm_sql("g.name")
         return self._df(f"""
             WITH g AS (
-                SELECT 'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, correlation_id, whole_graph
+                SELECT 'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, correlation_id, whole_graph,
+                       communicator, collective
                 FROM kernels
                 UNION ALL
                 SELECT op, device_id, stream_id, start_ns, end_ns,
-                       CASE WHEN op = 'set' THEN 'Memset' ELSE 'Memcpy ' || kind END, NULL, pid, correlation_id, false FROM memops),
+                       CASE WHEN op = 'set' THEN 'Memset' ELSE 'Memcpy ' || kind END, NULL, pid, correlation_id, false, NULL, NULL
+                FROM memops),
             l AS (SELECT pid, correlation_id, arg_min(rowid, (start_ns, end_ns, rowid)) AS lcid, min(start_ns) AS call_start_ns,
                          arg_min(tid, (start_ns, end_ns, rowid)) AS call_tid
                   FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
@@ -98,7 +100,8 @@ class RankGraph(Graph):
             SELECT g.op, g.device_id, coalesce(g.stream_id, -1) AS stream_id, g.start_ns - ? AS start_ns, g.end_ns - ? AS end_ns,
                    g.name, coalesce(g.short_name, g.name) AS short_name, g.pid, l.lcid IS NOT NULL AS linked, l.lcid,
                    coalesce(l.call_start_ns - ?, g.start_ns - ?) AS call_start_ns, coalesce(l.call_tid, -1) AS call_tid,
-                   g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm, g.whole_graph AS is_whole
+                   g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm, g.whole_graph AS is_whole,
+                   g.communicator, g.collective
             FROM g LEFT JOIN l ON l.pid = g.pid AND l.correlation_id = g.correlation_id
             WHERE ((g.start_ns >= ? AND g.start_ns < ?) OR (g.start_ns < ? AND g.end_ns > ?)
                    OR (l.call_start_ns >= ? AND l.call_start_ns < ?)){p}
