@@ -454,3 +454,18 @@ def test_round_trip_communicator_and_collective(tmp_path):
         assert t.sql("SELECT start_ns, name, communicator, collective FROM kernels ORDER BY start_ns, name") == want
         assert {c for *_, c in want} == {None, "allreduce", "send"}
         t.close()
+
+
+def test_communicator_and_collective_only_from_names_in_the_args(tmp_path):
+    """A process group or collective that is not a non-empty string or an integer names nothing: NULL, not its JSON."""
+    def kernel(i, pg, coll):
+        return {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_Generic(x)", "pid": 0, "tid": 7, "ts": 10 * i, "dur": 5,
+                "args": {"device": 0, "stream": 7, "correlation": i, "Process Group Name": pg, "Collective name": coll}}
+
+    cases = [({"a": 1}, ["send"]), (3, None), ("", "recv"), ("tp0", True)]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": [kernel(i + 1, *c) for i, c in enumerate(cases)]}))
+    t = load_trace(path)
+    assert t.sql("SELECT communicator, collective FROM kernels ORDER BY start_ns") == [
+        (None, None), ("3", None), (None, "recv"), ("tp0", None)]
+    t.close()

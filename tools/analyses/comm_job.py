@@ -5,7 +5,8 @@ The job-wide counterpart of comm_summary (one profile). Ranks are rank_summary's
 the profile states, else the lowest unused number in input order); the ops, their classes (COMP = non-communication
 kernels and memsets, COMM = communication kernels by comm_patterns.py, MEMCPY = copies) and their owners are
 rank_summary's, so the figures agree with it:
-  per rank and collective type (comm_patterns.COLLECTIVES, 'Other' when unknown): communication kernels of non-zero
+  per rank and collective type (comm_patterns.COLLECTIVES, of the recorded operation kernels.collective where it
+      names one, else of the kernel name; 'Other' when unknown): communication kernels of non-zero
       duration, summed duration (work: concurrent kernels counted twice), shortest and longest kernel;
   per rank: communication wall time |COMM| (interval union) and exposed communication |COMM − COMP|
       = |COMM ∪ COMP| − |COMP| (stacked.union_measures_sql), summed over the rank's devices;
@@ -44,7 +45,8 @@ SETS = {0: (COMP,), 1: (COMM,), 2: (COMP, COMM)}
 
 
 class RankCollective(BaseModel):
-    collective: str = Field(description="collective type from the kernel name (AllReduce, AllGather, ..., 'Other')")
+    collective: str = Field(description="collective type (AllReduce, AllGather, ..., 'Other'): of the operation the profile "
+                                        "records for the kernel (kernels.collective) where it names one, else of the kernel name")
     count: int = Field(description="communication kernels of this type (non-zero duration)")
     total_ns: int = Field(description="summed kernel duration (work), ns")
     min_ns: int = Field(description="shortest kernel, ns")

@@ -768,6 +768,12 @@ def _number(v) -> float | None:
 
 # --------------------------------------------------------------------------- model
 
+def _name_sql(x: str) -> str:
+    """An args value (JSON) that names something → text: a non-empty string, or an integer as text; else NULL."""
+    return (f"CASE WHEN json_type({x}) = 'VARCHAR' THEN nullif({x} ->> '$', '') "
+            f"WHEN json_type({x}) IN ('BIGINT', 'UBIGINT') THEN {x}::VARCHAR END")
+
+
 def _args_struct(*keys: str, kind: str = "VARCHAR") -> str:
     """json_transform structure reading the given args keys (text of numbers, strings unquoted)."""
     return quote_literal(json.dumps({k: kind for k in keys}))
@@ -813,7 +819,8 @@ def _build(con, top: dict) -> None:
     )
     i = _int_sql
     gpu_args = _args_struct("device", "inDevice", "stream", "correlation", "graph id", "registers per thread", "shared memory",
-                            "bytes", "fromDevice", "toDevice", "Process Group Name", "Collective name")[:-2] + ', "grid": "VARCHAR[]", "block": "VARCHAR[]"}\''
+                            "bytes", "fromDevice", "toDevice")[:-2] + (', "grid": "VARCHAR[]", "block": "VARCHAR[]", '
+                                                                       '"Process Group Name": "JSON", "Collective name": "JSON"}\'')
     con.execute(
         f"""CREATE TEMP TABLE kin_gpu AS
             SELECT idx,
@@ -825,7 +832,7 @@ def _build(con, top: dict) -> None:
                    {i('a."registers per thread"')} AS regs, {i('a."shared memory"')} AS shmem, {i('a.bytes')} AS bytes,
                    {i('a.fromDevice')} AS src_dev, {i('a.toDevice')} AS dst_dev,
                    -- PyTorch's args of an NCCL kernel: its process group (the communicator) and operation
-                   a."Process Group Name" AS pg, a."Collective name" AS coll,
+                   {_name_sql('a."Process Group Name"')} AS pg, {_name_sql('a."Collective name"')} AS coll,
                    cat, name, pid, tid, ts, dur
             FROM (SELECT *, json_transform(args, {gpu_args}) AS a FROM kin_ev WHERE cat IN {GPU_OP_CATS})"""
     )
