@@ -205,3 +205,43 @@ def test_cli_and_mcp_over_a_folder_and_a_glob(tmp_path, capsys):
     assert not res.is_error, res.content[0].text
     assert res.structured_content["collectives"][0]["min_rank"] == straggler
     assert res.structured_content == want
+
+
+def test_rocm_generic_kernels_by_their_recorded_operation(tmp_path):
+    """ROCm's RCCL runs every collective under one kernel name, ncclDevKernel_Generic: a job whose NCCL kernels are all
+    so named (fixtures/scenarios_job.py with p2p=True, the SendRecvs' args saying 'send' on even ranks and 'recv' on
+    odd ones) splits by the operation its kernel args record: the all-reduces as from their NCCL names, and per rank
+    STEPS sends or receives of P2P_US + rank x P2P_STEP_US µs each. (With their NCCL names and every SendRecv's args
+    saying 'send', the recorded operation wins there too: Send, not SendRecv.)"""
+    import dataclasses
+
+    from gpuscope.fixtures.catalog import NCCL, NCCL_SENDRECV
+    from gpuscope.fixtures.scenarios_job import P2P_STEP_US, P2P_US
+
+    n, straggler = 4, 2
+    folders = {}
+    for variant in ("named", "generic"):
+        s = job(n, straggler, STEPS, p2p=True)
+        if variant == "generic":
+            s.kernels = [dataclasses.replace(k, name="ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)",
+                                             short_name="ncclDevKernel_Generic") if k.name in (NCCL[0], NCCL_SENDRECV[0]) else k
+                         for k in s.kernels]
+            for (_, pid, _), a in s.options["kineto_args"].items():
+                if a["Collective name"] == "send" and (pid - PID0) % 2:
+                    a["Collective name"] = "recv"
+        (tmp_path / variant).mkdir()
+        folders[variant] = [kineto.write(s, tmp_path / variant / f"rank{r:03d}.pt.trace.json", pid=PID0 + r) for r in range(n)]
+    named = A.comm_job_summary([load_trace(p) for p in folders["named"]])
+    res = A.comm_job_summary([load_trace(p) for p in folders["generic"]])
+    assert [c.collective for c in named.collectives] == ["AllReduce", "Send"]
+    by_type = {c.collective: c for c in res.collectives}
+    assert set(by_type) == {"AllReduce", "Send", "Recv"} and by_type["AllReduce"] == named.collectives[0]
+    for label, ranks in (("Send", range(0, n, 2)), ("Recv", range(1, n, 2))):
+        c = by_type[label]
+        totals = [STEPS * (P2P_US + r * P2P_STEP_US) * US if r in ranks else 0 for r in range(n)]
+        assert (c.ranks_with, c.count, c.total_ns, c.min_ns, c.max_ns, c.max_rank) == (
+            len(ranks), STEPS * len(ranks), sum(totals), 0, max(totals), max(ranks))
+    for row in res.ranks:
+        assert sorted(c.collective for c in row.collectives) == sorted(["AllReduce", "Send" if row.rank % 2 == 0 else "Recv"])
+    # messages: the collective and process group the kernel args record, 'send' / 'recv' of group 'pp'
+    assert {(m.collective, m.communicator) for m in res.messages if m.communicator == "pp"} == {("send", "pp"), ("recv", "pp")}

@@ -458,6 +458,53 @@ def test_job_point_to_point_kernels_are_not_joined(tmp_path, fmt):
     assert any("point-to-point kernels" in a and "never joined" in a for a in r.assumptions)
 
 
+@pytest.mark.parametrize("recorded", [True, False])
+def test_job_rocm_generic_kernels_are_told_apart_by_their_recorded_operation(tmp_path, recorded):
+    """ROCm's RCCL runs collectives and point-to-point transfers under one kernel name, ncclDevKernel_Generic: the
+    p2p=True job above with every NCCL kernel so named, the SendRecvs' args saying 'send' (even ranks) or 'recv' (odd
+    ranks). With the operation recorded (Kineto 'Collective name': kernels.collective) the job's figures are those of
+    the named kernels; without it nothing tells them apart, and the SendRecvs of process group 'pp' are joined as a
+    collective: its last arrival is rank 0's (each rank launches P2P_LAG_US after the next), so rank r waits
+    r x P2P_LAG_US, on top of the all-reduce's waits."""
+    import dataclasses
+
+    from gpuscope.fixtures.catalog import NCCL, NCCL_SENDRECV
+    from gpuscope.fixtures.scenarios_job import P2P_LAG_US, PID0, compute_us, job
+    from gpuscope.fixtures.writers import kineto
+    from gpuscope.tools.model import job as jobs
+    from gpuscope.tools.model.cache import leases
+
+    generic = ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "ncclDevKernel_Generic")
+    n, straggler = 4, 2
+    results = {}
+    for variant in ("named", "generic"):
+        s = job(n, straggler, 3, deps=True, p2p=True)
+        if variant == "generic":
+            s.kernels = [dataclasses.replace(k, name=generic[0], short_name=generic[1]) if k.name in (NCCL[0], NCCL_SENDRECV[0])
+                         else k for k in s.kernels]
+            for (_, pid, _), a in s.options["kineto_args"].items():
+                if a["Collective name"] == "send":
+                    a["Collective name"] = "send" if (pid - PID0) % 2 == 0 else "recv"
+                if not recorded:
+                    del a["Collective name"]
+        folder = tmp_path / variant
+        folder.mkdir()
+        for q in range(n):
+            kineto.write(s, folder / f"rank{q:03d}.pt.trace.json", pid=PID0 + q)
+        with leases():
+            r = critical_path(jobs.open_job([str(folder)]))
+        results[variant] = (r.path_ns, _split(r), [x.lane for x in r.segments], r.collectives.model_dump())
+    named, got = results["named"], results["generic"]
+    assert named[3]["p2p_kernels"] == n and named[3]["instances"] == 1
+    if recorded:
+        assert got == named
+    else:
+        cs = [compute_us(q, 1, straggler) for q in range(n)]
+        assert got[3] == {**named[3], "comm_kernels": 2 * n, "p2p_kernels": 0, "comm_kernels_with_communicator": 2 * n,
+                          "instances": 2, "instances_by_communicator": 2, "edges": 4 * n,
+                          "wait_ns": (sum(max(cs) - x for x in cs) + sum(q * P2P_LAG_US for q in range(n))) * US}
+
+
 # -- jobs with two communicators: tensor-parallel groups {0, 1} and {2, 3}, a straggler (rank 2, gemm x2) in one ----
 
 def _tp_job(tmp_path, fmt: str):

@@ -86,6 +86,16 @@ def test_real_trace_matches_raw_json(real):
         assert trace.meta["base_time_ns"] == str(doc["baseTimeNanoseconds"])
 
 
+def test_real_trace_kernels_carry_the_process_group_and_collective_of_their_args(real):
+    """kernels.communicator / .collective = the kernel event's args 'Process Group Name' / 'Collective name' (ROCm's
+    ncclDevKernel_Generic and NVIDIA's NCCL kernels in the distributed traces), NULL where the args have none."""
+    name, doc, trace = real
+    kernels = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("kernel", "Kernel")]
+    want = Counter((e["tid"], _ns(e["ts"]), (e.get("args") or {}).get("Process Group Name"),
+                    (e.get("args") or {}).get("Collective name")) for e in kernels)
+    assert Counter(trace.sql("SELECT stream_id, start_ns, communicator, collective FROM kernels")) == want
+
+
 def test_real_trace_native_args_are_the_files_args(real):
     name, doc, trace = real
     if len(doc["traceEvents"]) > 20_000:
@@ -242,9 +252,13 @@ def _check_round_trip(s: Scenario, path: Path, pid: int | None = None, legacy: b
             return (None,) * 6
         return (*k.grid, *k.block)
 
+    def comm(k):  # the process group and operation of an NCCL kernel's args, as written
+        a = s.options.get("kineto_args", {}).get(("kernel", pid, k.correlation_id), {})
+        return (a.get("Process Group Name"), a.get("Collective name"))
+
     want = sorted((k.device_id, k.stream_id, k.start_ns, k.end_ns, k.end_ns - k.start_ns, k.name, short_name(k.name), *launch_cfg(i, k),
                    k.registers_per_thread, k.static_shared_bytes + k.dynamic_shared_bytes, None, k.correlation_id, k.graph_id,
-                   *launch(k), False) for i, k in enumerate(kernels))
+                   *launch(k), False, *comm(k)) for i, k in enumerate(kernels))
     assert sorted(trace.sql("SELECT * FROM kernels")) == want
     want = sorted((m.device_id, m.stream_id, m.start_ns, m.end_ns, m.end_ns - m.start_ns, m.op, m.kind, m.bytes,
                    m.src_kind if m.op == "copy" else None, m.dst_kind, m.src_device_id, m.dst_device_id, m.correlation_id, *launch(m))
@@ -418,3 +432,40 @@ def test_bad_input_is_a_profile_error(tmp_path, case):
         load_trace(path)
     msg = str(err.value)
     assert str(path.name) in msg and "Traceback" not in msg and len(msg) > 60
+
+
+def test_round_trip_communicator_and_collective(tmp_path):
+    """A job's NCCL kernels with the args PyTorch records (fixtures/scenarios_job.py: all-reduces of tensor-parallel
+    groups 'tp0'/'tp1', point-to-point sends of group 'pp'), one rank's all-reduce without a process group: each
+    kernel's communicator and collective as its args wrote them, NULL for the gemms."""
+    from gpuscope.fixtures.scenarios_job import PID0, job
+
+    s = job(4, 2, 2, tp_groups=2, p2p=True)
+    args = s.options["kineto_args"]
+    dropped = next(k for k, a in args.items() if k[1] == PID0 + 1 and a["Collective name"] == "allreduce")
+    args[dropped] = {a: v for a, v in args[dropped].items() if a != "Process Group Name"}
+    for r in range(4):
+        pid = PID0 + r
+        writer.write(s, tmp_path / f"rank{r}.json", pid)
+        t = load_trace(tmp_path / f"rank{r}.json")
+        want = sorted((k.start_ns, k.name, args.get(("kernel", pid, k.correlation_id), {}).get("Process Group Name"),
+                       args.get(("kernel", pid, k.correlation_id), {}).get("Collective name"))
+                      for k in s.kernels if k.pid == pid)
+        assert t.sql("SELECT start_ns, name, communicator, collective FROM kernels ORDER BY start_ns, name") == want
+        assert {c for *_, c in want} == {None, "allreduce", "send"}
+        t.close()
+
+
+def test_communicator_and_collective_only_from_names_in_the_args(tmp_path):
+    """A process group or collective that is not a non-empty string or an integer names nothing: NULL, not its JSON."""
+    def kernel(i, pg, coll):
+        return {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_Generic(x)", "pid": 0, "tid": 7, "ts": 10 * i, "dur": 5,
+                "args": {"device": 0, "stream": 7, "correlation": i, "Process Group Name": pg, "Collective name": coll}}
+
+    cases = [({"a": 1}, ["send"]), (3, None), ("", "recv"), ("tp0", True)]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": [kernel(i + 1, *c) for i, c in enumerate(cases)]}))
+    t = load_trace(path)
+    assert t.sql("SELECT communicator, collective FROM kernels ORDER BY start_ns") == [
+        (None, None), ("3", None), (None, "recv"), ("tp0", None)]
+    t.close()

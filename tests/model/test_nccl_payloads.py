@@ -177,3 +177,22 @@ def test_nccl_2_24_layouts(tmp_path):
         assert (ag.calls, ag.gpu_time_ns, ag.algbw_gb_per_s) == (2, 42_000, None)
     finally:
         t.close()
+
+
+def test_kernels_carry_the_communicator_and_collective_of_their_call(open_profile):
+    """kernels.communicator / .collective: the payload's communicator and the call's name (without 'nccl') of the
+    one NCCL call that launched the kernel, as the fixture wrote them; the SendRecv kernel launched by ncclGroupEnd
+    (no payload) and the gemm carry neither."""
+    s = nccl_payloads()
+    t = open_profile("nccl_payloads", "nsys", scenarios=SCENARIOS)
+    by_kernel = {k: i for i, k in s.options["nccl_kernel_of"].items()}
+    expected = []
+    for j, k in enumerate(s.kernels):
+        i = by_kernel.get(j)
+        op, values = s.options["nccl_payloads"][i] if i is not None else (None, {})
+        comm = values.get("NCCL communicator ID")
+        expected.append((k.pid, k.device_id, k.start_ns, k.name, None if comm is None else f"{comm:#x}",
+                         s.markers[i].name.removeprefix("nccl") if i is not None else None))
+    got = t.sql("SELECT pid, device_id, start_ns, name, communicator, collective FROM kernels ORDER BY pid, start_ns")
+    assert got == sorted(expected, key=lambda r: (r[0], r[2]))
+    assert t.scalar("SELECT count(*) FROM kernels WHERE collective IS NOT NULL") == 2 * 7

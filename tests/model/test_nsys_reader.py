@@ -182,7 +182,8 @@ def expected(sc: Scenario) -> dict[str, list[tuple]]:
         a = link(k.pid, k.correlation_id)
         kernels.append((k.device_id, k.stream_id, k.start_ns + off, k.end_ns + off, k.end_ns - k.start_ns, k.name, k.short_name,
                         *k.grid, *k.block, k.registers_per_thread, k.static_shared_bytes, k.dynamic_shared_bytes, k.correlation_id,
-                        k.graph_id if modern else None, k.pid, a.tid if a else None, a is not None, False))
+                        k.graph_id if modern else None, k.pid, a.tid if a else None, a is not None, False,
+                        None, None))  # no NCCL payloads here: no communicator or collective (test_nccl_payloads.py)
     memops = []
     for m in sc.memops:
         a = link(m.pid, m.correlation_id)

@@ -81,7 +81,7 @@ def expected(sc: Scenario) -> dict[str, list[tuple]]:
         out["kernels"].append((
             k.device_id, k.stream_id, k.start_ns + OFF, k.end_ns + OFF, k.end_ns - k.start_ns, k.name, k.short_name,
             *k.grid, *k.block, k.registers_per_thread, k.static_shared_bytes, k.dynamic_shared_bytes,
-            k.correlation_id, None, k.pid, a.tid if a else None, a is not None, False))
+            k.correlation_id, None, k.pid, a.tid if a else None, a is not None, False, None, None))  # rocpd: no communicator, collective
     for m in sc.memops:
         a = api.get((m.pid, m.correlation_id))
         src_gpu, dst_gpu = m.kind in ("DtoH", "DtoD"), m.kind in ("HtoD", "DtoD")

@@ -5,7 +5,8 @@ The job-wide counterpart of comm_summary (one profile). Ranks are rank_summary's
 the profile states, else the lowest unused number in input order); the ops, their classes (COMP = non-communication
 kernels and memsets, COMM = communication kernels by comm_patterns.py, MEMCPY = copies) and their owners are
 rank_summary's, so the figures agree with it:
-  per rank and collective type (comm_patterns.COLLECTIVES, 'Other' when unknown): communication kernels of non-zero
+  per rank and collective type (comm_patterns.COLLECTIVES, of the recorded operation kernels.collective where it
+      names one, else of the kernel name; 'Other' when unknown): communication kernels of non-zero
       duration, summed duration (work: concurrent kernels counted twice), shortest and longest kernel;
   per rank: communication wall time |COMM| (interval union) and exposed communication |COMM − COMP|
       = |COMM ∪ COMP| − |COMP| (stacked.union_measures_sql), summed over the rank's devices;
@@ -44,7 +45,8 @@ SETS = {0: (COMP,), 1: (COMM,), 2: (COMP, COMM)}
 
 
 class RankCollective(BaseModel):
-    collective: str = Field(description="collective type from the kernel name (AllReduce, AllGather, ..., 'Other')")
+    collective: str = Field(description="collective type (AllReduce, AllGather, ..., 'Other'): of the operation the profile "
+                                        "records for the kernel (kernels.collective) where it names one, else of the kernel name")
     count: int = Field(description="communication kernels of this type (non-zero duration)")
     total_ns: int = Field(description="summed kernel duration (work), ns")
     min_ns: int = Field(description="shortest kernel, ns")
@@ -135,11 +137,10 @@ DEFINITIONS = (
     "max_rank (lowest rank on ties). messages: the same spread per (collective, communicator, message size) from "
     "NCCL payloads (Nsight) or NCCL kernel args (Kineto). Ratios name their denominator in the field name."
 )
-# PyTorch's args of an NCCL kernel (Kineto): collective, process group (its communicator) and message size
-KINETO_PROCESS_GROUP = """json_extract_string(args, '$."Process Group Name"')"""
-KINETO_MESSAGE = (f"""name, ts_ns, tid, json_extract_string(args, '$."Collective name"') AS cname,
-    {KINETO_PROCESS_GROUP} AS pg, json_extract_string(args, '$.dtype') AS dtype,
-    TRY_CAST(json_extract_string(args, '$."In msg nelems"') AS BIGINT) AS inn""")
+# PyTorch's args of an NCCL kernel (Kineto) give its message size; its collective and process group (communicator)
+# are the model's kernels.collective and kernels.communicator
+KINETO_MESSAGE = """name, ts_ns, tid, json_extract_string(args, '$.dtype') AS dtype,
+    TRY_CAST(json_extract_string(args, '$."In msg nelems"') AS BIGINT) AS inn"""
 
 
 def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = None, limit: int = 64) -> CommJobSummaryResult:
@@ -272,8 +273,9 @@ def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = N
 
 def _messages_sql(traces: list[Trace]) -> str:
     """(part, device_id, pid, src, coll, comm, bytes, dur) of every call whose message the profiles record: NCCL
-    payloads (nccl_calls, every store; empty outside Nsight exports) and NCCL kernel args (comm_args: the NCCL
-    kernels' native.events rows of the Kineto stores, joined to their kernels as comm_summary does)."""
+    payloads (nccl_calls, every store; empty outside Nsight exports) and NCCL kernel args of the Kineto stores: the
+    kernels' recorded collective and communicator, their message size from comm_args (the NCCL kernels'
+    native.events rows, joined to their kernels as comm_summary does)."""
     dtype_map = "MAP {" + ", ".join(f"'{k}': {v}" for k, v in DTYPE_BYTES.items()) + "}"
     out = (f"""SELECT part, device_id, pid, 'nccl payloads' AS src, regexp_replace(name, '^nccl', '') AS coll,
                       comm_id AS comm, bytes, kernel_end_ns - kernel_start_ns AS dur
@@ -282,10 +284,12 @@ def _messages_sql(traces: list[Trace]) -> str:
     kineto = {i for i, t in enumerate(traces) if t.format == "kineto"}
     if kineto:
         events = stack(traces, "comm_args", KINETO_MESSAGE, only=kineto)  # the NCCL kernels' native.events rows
-        kernels = stack(traces, "kernels", "device_id, pid, name, start_ns, end_ns, stream_id", only=kineto)
+        kernels = stack(traces, "kernels", "device_id, pid, name, start_ns, end_ns, stream_id, collective, communicator",
+                        "collective IS NOT NULL", only=kineto)
         out += f"""
             UNION ALL
-            SELECT k.part, k.device_id, k.pid, 'kernel args', e.cname, e.pg, (e.inn * {dtype_map}[e.dtype])::BIGINT,
+            SELECT k.part, k.device_id, k.pid, 'kernel args', k.collective, k.communicator,
+                   (e.inn * {dtype_map}[e.dtype])::BIGINT,
                    k.end_ns - k.start_ns
             FROM ({events}) e JOIN ({kernels}) k
               ON k.part = e.part AND k.name = e.name AND k.start_ns = e.ts_ns AND k.stream_id = e.tid"""

@@ -27,7 +27,11 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     r"deep_ep|deepep",
 )
 
-# Collective type from the kernel name, first match wins (NCCL names: ncclDevKernel_AllReduce_Sum_f32_RING_LL).
+# Collective type, first match wins: of the operation the profile records for the kernel (kernels.collective: NCCL
+# call names as AllReduce, Send; PyTorch 'Collective name' as allreduce, _reduce_scatter_base, send) where it matches
+# one, else of the kernel name (ncclDevKernel_AllReduce_Sum_f32_RING_LL). ROCm's ncclDevKernel_Generic runs every
+# collective and point-to-point transfer under one name: only the recorded operation tells them apart. An operation
+# of no type here (PyTorch 'barrier', 'gather', 'scatter') falls back to the name.
 COLLECTIVES: tuple[tuple[str, str], ...] = (
     ("AllReduce", r"all_?reduce|cross_device_reduce"),
     ("ReduceScatter", r"reduce_?scatter"),
@@ -40,7 +44,7 @@ COLLECTIVES: tuple[tuple[str, str], ...] = (
     ("Recv", r"recv"),
 )
 # The types of COLLECTIVES that move data between two ranks (pipeline stages, ...), not among every rank of a
-# communicator: their peer is not in the profile, so they cannot be matched across ranks as one collective instance.
+# communicator: their peer is not in the model, so they cannot be matched across ranks as one collective instance.
 POINT_TO_POINT: frozenset[str] = frozenset({"SendRecv", "Send", "Recv"})
 
 
@@ -63,8 +67,22 @@ def is_comm_sql(column: str = "name", extra: list[str] | None = None) -> str:
     return f"regexp_matches({column}, {quote_literal(alternation)}, 'i')"
 
 
-def collective_index_sql(column: str = "name") -> str:
-    """SQL expression: the index in COLLECTIVES of a communication kernel name's collective type
-    (len(COLLECTIVES) = 'Other' when unknown). An integer, so it can partition interval unions."""
-    cases = " ".join(f"WHEN regexp_matches({column}, '{rx}', 'i') THEN {i}" for i, (_, rx) in enumerate(COLLECTIVES))
-    return f"CASE {cases} ELSE {len(COLLECTIVES)} END"
+def collective_label(op: str | None, name: str) -> str | None:
+    """The COLLECTIVES type of a communication kernel: of its recorded operation `op` (kernels.collective) where that
+    matches one, else of its name; None when neither does."""
+    for text in (op, name):
+        found = next((label for label, rx in COLLECTIVES if text and re.search(rx, text, re.I)), None)
+        if found:
+            return found
+    return None
+
+
+def collective_index_sql(column: str = "name", op: str = "collective") -> str:
+    """SQL expression: the index in COLLECTIVES of a communication kernel's collective type, from its recorded
+    operation (column `op`, kernels.collective) where that matches one, else from its name (column `column`);
+    len(COLLECTIVES) = 'Other' when neither does. An integer, so it can partition interval unions."""
+    def index(col: str, other: str) -> str:
+        cases = " ".join(f"WHEN regexp_matches({col}, '{rx}', 'i') THEN {i}" for i, (_, rx) in enumerate(COLLECTIVES))
+        return f"CASE {cases} ELSE {other} END"
+
+    return index(op, index(column, str(len(COLLECTIVES))))

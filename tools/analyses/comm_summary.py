@@ -59,7 +59,9 @@ class DeviceComm(BaseModel):
 class CollectiveGroup(BaseModel):
     device_id: int
     pid: int | None
-    collective: str = Field(description="collective type from the kernel name (AllReduce, AllGather, ..., 'Other' when unknown)")
+    collective: str = Field(description="collective type (AllReduce, AllGather, ..., 'Other' when unknown): of the operation "
+                                        "the profile records for the kernels (kernels.collective) where it names one, else "
+                                        "of the kernel name")
     count: int
     total_ns: int = Field(description="summed duration, ns")
     wall_ns: int = Field(description="union of these kernels' intervals, ns")
@@ -73,7 +75,9 @@ class KernelGroup(BaseModel):
     device_id: int
     pid: int | None
     name: str = Field(description="kernel base name (clipped)")
-    collective: str
+    collective: str = Field(description="collective type of the group's kernels (as CollectiveGroup.collective); where "
+                                        "their recorded operations give several (ROCm's ncclDevKernel_Generic runs every "
+                                        "collective), the type of the name")
     streams: list[int | None] = Field(description="streams the kernel ran on")
     count: int
     total_ns: int
@@ -193,7 +197,8 @@ def comm_summary(
                 wall_ns=u.busy_ns if u else 0, avg_ns=round(float(r["avg"]), 1), min_ns=int(r["mn"]), max_ns=int(r["mx"]),
                 pct_of_device_comm_summed=pct(r["total"], totals.get(key))))
         rows = trace.sql_dicts(
-            f"""SELECT device_id, owner, short_name AS name, min(coll) AS coll,
+            f"""SELECT device_id, owner, short_name AS name,
+                       CASE WHEN min(coll) = max(coll) THEN min(coll) ELSE min({collective_index_sql("name", "NULL")}) END AS coll,
                        list(DISTINCT stream_id ORDER BY stream_id) AS streams, count(*) AS n,
                        sum(end_ns - start_ns)::BIGINT AS total, avg(end_ns - start_ns) AS avg,
                        min(end_ns - start_ns) AS mn, max(end_ns - start_ns) AS mx,

@@ -42,13 +42,13 @@ COMP, COMM, MEMCPY, GRAPH = 0, 1, 2, 3  # op classes (integer codes, so they can
 
 def timeline_ops_sql(trace: Trace, where: str, lo: int, hi: int, include_unlinked: bool,
                      patterns: list[str] | None) -> str:
-    """GPU ops overlapping the window, clipped to it, with class `cls` (COMP / COMM / MEMCPY) and an
-    `owner` partition (the device's only process, or each process when several share the device)."""
+    """GPU ops overlapping the window, clipped to it, with class `cls` (COMP / COMM / MEMCPY), the kernels' recorded
+    `collective` (comm_patterns.collective_index_sql) and an `owner` partition (the device's only process, or each process when several share the device)."""
     comm = is_comm_sql("name", patterns)
     linked = "" if include_unlinked else " AND launched"
     return f"""
         WITH ops AS (
-            SELECT device_id, pid, tid, stream_id, correlation_id, launched, name, short_name,
+            SELECT device_id, pid, tid, stream_id, correlation_id, launched, name, short_name, collective,
                    greatest(start_ns, {lo}) AS start_ns, least(end_ns, {hi}) AS end_ns,
                    CASE WHEN whole_graph THEN {GRAPH} WHEN {comm} THEN {COMM}
                         WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY} ELSE {COMP} END AS cls
@@ -56,7 +56,7 @@ def timeline_ops_sql(trace: Trace, where: str, lo: int, hi: int, include_unlinke
             UNION ALL
             SELECT device_id, pid, tid, stream_id, correlation_id, launched,
                    CASE WHEN op = 'set' THEN 'memset' ELSE 'memcpy ' || kind END, CASE WHEN op = 'set' THEN 'memset' ELSE 'memcpy ' || kind END,
-                   greatest(start_ns, {lo}), least(end_ns, {hi}), CASE WHEN op = 'copy' THEN {MEMCPY} ELSE {COMP} END
+                   NULL, greatest(start_ns, {lo}), least(end_ns, {hi}), CASE WHEN op = 'copy' THEN {MEMCPY} ELSE {COMP} END
             FROM memops WHERE {where}{linked}),
         owners AS (SELECT device_id, count(DISTINCT pid) AS n, min(pid) AS only_pid FROM ops GROUP BY device_id)
         SELECT ops.*, CASE WHEN owners.n <= 1 THEN owners.only_pid ELSE ops.pid END AS owner

@@ -63,7 +63,9 @@ CREATE TABLE kernels (
     pid BIGINT,                      -- process that owns the work
     tid BIGINT,                      -- thread that launched it (NULL when the launch is not in the profile)
     launched BOOLEAN NOT NULL,       -- true when the launching API call is in the profile
-    whole_graph BOOLEAN NOT NULL DEFAULT false -- true: the row is one whole CUDA graph execution, not a kernel (Nsight --cuda-graph-trace=graph, the default, records graph launches in CUPTI_ACTIVITY_KIND_GRAPH_TRACE without the kernels inside); name 'CUDA graph <graph_id>', no launch configuration
+    whole_graph BOOLEAN NOT NULL DEFAULT false, -- true: the row is one whole CUDA graph execution, not a kernel (Nsight --cuda-graph-trace=graph, the default, records graph launches in CUPTI_ACTIVITY_KIND_GRAPH_TRACE without the kernels inside); name 'CUDA graph <graph_id>', no launch configuration
+    communicator VARCHAR,            -- communicator of a communication kernel as the profile records it, else NULL: Nsight, the NCCL payload's communicator id (nccl_calls.comm_id) of the one NCCL call that launched the kernel; Kineto, the kernel args' 'Process Group Name'; rocpd/rpd: never (RCCL API records are not linked to kernels)
+    collective VARCHAR               -- operation of a communication kernel as the profile records it, else NULL: Nsight, that NCCL call's name without 'nccl' ('AllReduce', 'Send'); Kineto, the kernel args' 'Collective name' ('allreduce', 'send'); rocpd/rpd: never (RCCL API records are not linked to kernels)
 );
 
 -- GPU memory copies and memory sets.

@@ -25,10 +25,10 @@ same-stream order and CUDA event syncs, longest path through one ProfilerStep). 
     awaited op ends, so host work after it moves too. Delays and host durations stay as measured.
   * Job (several ranks; HTA has no cross-rank path): each rank's graph over the same step, on one timeline (clocks
     assumed aligned), joined at the collectives: the k-th communication kernel of one communicator on each rank holding
-    it is one instance (the communicator as the profile records it: Nsight NCCL payloads, Kineto 'Process Group Name';
-    where it is not recorded, the k-th kernel of one name on each rank with communication kernels, and the result says
-    so: collectives.collective_match). Point-to-point kernels (Send, Recv, SendRecv: comm_patterns.POINT_TO_POINT) are
-    never joined: a pipeline stage sends to one neighbour and receives from another, and the peer is not recorded, so
+    it is one instance (the communicator as the profile records it, kernels.communicator: Nsight NCCL payloads, Kineto
+    'Process Group Name'; where it is not recorded, the k-th kernel of one name on each rank with communication kernels,
+    and the result says so: collectives.collective_match). Point-to-point kernels (Send, Recv, SendRecv:
+    comm_patterns.POINT_TO_POINT, from the recorded operation kernels.collective, else the kernel name) are never joined: a pipeline stage sends to one neighbour and receives from another, and the peer is not recorded, so
     they stay on their stream with their measured duration (collectives.p2p_kernels). Each rank's kernel is split into its arrival (start, 0 ns) and its transfer part
     [the instance's last arrival, its end]; every arrival is an edge to the instance's barrier node (0 ns), the barrier
     an edge to every transfer part: 2 edges per rank, not one per pair of ranks. The path therefore runs through the
@@ -90,8 +90,8 @@ JOB_ASSUMPTIONS = [
     "job (several ranks): each rank's graph is built as for one profile over the same step (the index chosen on the "
     "first rank, or the caller's start_ns/end_ns on every rank), on one timeline: the ranks' clocks are assumed aligned",
     "a collective instance = the k-th communication kernel of one communicator on each rank holding that communicator "
-    "in the window, where the profile records it (Nsight: the NCCL payload's communicator id of the call that launched "
-    "the kernel; Kineto: the kernel's 'Process Group Name'); otherwise the k-th communication kernel of one name on each "
+    "in the window, where the profile records it (kernels.communicator; Nsight: the NCCL payload's communicator id of the "
+    "call that launched the kernel; Kineto: the kernel's 'Process Group Name'); otherwise the k-th communication kernel of one name on each "
     "rank with such kernels (collectives.collective_match says which; by name order, collectives of different "
     "communicators under one kernel name are joined wrongly). Instances missing on a rank, or held by one rank of the "
     "job, are left unlinked. On each rank its kernel is split into the arrival (its start, 0 ns) and the transfer part "
@@ -99,8 +99,9 @@ JOB_ASSUMPTIONS = [
     "arrival) and the barrier to every transfer part, so the path runs through the last-arriving rank and the others' waits [arrival, last arrival] "
     "are off the path (on it only as sync_wait where a wait binds). A transfer part that would end before the last "
     "arrival (clock skew) is clamped to 0 ns (collectives.clamped_transfers)",
-    "point-to-point kernels (Send, Recv, SendRecv by name; a ROCm ncclDevKernel_Generic cannot be told apart and counts "
-    "as a collective) are never joined across ranks: the rank they send to or receive from is not in the profile, so "
+    "point-to-point kernels (Send, Recv, SendRecv: the operation the profile records, kernels.collective: Nsight NCCL "
+    "call, Kineto 'Collective name'; else the kernel name, so a ROCm ncclDevKernel_Generic without a recorded operation "
+    "counts as a collective) are never joined across ranks: the rank they send to or receive from is not in the profile, so "
     "each stays on its rank's stream as communication with its measured duration, a wait for its peer included "
     "(collectives.p2p_kernels)",
 ]

@@ -84,9 +84,10 @@ def _gops_sql(traces: list[Trace], win: str) -> str:
     correlation id in the process)."""
     comm = is_comm_sql("g.name")
     kernels = stack(traces, "kernels", "'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, "
-                                       "correlation_id, whole_graph")
+                                       "correlation_id, whole_graph, communicator, collective")
     memops = stack(traces, "memops", "op, device_id, stream_id, start_ns, end_ns, "
-                                     "CASE WHEN op = 'set' THEN 'Memset' ELSE 'Memcpy ' || kind END, NULL, pid, correlation_id, false")
+                                     "CASE WHEN op = 'set' THEN 'Memset' ELSE 'Memcpy ' || kind END, NULL, pid, correlation_id, false, "
+                                     "NULL, NULL")
     calls = stack(traces, "api_calls", "rowid AS cid, pid, tid, start_ns, end_ns, correlation_id",
                   "correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL")
     return f"""
@@ -99,7 +100,7 @@ def _gops_sql(traces: list[Trace], win: str) -> str:
                g.end_ns - w.ws AS end_ns, g.name, coalesce(g.short_name, g.name) AS short_name, g.pid,
                l.lcid IS NOT NULL AS linked, l.lcid, coalesce(l.call_start_ns - w.ws, g.start_ns - w.ws) AS call_start_ns,
                coalesce(l.call_tid, -1) AS call_tid, g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm,
-               g.whole_graph AS is_whole
+               g.whole_graph AS is_whole, g.communicator, g.collective
         FROM g JOIN win w ON g.part = w.part AND (w.pid IS NULL OR g.pid = w.pid)
         LEFT JOIN l ON l.part = g.part AND l.pid = g.pid AND l.correlation_id = g.correlation_id
         WHERE (g.start_ns >= w.ws AND g.start_ns < w.we) OR (g.start_ns < w.ws AND g.end_ns > w.ws)

@@ -1,17 +1,15 @@
 """A job's critical-path graph: each rank's graph over the same step, on one timeline, joined at the collectives.
-Point-to-point kernels (Send, Recv, SendRecv) are never joined: their peer rank is not in the model."""
+Point-to-point kernels (Send, Recv, SendRecv: the operation the profile records, else the kernel name) are never
+joined: their peer rank is not in the model."""
 
 from __future__ import annotations
-
-import re
 
 import numpy as np
 import pandas as pd
 
 from ...model.errors import ProfileError
 from ...model.trace import Trace
-from ..comm_job import KINETO_PROCESS_GROUP
-from ..comm_patterns import COLLECTIVES, POINT_TO_POINT
+from ..comm_patterns import POINT_TO_POINT, collective_label
 from ..requirements import require
 from .build import RankGraph, rank_graphs
 from .graph import COLL, KINDS, STREAM, Graph
@@ -68,8 +66,7 @@ def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
     chain = np.concatenate([g.chain for g in graphs])
     seq = np.concatenate([g.eval.seq + P[r] for r, g in enumerate(graphs)])
     head = np.concatenate([g.eval.head for g in graphs])
-    gops = pd.concat([g.gops[["name", "short_name", "is_comm"]].assign(communicator=_communicators(g)) for g in graphs],
-                     ignore_index=True)
+    gops = pd.concat([g.gops[["name", "short_name", "is_comm", "communicator", "collective"]] for g in graphs], ignore_index=True)
     gop_nodes = np.concatenate([g.gop_nodes + P[r] for r, g in enumerate(graphs)]).astype(np.int64)
     rank_of = np.concatenate([np.full(len(g.gop_nodes), u.rank) for u, g in zip(units, graphs)])
 
@@ -77,12 +74,12 @@ def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
     # point-to-point kernels stay whole on their rank's stream (communication, measured duration): the rank they send
     # to or receive from is not recorded, and a barrier over the communicator's ranks would join the wrong ones
     names = gops["name"].astype(str)
-    kind = {x: _collective(x) for x in names[comm].unique()}
-    p2p = comm & names.map(kind).isin(POINT_TO_POINT).to_numpy(dtype=bool)
+    kind = _collective(gops["collective"], names)
+    p2p = comm & kind.isin(POINT_TO_POINT).to_numpy(dtype=bool)
     comm = comm & ~p2p
     inst, links = _instances(pd.DataFrame({"rank": rank_of, "node": gop_nodes, "name": names.to_numpy(),
-                                           "comm": gops["communicator"].to_numpy(dtype=object), "S": S[gop_nodes],
-                                           "E": E[gop_nodes]})[comm])
+                                           "kind": kind.to_numpy(dtype=object), "comm": gops["communicator"].to_numpy(dtype=object),
+                                           "S": S[gop_nodes], "E": E[gop_nodes]})[comm])
     K = inst["node"].to_numpy(dtype=np.int64)
     of = inst["inst"].to_numpy(dtype=np.int64)
     nb = int(of.max()) + 1 if len(of) else 0
@@ -148,9 +145,9 @@ def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
 
 
 def _instances(comm: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """The linked collective kernels (rank, node, S, ...; the caller leaves point-to-point ones out) with their
-    instance number `inst` and barrier label, sorted by instance then rank, and the counts for CollectiveLinks. A kernel whose communicator the profile records
-    (Nsight NCCL payload, Kineto 'Process Group Name') is the k-th of that communicator on its rank, and its instance
+    """The linked collective kernels (rank, node, kind, S, ...; the caller leaves point-to-point ones out) with their
+    instance number `inst` and barrier label, sorted by instance then rank, and the counts for CollectiveLinks. A kernel
+    whose communicator the profile records (kernels.communicator) is the k-th of that communicator on its rank, and its instance
     takes the ranks holding that communicator in the window; any other is the k-th of its name on its rank, and its
     instance takes every rank with such kernels (name order: ranks of different communicators can be mixed up)."""
     comm = comm.sort_values(["rank", "S", "E", "node"], kind="stable")
@@ -163,8 +160,7 @@ def _instances(comm: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     size = comm.groupby(["by_comm", "key", "k"])["rank"].transform("size").to_numpy()
     linked = comm[(size == need) & (need > 1)]
     linked = linked.assign(inst=linked.groupby(["by_comm", "key", "k"]).ngroup()).sort_values(["inst", "rank"], kind="stable")
-    kind = linked["name"].map(_collective)
-    linked["barrier"] = ("collective barrier " + kind + np.where(linked["by_comm"], " " + linked["key"], " (name order)")
+    linked["barrier"] = ("collective barrier " + linked["kind"] + np.where(linked["by_comm"], " " + linked["key"], " (name order)")
                          + " #" + (linked["k"] + 1).astype(str))
     groups = comm.drop_duplicates(["by_comm", "key", "k"])
     first = linked.drop_duplicates("inst")
@@ -175,39 +171,11 @@ def _instances(comm: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
                     "instances_by_communicator": n_comm, "instances_by_name_order": n_name, "unlinked": len(groups) - n_comm - n_name}
 
 
-def _collective(name: str) -> str:
-    """The collective type of a communication kernel name (comm_patterns.COLLECTIVES; 'collective' when unknown)."""
-    return next((label for label, rx in COLLECTIVES if re.search(rx, name, re.I)), "collective")
-
-
-def _communicators(g: RankGraph) -> np.ndarray:
-    """Per GPU op of a rank's graph, the communicator of a communication kernel where the profile records it, else
-    None: the NCCL communicator id of the one NCCL call that launched it (Nsight NCCL payloads: nccl_calls), or
-    PyTorch's 'Process Group Name' in its kernel args (Kineto; joined as comm_job_summary does)."""
-    gops = g.gops
-    out = np.full(len(gops), None, dtype=object)
-    comm = gops[gops["is_comm"].fillna(False).to_numpy(dtype=bool)]
-    if comm.empty:
-        return out
-    lo, hi = int(comm["start_ns"].min()) + g.base, int(comm["start_ns"].max()) + g.base
-    if g.trace.format == "kineto":
-        if "events" not in g.trace.native_tables():
-            return out
-        keys = ["name", "stream_id", "start_ns"]
-        found = g._df(f"""SELECT name, tid AS stream_id, ts_ns - ? AS start_ns, min(pg) AS communicator
-                        FROM (SELECT name, tid, ts_ns, {KINETO_PROCESS_GROUP} AS pg
-                              FROM native.events WHERE cat = 'kernel' AND ts_ns BETWEEN ? AND ?
-                                   AND args LIKE '%Process Group Name%')
-                        WHERE pg IS NOT NULL GROUP BY ALL HAVING count(DISTINCT pg) = 1""", [g.base, lo, hi])
-    else:
-        keys = ["pid", "device_id", "stream_id", "start_ns", "end_ns"]
-        found = g._df("""SELECT pid, device_id, stream_id, kernel_start_ns - ? AS start_ns, kernel_end_ns - ? AS end_ns,
-                               min(comm_id) AS communicator
-                        FROM nccl_calls WHERE kernels_launched = 1 AND comm_id IS NOT NULL AND kernel_start_ns BETWEEN ? AND ?
-                        GROUP BY ALL HAVING count(DISTINCT comm_id) = 1""", [g.base, g.base, lo, hi])
-    if found.empty:
-        return out
-    got = comm[keys].astype({k: "float64" for k in keys if k != "name"}).merge(
-        found.astype({k: "float64" for k in keys if k != "name"}), on=keys, how="left")["communicator"]
-    out[np.flatnonzero(gops["is_comm"].fillna(False).to_numpy(dtype=bool))] = got.where(got.notna(), None).to_numpy(dtype=object)
-    return out
+def _collective(op: pd.Series, name: pd.Series) -> pd.Series:
+    """Per GPU op, the collective type of a communication kernel (comm_patterns.collective_label: its recorded
+    operation, kernels.collective, else its name; 'collective' when neither names one), worked out once per distinct
+    (operation, name)."""
+    pairs = pd.DataFrame({"op": op.fillna("").astype(str).to_numpy(), "name": name.to_numpy()})
+    known = pairs.drop_duplicates()
+    known = known.assign(kind=[collective_label(o, n) or "collective" for o, n in zip(known["op"], known["name"])])
+    return pairs.merge(known, on=["op", "name"], how="left")["kind"]

@@ -123,7 +123,8 @@ class CollectiveLinks(BaseModel):
                                               "'communicator+name_order' (some of each) or 'none' (no communication kernels)")
     comm_kernels: int = Field(description="collective kernels in the ranks' windows (every communication kernel but the "
                                           "point-to-point ones, p2p_kernels)")
-    p2p_kernels: int = Field(description="point-to-point kernels (Send, Recv, SendRecv by name) in the ranks' windows: never "
+    p2p_kernels: int = Field(description="point-to-point kernels (Send, Recv, SendRecv: the recorded operation, "
+                                         "kernels.collective, else the kernel name) in the ranks' windows: never "
                                          "joined across ranks (the peer rank is not in the model); each stays on its stream "
                                          "as communication with its measured duration")
     comm_kernels_with_communicator: int = Field(description="of comm_kernels, those whose communicator the profile records")

@@ -826,6 +826,12 @@ def _number(v) -> float | None:
 
 # --------------------------------------------------------------------------- model
 
+def _name_sql(x: str) -> str:
+    """An args value (JSON) that names something → text: a non-empty string, or an integer as text; else NULL."""
+    return (f"CASE WHEN json_type({x}) = 'VARCHAR' THEN nullif({x} ->> '$', '') "
+            f"WHEN json_type({x}) IN ('BIGINT', 'UBIGINT') THEN {x}::VARCHAR END")
+
+
 def _args_struct(*keys: str, kind: str = "VARCHAR") -> str:
     """json_transform structure reading the given args keys (text of numbers, strings unquoted)."""
     return quote_literal(json.dumps({k: kind for k in keys}))
@@ -941,7 +947,8 @@ def _links(con, cat: str) -> None:
     )
     i = _int_sql
     gpu_args = _args_struct("device", "inDevice", "stream", "correlation", "graph id", "registers per thread", "shared memory",
-                            "bytes", "fromDevice", "toDevice")[:-2] + ', "grid": "VARCHAR[]", "block": "VARCHAR[]"}\''
+                            "bytes", "fromDevice", "toDevice")[:-2] + (', "grid": "VARCHAR[]", "block": "VARCHAR[]", '
+                                                                       '"Process Group Name": "JSON", "Collective name": "JSON"}\'')
     con.execute(
         f"""CREATE TEMP TABLE kin_gpu AS
             SELECT idx,
@@ -952,6 +959,8 @@ def _links(con, cat: str) -> None:
                               for g in ('grid', 'block') for k, c in enumerate('xyz'))},
                    {i('a."registers per thread"')} AS regs, {i('a."shared memory"')} AS shmem, {i('a.bytes')} AS bytes,
                    {i('a.fromDevice')} AS src_dev, {i('a.toDevice')} AS dst_dev,
+                   -- PyTorch's args of an NCCL kernel: its process group (the communicator) and operation
+                   {_name_sql('a."Process Group Name"')} AS pg, {_name_sql('a."Collective name"')} AS coll,
                    cat, name, pid, tid, ts, dur
             FROM (SELECT *, json_transform(args, {gpu_args}) AS a FROM kin_ev WHERE cat IN {GPU_OP_CATS})"""
     )
@@ -1012,7 +1021,7 @@ def _kernels(con) -> None:
         f"""INSERT INTO kernels
             SELECT coalesce(g.device, p.dev, g.pid), g.stream, g.ts, g.ts + g.dur, g.dur, g.name, coalesce(n.short, g.name),
                    g.grid_x, g.grid_y, g.grid_z, g.block_x, g.block_y, g.block_z, g.regs, g.shmem, NULL, g.corr, g.graph_id,
-                   coalesce(l.pid, {ONE_CPU}), l.tid, l.pid IS NOT NULL, false
+                   coalesce(l.pid, {ONE_CPU}), l.tid, l.pid IS NOT NULL, false, g.pg, g.coll
             FROM kin_gpu g LEFT JOIN kin_link l USING (idx) LEFT JOIN kin_piddev p ON p.pid = g.pid
             LEFT JOIN kin_names n ON n.name = g.name
             WHERE g.cat = 'kernel' AND g.name IS NOT NULL AND coalesce(g.device, p.dev, g.pid) IS NOT NULL ORDER BY g.idx"""

@@ -1,4 +1,5 @@
-"""NCCL's NVTX payloads in an Nsight export → the `nccl_calls` model table.
+"""NCCL's NVTX payloads in an Nsight export → the `nccl_calls` model table, and the communicator and collective of
+the kernels those calls launched (kernels.communicator, kernels.collective).
 
 NCCL (2.19+) opens an NVTX range in its "NCCL" domain around each API call and attaches a binary payload
 described by a static schema it registers (NCCL src/include/nvtx_payload_schemas.h): communicator hash,
@@ -79,6 +80,7 @@ def load(con: duckdb.DuckDBPyConnection, src, named: str) -> str | None:
                         ELSE {quote_literal(TOO_SHORT)} END AS reason
             FROM _nccl WHERE NOT ok) GROUP BY reason ORDER BY reason""")
         _insert(con, ", ".join(cols))
+        _label_kernels(con)
     finally:
         con.execute("DROP TABLE IF EXISTS _nccl")
     return None
@@ -104,6 +106,21 @@ def _insert(con: duckdb.DuckDBPyConnection, fields: str) -> None:
                CASE WHEN k.n = 1 THEN k.device_id END, CASE WHEN k.n = 1 THEN k.stream_id END,
                CASE WHEN k.n = 1 THEN k.ks END, CASE WHEN k.n = 1 THEN k.ke END
         FROM c LEFT JOIN k USING (id) ORDER BY c.start_ns""")
+
+
+def _label_kernels(con: duckdb.DuckDBPyConnection) -> None:
+    """kernels.communicator and .collective from the NCCL calls that launched exactly one kernel: the call's
+    communicator id and its name without 'nccl', where every such call of the kernel agrees (a kernel is known by its
+    process, device, stream and GPU times, as nccl_calls records it)."""
+    con.execute("""
+        UPDATE kernels SET communicator = c.communicator, collective = c.collective
+        FROM (SELECT pid, device_id, stream_id, kernel_start_ns, kernel_end_ns,
+                     CASE WHEN count(DISTINCT comm_id) = 1 THEN min(comm_id) END AS communicator,
+                     CASE WHEN count(DISTINCT name) = 1 THEN regexp_replace(min(name), '^nccl', '') END AS collective
+              FROM nccl_calls WHERE kernels_launched = 1 GROUP BY ALL) c
+        WHERE NOT kernels.whole_graph AND kernels.pid IS NOT DISTINCT FROM c.pid AND kernels.device_id = c.device_id
+              AND kernels.stream_id IS NOT DISTINCT FROM c.stream_id AND kernels.start_ns = c.kernel_start_ns
+              AND kernels.end_ns = c.kernel_end_ns""")
 
 
 PID = "(globalTid >> 24) & 16777215"

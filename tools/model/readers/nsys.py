@@ -188,7 +188,8 @@ class _Reader:
     def _gpu_rows(self, table: str, what: str, model: str, select: str, joins: str = "") -> None:
         """INSERT GPU activity rows linked to their launching call (same correlationId and process)."""
         graph = "" if model == "memops" else f"{self.col(table, 'graphId', 'k')},"
-        whole = {KERNEL: ", false", GRAPH_TRACE: ", true"}.get(table, "")
+        # kernels: whole_graph, then communicator and collective (set from NCCL payloads once those are read)
+        whole = {KERNEL: ", false, NULL, NULL", GRAPH_TRACE: ", true, NULL, NULL"}.get(table, "")
         mine = {KERNEL: "NOT whole_graph", GRAPH_TRACE: "whole_graph", MEMSET: "op = 'set'"}.get(table, "op = 'copy'")
         rel = self.src.relation(table)
 
@@ -641,7 +642,8 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
             SELECT rowid AS rowid, device_id, {'stream_id' if streams else 'NULL::BIGINT AS stream_id'}, start_ns, end_ns,
                    end_ns - start_ns AS dur_ns, {'name' if names else "'' AS name"}, short_name, grid_x, grid_y, grid_z,
                    block_x, block_y, block_z, registers_per_thread, static_shared_bytes, dynamic_shared_bytes,
-                   correlation_id, graph_id, pid, NULL::BIGINT AS tid, false AS launched, false AS whole_graph
+                   correlation_id, graph_id, pid, NULL::BIGINT AS tid, false AS launched, false AS whole_graph,
+                   NULL::VARCHAR AS communicator, NULL::VARCHAR AS collective  -- top_kernels reads neither
             FROM _kernels""")
         if calls is not None:
             _launches(con, calls, graphs)

@@ -243,7 +243,7 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
                    {wg('x')}, {wg('y')}, {wg('z')}, k.workgroup_size_x, k.workgroup_size_y, k.workgroup_size_z,
                    s.arch_vgpr_count, s.group_segment_size,
                    CASE WHEN k.group_segment_size >= s.group_segment_size THEN k.group_segment_size - s.group_segment_size END,
-                   e.stack_id, {graph}, COALESCE(p.pid, k.pid), l.tid, l.rpid IS NOT NULL, false
+                   e.stack_id, {graph}, COALESCE(p.pid, k.pid), l.tid, l.rpid IS NOT NULL, false, NULL, NULL
             FROM {disp} k
             JOIN _agent a ON a.id = k.agent_id AND a.guid = k.guid AND a.type = 'GPU'
             LEFT JOIN _sym s ON s.id = k.kernel_id AND s.guid = k.guid

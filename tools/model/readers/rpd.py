@@ -135,7 +135,7 @@ def _load(con, path: Path, progress, src: SqliteSource) -> None:
         f"""INSERT INTO kernels
            SELECT gpuId, queueId, start, greatest("end", start), greatest("end", start) - start, k.name, n.short,
                   g_x, g_y, g_z, workgroupX, workgroupY, workgroupZ, vgpr, NULL, groupSegmentSize,
-                  api_id, NULL, pid, tid, api_id IS NOT NULL AND pid IS NOT NULL, false
+                  api_id, NULL, pid, tid, api_id IS NOT NULL AND pid IS NOT NULL, false, NULL, NULL
            FROM _rpd_kernels k LEFT JOIN _rpd_names n USING (name) WHERE {GPU_OK}
            ORDER BY start"""
     )
