@@ -319,10 +319,11 @@ def test_job_refuses_pid(tmp_path):
             critical_path(traces, pid=20_000)
 
 
-def test_job_reads_every_rank_through_the_stacked_store_in_a_fixed_number_of_statements(tmp_path, monkeypatch):
-    """Every rank's window (step choice), API calls, GPU ops and host-gap names come from the job's stacked store: the
-    statements do not grow with the ranks, and no rank's own store is attached (each costs DuckDB ~0.5 MB of its
-    memory limit). Ranks without collectives: the communicator lookup (per rank, job._communicators) does not run."""
+@pytest.mark.parametrize("collectives", [False, True])
+def test_job_reads_every_rank_through_the_stacked_store_in_a_fixed_number_of_statements(tmp_path, monkeypatch, collectives):
+    """Every rank's window (step choice), API calls, GPU ops (with their communicators) and host-gap names come from
+    the job's stacked store: the statements do not grow with the ranks, and no rank's own store is attached (each
+    costs DuckDB ~0.5 MB of its memory limit), with or without collectives to match."""
     from gpuscope.fixtures.scenarios_job import PID0, job, step_us
     from gpuscope.fixtures.writers import kineto
     from gpuscope.tools.model import hub as hubs
@@ -333,7 +334,7 @@ def test_job_reads_every_rank_through_the_stacked_store_in_a_fixed_number_of_sta
     for n in (3, 6):
         folder = tmp_path / f"run{n}"
         folder.mkdir()
-        s = job(n, 1, 3, deps=True, silent=tuple(range(n)))
+        s = job(n, 1, 3, deps=True, silent=() if collectives else tuple(range(n)))
         for r in range(n):
             kineto.write(s, folder / f"rank{r:03d}.pt.trace.json", pid=PID0 + r)
         with leases():
@@ -347,9 +348,13 @@ def test_job_reads_every_rank_through_the_stacked_store_in_a_fixed_number_of_sta
             attached = sum(str(t.store.model_file.resolve()) in hubs.hub()._attached for t in traces)
         statements[n] = len(seen)
         assert attached == 0
-        assert [x.rank for x in res.ranks] == list(range(n)) and res.collectives.comm_kernels == 0
-        # no collective: each rank's step thread runs to the step's end (the generator's step_us: no all-reduce to wait for)
-        assert res.iteration.index == 1 and res.path_ns == res.window_span_ns == step_us(0) * US
+        assert [x.rank for x in res.ranks] == list(range(n))
+        if collectives:
+            assert res.collectives.comm_kernels > 0 and res.collectives.instances > 0
+        else:
+            # each rank's step thread runs to the step's end (the generator's step_us: no all-reduce to wait for)
+            assert res.collectives.comm_kernels == 0
+            assert res.iteration.index == 1 and res.path_ns == res.window_span_ns == step_us(0) * US
     assert statements[3] == statements[6]
 
 

@@ -1,8 +1,14 @@
-"""The one error type the engine raises for bad input: its message says what is wrong and what to do."""
+"""The one error type the engine raises for bad input (its message says what is wrong and what to do), and the
+readers' internal signal that a preview cannot answer exactly."""
 
 
 class ProfileError(Exception):
     """A profile cannot be opened or a request cannot be answered; str(err) is shown to the user."""
+
+
+class NoPreview(Exception):
+    """A reader's `preview` cannot match the full reader exactly for this profile: the store answers instead
+    (never shown to the user; model/trace.py)."""
 
 
 SHOWN_PATH_CHARS = 200

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import duckdb
 
 from .detect import FORMAT_NAMES, GZIP_MAGIC, Detected, detect, regular_file
-from .errors import ProfileError, shown_path
+from .errors import NoPreview, ProfileError, shown_path
 from .hub import ModelConnection, hub
 from .quality import check_model
 from .limits import duckdb_config, memory_limit_bytes
@@ -335,8 +335,6 @@ PREVIEW_GATES: dict[str, Callable[[Path], bool]] = {"nsys": _large_nsys, "kineto
 def _preview_trace(path: Path, fmt: str, progress: Progress, names: bool = True, streams: bool = True) -> Trace | None:
     """A Trace over an in-memory preview model of `path` (its reader's `preview`), or None where there is none.
     Without `names` or `streams` the reader may leave kernels.name or stream_id out (the one question reads neither)."""
-    from .readers.nsys import NoPreview
-
     preview = importlib.import_module(f"{__package__}.readers.{fmt}").preview
 
     progress(0.0, "answering from the export while its store is built")

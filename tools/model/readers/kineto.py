@@ -39,12 +39,11 @@ import numpy as np
 import pandas as pd
 
 from ..detect import GZIP_MAGIC, detect
-from ..errors import ProfileError, shown_path
+from ..errors import NoPreview, ProfileError, shown_path
 from ..limits import max_decompressed_bytes, memory_limit_bytes
 from ..names import create_short_names
 from ..quote import quote_literal
 from ..quality import check_model, count_sql, record_query
-from .nsys import NoPreview  # one exception for every reader's preview (model/trace.py)
 
 # Pre-2022 category names (and the 2022 gpu_user_Annotation typo) → current ActivityType names.
 CAT_ALIASES = {

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from ..errors import ProfileError
+from ..errors import NoPreview, ProfileError
 from ..quality import END_BEFORE_START, LAUNCH_BEFORE_CALL, MAX_NAME_CHARS, count_sql, record, record_query, time_checks
 from ..names import GRAPH_LAUNCH_RX
 from ..quote import quote_ident, quote_literal
@@ -547,10 +547,6 @@ class _Reader:
 
 # -- the first answer while the store builds ----------------------------------------------------------------
 PREVIEW_MIN_KERNELS = 500_000  # smaller exports build their store in a few seconds: no preview
-
-
-class NoPreview(Exception):
-    """The export holds something only the full reader handles exactly: answer from the store instead."""
 
 
 def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, streams: bool = True) -> None:
