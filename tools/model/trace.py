@@ -154,15 +154,31 @@ class Trace:
             # caller drops the preview), so that the two neither share the CPU nor hold memory together.
             view, self.__dict__["_preview"] = self._preview, self
             if self._builder is None and view is not self:
-                answered = threading.Event()
-                weakref.finalize(view, answered.set)
-                self.__dict__["_builder"] = threading.Thread(target=self._build_quietly, args=(answered,),
+                # The preview's in-memory model is freed by the builder once the answer is given, not on the answering
+                # caller's thread as the view goes (freeing it was part of the first answer's time).
+                answered, held, lock, late = threading.Event(), view._held, threading.Lock(), []
+                view._finalizer.detach()
+
+                def dropped() -> None:
+                    with lock:
+                        answered.set()
+                        if late:  # the builder stopped waiting for this answer: free the preview here
+                            _release_all(held)
+
+                weakref.finalize(view, dropped)
+                self.__dict__["_builder"] = threading.Thread(target=self._build_quietly, args=(answered, held, lock, late),
                                                              name="gpuscope-store-build")
                 self._builder.start()
         return view
 
-    def _build_quietly(self, answered: threading.Event) -> None:
+    def _build_quietly(self, answered: threading.Event, held: list, lock: threading.Lock, late: list) -> None:
         answered.wait(PREVIEW_HOLD_S)
+        with lock:
+            free = answered.is_set()
+            if not free:
+                late.append(True)
+        if free:
+            _release_all(held)
         try:
             self._settle()
         except BaseException:  # raised again to whoever next reads the model
