@@ -213,14 +213,20 @@ def test_preview_answers_as_the_store_on_real_profiles(path):
     assert _compare(path)
 
 
-def test_a_pending_trace_answers_first_then_builds_in_the_background(tmp_path):
-    path = _damaged(tmp_path)
+def _answered_then_built(path):
+    """A first open of `path`: pending, its first top_kernels answered (from the preview), then its store built."""
     cache.clear()
     pending = cache.open_trace(path)
     assert not pending.ready and not store_exists(path)
     first = top_kernels(pending).model_dump()
     pending._builder.join(timeout=120)
     assert pending.ready and store_exists(path) and pending.store.built
+    return pending, first
+
+
+def test_a_pending_trace_answers_first_then_builds_in_the_background(tmp_path):
+    path = _damaged(tmp_path)
+    pending, first = _answered_then_built(path)
     assert top_kernels(pending).model_dump() == first
     gap_histogram(pending)  # any tool reads the finished store
     again = trace_mod.load_trace(path)  # a new open finds the store: no preview
@@ -374,12 +380,7 @@ def test_kineto_preview_answers_as_the_store_on_real_traces(path, tmp_path, kine
 
 def test_a_pending_kineto_trace_answers_first_then_builds_in_the_background(tmp_path):
     path = kineto.write(scenarios_diagnose.launch_bound(), tmp_path / "t.pt.trace.json")
-    cache.clear()
-    pending = cache.open_trace(path)
-    assert not pending.ready and not store_exists(path)
-    first = top_kernels(pending).model_dump()
-    pending._builder.join(timeout=120)
-    assert pending.ready and store_exists(path) and pending.store.built
+    pending, first = _answered_then_built(path)
     assert pending.count("native.events") > 0  # the finished store, not the preview
     again = trace_mod.load_trace(path)
     for f in (again.store.folder / "answers").iterdir():  # computed by the store itself

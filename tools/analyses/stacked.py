@@ -48,15 +48,7 @@ def run(traces: list[Trace], sql: str, params: list | dict | None = None) -> lis
 
 def frame(traces: list[Trace], sql: str, params: list | dict | None = None, frames: dict | None = None):
     """run()'s statement as a pandas DataFrame; `frames`: DataFrames the statement reads by name."""
-    if len(traces) == 1:
-        cur = traces[0].con.cursor()
-        try:
-            for name, df in (frames or {}).items():
-                cur.register(name, df)
-            return cur.execute(sql, params).df()
-        finally:
-            cur.close()
-    return jobs.job_df(sql, params, frames)
+    return jobs.job_df(sql, params, frames, traces[0].con if len(traces) == 1 else None)
 
 
 def whole_graph_cols(traces: list[Trace]) -> str:

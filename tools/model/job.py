@@ -403,12 +403,12 @@ def union_sql(traces: list[Trace], table: str, columns: str, where: str = "TRUE"
     return "\nUNION ALL\n".join(selects)
 
 
-def job_df(query: str, params: list | dict | None = None, frames: dict | None = None):
+def job_df(query: str, params: list | dict | None = None, frames: dict | None = None, source=None):
     """Run one query over the job's stores as a pandas DataFrame; `frames`: DataFrames the query reads by name
-    (registered on its cursor only)."""
+    (registered on its cursor only); `source`: a connection to run it on instead (one profile's model)."""
     from .hub import hub
 
-    cur = hub().con.cursor()
+    cur = (source or hub().con).cursor()
     try:
         for name, df in (frames or {}).items():
             cur.register(name, df)
