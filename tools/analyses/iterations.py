@@ -28,7 +28,6 @@ step that fails the test ends the warm-up. Steady-state statistics exclude warm-
 
 from __future__ import annotations
 
-import fnmatch
 import statistics
 
 import pandas as pd
@@ -42,7 +41,7 @@ from .marker_summary import ANNOTATE
 from .projection import RANGE_KINDS_SQL, SHIFT, projection_absent_reason, with_sql
 from .requirements import left_out, require
 from .stacked import run, stack
-from .step_choice import MIN_COVERAGE, choice_sql
+from .step_choice import MIN_COVERAGE, choice_sql, marker_params
 
 WARMUP_FACTOR = 1.5
 WARMUP_RULE = (f"leading steps are warm-up while wall_ns > {WARMUP_FACTOR} x median wall_ns of the steps after it and at "
@@ -205,13 +204,7 @@ def step_choice(traces: list[Trace], part: int, pid: int | None, marker: str | N
             {stack(traces, 'markers', 'pid', f'{ranges} AND end_ns > start_ns', {part})}) ORDER BY 1""")]
         if pid not in have:
             raise ProfileError(f"process {pid} has no annotation ranges; processes with ranges: {have}.")
-    params: dict = {}
-    if marker:
-        params["marker"] = marker
-        if any(ch in marker for ch in "*?["):
-            params["names"] = [n for (n,) in run(traces, f"""SELECT DISTINCT name FROM (
-                {stack(traces, 'markers', 'name', f'{ranges} AND name IS NOT NULL', {part})})""")
-                               if fnmatch.fnmatchcase(n, marker)]
+    params = marker_params(traces, marker, {part})
     choice_with = choice_sql(traces, [(part, pid)], [part] if absent is None else [], bool(marker), "names" in params)
     # one statement: the range groups (one row each) and the chosen step ranges
     gcols = ["pid", "tid", "domain", "pattern", "instances", "min_depth", "example", "coverage", "picked", "how", "best",

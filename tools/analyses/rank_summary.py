@@ -31,7 +31,6 @@ the steps. Python then assembles one small row per rank; no event rows leave Duc
 
 from __future__ import annotations
 
-import fnmatch
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -44,11 +43,9 @@ from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import WHOLE_GRAPH_ADVICE, ToolResult, clip_name, data_issue_notes, data_issues_field, pct
 from .gpu_timeline import COMM, COMP, GRAPH, MEMCPY, ROCM_COPY_KERNEL
-from .projection import RANGE_KINDS_SQL
-from .projection import projection_absent_reason
 from .requirements import left_out
 from .stacked import prime, run, stack, union_measures_sql, values
-from .step_choice import steps_sql
+from .step_choice import scope_steps
 
 # Straggler by step time only when mean step times differ by at least this share of their mean;
 # below it the collectives keep ranks in lockstep and step time cannot single out the slow rank.
@@ -478,28 +475,8 @@ def _scope_pid(u: _Unit) -> int | None:
 
 
 def _steps(traces: list[Trace], units: list[_Unit], marker: str | None) -> dict[tuple, list[tuple]]:
-    """(part, scope pid) -> the scope's steps as (how, pid, tid, index, start_ns, end_ns, name), chosen by the
-    iterations tool's rules (step_choice.py) for every rank in one statement (plus, for a glob marker, one for the
-    range names it matches)."""
-    # iterations needs a capture span; a profile without one has no steps
-    scopes = sorted({(u.order, _scope_pid(u)) for u in units
-                     if u.trace.meta_int("capture_start_ns") is not None and u.trace.meta_int("capture_end_ns") is not None},
-                    key=lambda k: (k[0], -1 if k[1] is None else k[1]))
-    if not scopes:
-        return {}
-    projected = sorted({u.order for u in units if projection_absent_reason(u.trace) is None})
-    params: dict[str, Any] = {}
-    globbed = False
-    if marker:
-        params["marker"] = marker
-        if any(ch in marker for ch in "*?["):
-            globbed = True
-            names = run(traces, f"SELECT DISTINCT name FROM ({stack(traces, 'markers', 'name', f'kind IN ({RANGE_KINDS_SQL})')})")
-            params["names"] = [n for (n,) in names if n is not None and fnmatch.fnmatchcase(n, marker)]
-    out: dict[tuple, list[tuple]] = {}
-    for part, upid, *step in run(traces, steps_sql(traces, scopes, projected, bool(marker), globbed), params or None):
-        out.setdefault((part, upid), []).append(tuple(step))
-    return out
+    """(part, scope pid) -> the scope's steps as (how, pid, tid, index, start_ns, end_ns, name) (step_choice.scope_steps)."""
+    return scope_steps(traces, [(u.order, _scope_pid(u)) for u in units], marker)
 
 
 def _series(found: list[tuple], notes: list[str]) -> tuple[dict[str, int], str | None, list[int]]:

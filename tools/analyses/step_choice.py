@@ -20,9 +20,11 @@ choice was made ('caller', 'ProfilerStep', 'auto'). Only step rows leave DuckDB.
 
 from __future__ import annotations
 
+import fnmatch
+
 from ..model.trace import Trace
-from .projection import RANGE_KINDS_SQL, SHIFT, normalised_sql
-from .stacked import stack, values
+from .projection import RANGE_KINDS_SQL, SHIFT, normalised_sql, projection_absent_reason
+from .stacked import run, stack, values
 
 MIN_COVERAGE = 0.5  # an automatic step group receives at least this share of its process's launched GPU work
 
@@ -131,3 +133,32 @@ def steps_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], project
     """Rows (part, upid, how, pid, tid, idx, start_ns, end_ns, name) of every scope's steps (choice_sql's arguments)."""
     return choice_sql(traces, scopes, projected, marker, globbed) + """
         SELECT part, upid, how, pid, tid, idx, start_ns, end_ns, name FROM stepped ORDER BY part, upid, pid, tid, start_ns, rid"""
+
+
+def marker_params(traces: list[Trace], marker: str | None, parts: set[int] | None = None) -> dict:
+    """The parameters choice_sql's `marker` and `globbed` read: the marker, and for a glob (`*?[`) the range names of
+    `parts` (None: every profile) it matches (fnmatch, case-sensitive), found in one statement."""
+    if not marker:
+        return {}
+    params: dict = {"marker": marker}
+    if any(ch in marker for ch in "*?["):
+        names = run(traces, f"""SELECT DISTINCT name FROM ({stack(traces, 'markers', 'name',
+                    f'kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL AND name IS NOT NULL', parts)})""")
+        params["names"] = [n for (n,) in names if fnmatch.fnmatchcase(n, marker)]
+    return params
+
+
+def scope_steps(traces: list[Trace], scopes: list[tuple[int, int | None]], marker: str | None) -> dict[tuple, list[tuple]]:
+    """(part, scope pid) -> the scope's steps as (how, pid, tid, index, start_ns, end_ns, name) in time order per
+    (process, thread), chosen by the iterations tool's rules for every scope in one statement (plus, for a glob marker,
+    one for the range names it matches). A scope whose profile has no capture span has no steps (as iterations)."""
+    timed = sorted({(part, pid) for part, pid in scopes if traces[part].meta_int("capture_start_ns") is not None
+                    and traces[part].meta_int("capture_end_ns") is not None}, key=lambda k: (k[0], -1 if k[1] is None else k[1]))
+    if not timed:
+        return {}
+    projected = sorted({part for part, _ in timed if projection_absent_reason(traces[part]) is None})
+    params = marker_params(traces, marker)
+    out: dict[tuple, list[tuple]] = {}
+    for part, upid, *step in run(traces, steps_sql(traces, timed, projected, bool(marker), "names" in params), params or None):
+        out.setdefault((part, upid), []).append(tuple(step))
+    return out

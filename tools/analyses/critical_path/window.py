@@ -3,7 +3,6 @@ for every rank of a job at once (a fixed number of statements over the job's sta
 
 from __future__ import annotations
 
-import fnmatch
 import statistics
 
 from ...model.errors import ProfileError
@@ -11,10 +10,9 @@ from ...model.trace import Trace
 from ..common import capture_window, clip_name, resolve_selection
 from ..iterations import _warmup, step_choice
 from ..marker_summary import ANNOTATE
-from ..projection import RANGE_KINDS_SQL, projection_absent_reason
+from ..projection import projection_absent_reason
 from ..requirements import require
-from ..stacked import run, stack
-from ..step_choice import steps_sql
+from ..step_choice import scope_steps
 from .result import IterationChoice
 
 Scope = tuple[int, "int | None"]  # (position of the profile in the job, process or None for every process)
@@ -94,25 +92,10 @@ def _others(traces: list[Trace], scopes: list[Scope], at, marker) -> list[Span]:
     the error its own choice gives."""
     if not scopes:
         return []
-    # steps need a capture span (iterations' resolve_selection): a scope without one has none
-    timed = [(p, u) for p, u in scopes if traces[p].meta_int("capture_start_ns") is not None
-             and traces[p].meta_int("capture_end_ns") is not None]
-    projected = sorted({p for p, _ in timed if projection_absent_reason(traces[p]) is None})
-    params: dict = {}
-    globbed = bool(marker) and any(ch in marker for ch in "*?[")
-    if marker:
-        params["marker"] = marker
-        if globbed:
-            names = run(traces, f"""SELECT DISTINCT name FROM ({stack(traces, 'markers', 'name',
-                        f'kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL AND name IS NOT NULL')})""")
-            params["names"] = [n for (n,) in names if fnmatch.fnmatchcase(n, marker)]
     series: dict[Scope, list[tuple]] = {}
-    if timed:
-        for part, upid, _, pid, tid, _, s, e, name in run(traces, steps_sql(traces, timed, projected, bool(marker), globbed),
-                                                          params or None):
-            mine = series.setdefault((part, upid), [])
-            if not mine or (mine[0][3], mine[0][4]) == (pid, tid):  # the first series (process, thread) of the scope
-                mine.append((int(s), int(e), name, int(pid), int(tid)))
+    for key, steps in scope_steps(traces, scopes, marker).items():
+        first = (steps[0][1], steps[0][2])  # the first series (process, thread) of the scope
+        series[key] = [(int(s), int(e), name, int(pid), int(tid)) for _, pid, tid, _, s, e, name in steps if (pid, tid) == first]
     spans = []
     for part, pid in scopes:
         mine = series.get((part, pid), [])
