@@ -29,7 +29,8 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
-from .intervals import unions
+from .containment import temp_tables
+from .intervals import unions, unions_on
 from .requirements import left_out, require
 
 CATEGORIES = ("synchronize", "blocking_copy", "pageable_async_copy", "event_query_spin")
@@ -273,27 +274,33 @@ def _blocking_sql(pid_sql: str, lo: int | None, hi: int | None, spin_min_calls: 
     """Blocking intervals: pid, tid, category code, label, start_ns, end_ns (clipped to the window)."""
     overlap, clipped = _clip(lo, hi)
     cat = {c: i for i, c in enumerate(CATEGORIES)}
+    # The name rules are evaluated once per distinct name, and the spin-loop windows (over every call of a thread, as
+    # any other call between two queries ends a run) run only on the threads that made a query call.
     return f"""
-        WITH a AS (SELECT * FROM api_calls WHERE {pid_sql} AND api <> 'hsa'),
+        WITH calls AS (SELECT * FROM api_calls WHERE {pid_sql} AND api <> 'hsa'),
+        rules AS (
+            SELECT name, regexp_matches(name, '{SYNC_RE}') AS sync, regexp_matches(name, '{COPY_RE}') AS copy,
+                   name LIKE '%Async%' AS async, regexp_matches(name, '{QUERY_RE}') AS q
+            FROM (SELECT DISTINCT name FROM calls)),
+        a AS (SELECT calls.*, rules.sync, rules.copy, rules.async, rules.q FROM calls JOIN rules USING (name)),
         host_side AS (
             SELECT pid, correlation_id,
                    bool_or(src_kind = 'Pageable' OR dst_kind = 'Pageable') AS pageable
             FROM memops WHERE op = 'copy' AND correlation_id IS NOT NULL GROUP BY ALL),
         direct AS (
-            SELECT a.pid, a.tid, CASE WHEN regexp_matches(a.name, '{SYNC_RE}') THEN {cat['synchronize']}
-                                      WHEN a.name NOT LIKE '%Async%' THEN {cat['blocking_copy']}
+            SELECT a.pid, a.tid, CASE WHEN a.sync THEN {cat['synchronize']} WHEN NOT a.async THEN {cat['blocking_copy']}
                                       ELSE {cat['pageable_async_copy']} END AS category,
                    a.name AS label, a.start_ns, a.end_ns
             -- (only async copies look up their host side: as a key, so the join stays a hash join; a condition on
             -- `a` alone in ON made DuckDB compare every call with every copy)
             FROM a LEFT JOIN host_side h ON h.pid IS NOT DISTINCT FROM a.pid AND h.correlation_id =
-                 CASE WHEN regexp_matches(a.name, '{COPY_RE}') AND a.name LIKE '%Async%' THEN a.correlation_id END
-            WHERE regexp_matches(a.name, '{SYNC_RE}')
-               OR (regexp_matches(a.name, '{COPY_RE}') AND (a.name NOT LIKE '%Async%' OR coalesce(h.pageable, false)))),
+                 CASE WHEN a.copy AND a.async THEN a.correlation_id END
+            WHERE a.sync OR (a.copy AND (NOT a.async OR coalesce(h.pageable, false)))),
+        querying AS (SELECT DISTINCT pid, tid FROM a WHERE q),
         seq AS (
-            SELECT pid, tid, name, start_ns, end_ns, regexp_matches(name, '{QUERY_RE}') AS q,
-                   lag(regexp_matches(name, '{QUERY_RE}')) OVER w AS prev_q, lag(end_ns) OVER w AS prev_end
-            FROM a WINDOW w AS (PARTITION BY pid, tid ORDER BY start_ns, end_ns)),
+            SELECT a.pid, a.tid, a.name, a.start_ns, a.end_ns, a.q, lag(a.q) OVER w AS prev_q, lag(a.end_ns) OVER w AS prev_end
+            FROM a JOIN querying t ON t.pid IS NOT DISTINCT FROM a.pid AND t.tid IS NOT DISTINCT FROM a.tid
+            WINDOW w AS (PARTITION BY a.pid, a.tid ORDER BY a.start_ns, a.end_ns)),
         runs AS (
             SELECT *, sum(CASE WHEN q AND prev_q AND start_ns - prev_end <= {int(spin_max_gap_ns)} THEN 0 ELSE 1 END)
                       OVER (PARTITION BY pid, tid ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS run
@@ -314,14 +321,21 @@ def _blocked(trace: Trace, pid_sql: str, pid_params: list, lo, hi, window: Windo
     threads = trace.sql_dicts(
         f"SELECT pid, tid, count(*) AS n, min(start_ns) AS s, max(end_ns) AS e FROM ({calls_sql}) GROUP BY ALL", pid_params)
     api_busy = unions(trace, calls_sql, pid_params, ("pid", "tid"))
-    blk = _blocking_sql(pid_sql, lo, hi, spin_min_calls, spin_max_gap_ns)
-    params = pid_params
-    per_thread = unions(trace, blk, params, ("pid", "tid"))
-    per_cat = unions(trace, blk, params, ("pid", "tid", "category"))
-    per_label = unions(trace, blk, params, ("pid", "tid", "label_id"))
-    per_proc = unions(trace, blk, params, ("pid",))
-    labels = {(r[0], r[1], r[2]): (r[3], r[4], r[5]) for r in trace.sql(
-        f"SELECT pid, tid, label_id, any_value(label), any_value(category), count(*) FROM ({blk}) GROUP BY ALL", params)}
+    # The blocking intervals (a pass over every call of every thread, spin loops found by window) are united under
+    # four partitions: made once, as a temp table of one cursor.
+    cur = trace.con.cursor()
+    try:
+        with temp_tables(cur, f"WITH blk AS ({_blocking_sql(pid_sql, lo, hi, spin_min_calls, spin_max_gap_ns)})",
+                         {"_blk": "blk"}, pid_params):
+            blk = "SELECT * FROM _blk"
+            per_thread = unions_on(cur, blk, [], ("pid", "tid"))
+            per_cat = unions_on(cur, blk, [], ("pid", "tid", "category"))
+            per_label = unions_on(cur, blk, [], ("pid", "tid", "label_id"))
+            per_proc = unions_on(cur, blk, [], ("pid",))
+            labels = {(r[0], r[1], r[2]): (r[3], r[4], r[5]) for r in cur.execute(
+                "SELECT pid, tid, label_id, any_value(label), any_value(category), count(*) FROM _blk GROUP BY ALL").fetchall()}
+    finally:
+        cur.close()
     tnames = {(r[0], r[1]): r[2] for r in trace.sql("SELECT pid, tid, any_value(name) FROM threads GROUP BY ALL")}
     out = []
     for t in threads:
@@ -408,42 +422,24 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
                    c_end IS NOT NULL AND start_ns < c_end AS early,
                    CASE WHEN c_end IS NOT NULL AND call_kernels = 1 THEN end_ns - start_ns < c_end - c_start END AS tiny
             FROM k)"""
-    if not trace.scalar(f"{base} SELECT count(*) FROM kk", params):
-        raise ProfileError("no kernel starts in the selection (device/stream/pid/time window). Widen it; trace_info lists devices and spans.")
-    if not trace.scalar(f"{base} SELECT count(*) FROM kk WHERE linked", params):
-        absent.append("launch figures: no kernel in the selection is linked to its launching API call "
-                      "(same process and correlation id), so API duration, queue delay and latency cannot be measured")
-
-    def rows(keys: str) -> list[dict]:
-        return trace.sql_dicts(
-            f"""{base},
-            g AS (
-                SELECT {keys}, count(*) AS kernels, count(*) FILTER (WHERE NOT linked) AS unlinked,
-                       quantile_cont(queue_ns, [0.5, 0.9]) FILTER (WHERE linked) AS q_q, avg(queue_ns) AS q_avg, max(queue_ns) AS q_max,
-                       count(queue_ns) AS q_n,
-                       quantile_cont(latency_ns, [0.5, 0.9]) FILTER (WHERE linked) AS l_q, avg(latency_ns) AS l_avg,
-                       max(latency_ns) AS l_max, count(latency_ns) AS l_n, count(*) FILTER (WHERE early) AS early,
-                       count(tiny) AS single, count(*) FILTER (WHERE tiny) AS tiny,
-                       min(start_ns) AS first, max(end_ns) AS last
-                FROM kk GROUP BY {keys}),
-            c AS (
-                SELECT {keys}, pid AS cpid, correlation_id, any_value(c_end - c_start) AS api_ns, any_value(c_name) AS c_name,
-                       any_value(call_kernels) AS n
-                FROM kk WHERE linked GROUP BY {keys}, pid, correlation_id),
-            cs AS (
-                SELECT {keys}, count(*) AS calls, quantile_cont(api_ns, [0.5, 0.9]) AS a_q, avg(api_ns) AS a_avg,
-                       max(api_ns) AS a_max, count(*) FILTER (WHERE n > 1) AS graphs
-                FROM c GROUP BY {keys}),
-            names AS (SELECT {keys}, list(struct_pack(name := c_name, n := m) ORDER BY m DESC, c_name) AS apis
-                      FROM (SELECT {keys}, c_name, count(*) AS m FROM c GROUP BY ALL) GROUP BY {keys})
-            SELECT g.*, cs.calls, cs.a_q, cs.a_avg, cs.a_max, cs.graphs, names.apis
-            FROM g LEFT JOIN cs USING ({keys}) LEFT JOIN names USING ({keys})
-            ORDER BY g.kernels DESC, {keys}""", params)
-
+    # The kernels with their calls and predecessors (joins and a window over every GPU op) are made once, as a temp
+    # table of one cursor, for the counts and both levels.
+    cur = trace.con.cursor()
+    try:
+        with temp_tables(cur, base, {"_kk": "kk"}, params):
+            n, linked = cur.execute("SELECT count(*), count(*) FILTER (WHERE linked) FROM _kk").fetchone()
+            if not n:
+                raise ProfileError("no kernel starts in the selection (device/stream/pid/time window). Widen it; trace_info lists devices and spans.")
+            if not linked:
+                absent.append("launch figures: no kernel in the selection is linked to its launching API call "
+                              "(same process and correlation id), so API duration, queue delay and latency cannot be measured")
+            found = {level: _dicts(cur, _launch_rows_sql(keys)) for level, keys in (("device", "device_id"), ("stream", "device_id, p, stream_id"))}
+    finally:
+        cur.close()
     levels = {}
-    for level, keys in (("device", "device_id"), ("stream", "device_id, p, stream_id")):
+    for level, rows in found.items():
         levels[level] = out = []
-        for r in rows(keys):
+        for r in rows:
             span = int(r["last"]) - int(r["first"])
             single, tiny = int(r["single"]), int(r["tiny"])
             stats = LaunchStats(
@@ -463,3 +459,36 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
             stats.launch_latency.count = int(r["l_n"])
             out.append(stats)
     return levels["device"], levels["stream"]
+
+
+def _launch_rows_sql(keys: str) -> str:
+    """Launch figures per `keys` (device_id, or device_id, p, stream_id) from _kk, _launches' temp table."""
+    return f"""WITH
+            g AS (
+                SELECT {keys}, count(*) AS kernels, count(*) FILTER (WHERE NOT linked) AS unlinked,
+                       quantile_cont(queue_ns, [0.5, 0.9]) FILTER (WHERE linked) AS q_q, avg(queue_ns) AS q_avg, max(queue_ns) AS q_max,
+                       count(queue_ns) AS q_n,
+                       quantile_cont(latency_ns, [0.5, 0.9]) FILTER (WHERE linked) AS l_q, avg(latency_ns) AS l_avg,
+                       max(latency_ns) AS l_max, count(latency_ns) AS l_n, count(*) FILTER (WHERE early) AS early,
+                       count(tiny) AS single, count(*) FILTER (WHERE tiny) AS tiny,
+                       min(start_ns) AS first, max(end_ns) AS last
+                FROM _kk GROUP BY {keys}),
+            c AS (
+                SELECT {keys}, pid AS cpid, correlation_id, any_value(c_end - c_start) AS api_ns, any_value(c_name) AS c_name,
+                       any_value(call_kernels) AS n
+                FROM _kk WHERE linked GROUP BY {keys}, pid, correlation_id),
+            cs AS (
+                SELECT {keys}, count(*) AS calls, quantile_cont(api_ns, [0.5, 0.9]) AS a_q, avg(api_ns) AS a_avg,
+                       max(api_ns) AS a_max, count(*) FILTER (WHERE n > 1) AS graphs
+                FROM c GROUP BY {keys}),
+            names AS (SELECT {keys}, list(struct_pack(name := c_name, n := m) ORDER BY m DESC, c_name) AS apis
+                      FROM (SELECT {keys}, c_name, count(*) AS m FROM c GROUP BY ALL) GROUP BY {keys})
+            SELECT g.*, cs.calls, cs.a_q, cs.a_avg, cs.a_max, cs.graphs, names.apis
+            FROM g LEFT JOIN cs USING ({keys}) LEFT JOIN names USING ({keys})
+            ORDER BY g.kernels DESC, {keys}"""
+
+
+def _dicts(cur, query: str) -> list[dict]:
+    res = cur.execute(query)
+    cols = [d[0] for d in res.description]
+    return [dict(zip(cols, row)) for row in res.fetchall()]

@@ -9,7 +9,7 @@ trace.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -47,7 +47,14 @@ def unions(trace: Trace, intervals_sql: str, params: list[Any], partition: tuple
     end_ns). Zero-length intervals are skipped: they neither fill nor split gaps. With `bounds` (increasing gap lengths,
     ns), gap counts and lengths per range [bounds[i-1], bounds[i]); with `top`, the `top` longest gaps."""
     key = ("unions", intervals_sql, tuple(params), partition, tuple(bounds), top)
-    return trace.memo(key, lambda: _compute(trace, intervals_sql, params, partition, tuple(bounds), top))
+    return trace.memo(key, lambda: _compute(trace.sql, intervals_sql, params, partition, tuple(bounds), top))
+
+
+def unions_on(cur, intervals_sql: str, params: list[Any], partition: tuple[str, ...]) -> dict[tuple, Union]:
+    """`unions` run on the caller's cursor, for intervals read from its temp tables (containment.temp_tables): a tool
+    that unites one costly selection under several partitions computes it once. Not memoized: a temp table's name
+    says nothing of its rows."""
+    return _compute(lambda q, p: cur.execute(q, p).fetchall(), intervals_sql, params, partition, (), 0)
 
 
 # {partition key: busy ns} as JSON: [[key values], busy ns] pairs
@@ -62,11 +69,11 @@ def busy_ns(trace: Trace, intervals_sql: str, params: list[Any], partition: tupl
                       persist=BUSY)
 
 
-def _compute(trace: Trace, intervals_sql: str, params: list[Any], partition: tuple[str, ...],
-             bounds: tuple[int, ...], top: int) -> dict[tuple, Union]:
+def _compute(run: Callable[[str, list[Any]], list[tuple]], intervals_sql: str, params: list[Any],
+             partition: tuple[str, ...], bounds: tuple[int, ...], top: int) -> dict[tuple, Union]:
     n = len(partition)
     nb = len(bounds) + 1 if bounds else 0
-    rows = trace.sql(union_stats_sql(intervals_sql, ", ".join(partition), bounds if bounds else (), top), params)
+    rows = run(union_stats_sql(intervals_sql, ", ".join(partition), bounds if bounds else (), top), params)
     out: dict[tuple, Union] = {}
     for r in rows:
         k = tuple(r[:n])
