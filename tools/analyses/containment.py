@@ -18,6 +18,11 @@ import duckdb
 
 from ..model.quote import quote_ident
 
+# Thread key k and time t become k * SHIFT + t (HUGEINT): the keyed times of different threads never interleave
+# (|t| < 2^63), so "inside an op of the same thread" needs no equality condition, which DuckDB would hash and then
+# compare every pair within a thread.
+SHIFT = "18446744073709551616"  # 2^64
+
 
 @contextmanager
 def temp_tables(cur: duckdb.DuckDBPyConnection, with_clause: str, tables: dict[str, str],

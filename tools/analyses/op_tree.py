@@ -38,9 +38,8 @@ import pandas as pd
 
 from ..model.trace import Trace
 from .comm_patterns import is_comm_sql
-from .containment import temp_tables
+from .containment import SHIFT, temp_tables
 
-SHIFT = "18446744073709551616"  # 2^64
 BLEED_NS = 1_000                 # tolerated overhang of a child past its parent's end (node tree only)
 PASS_THROUGH = ("execute",)      # cpu_ops that never launch on their own (TraceLens get_kernel_launchers)
 

@@ -28,12 +28,11 @@ import numpy as np
 
 from ..model.job import XT_COLUMNS
 from ..model.trace import Trace
-from .containment import temp_tables
+from .containment import SHIFT, temp_tables
 from .requirements import GPU, gap_text
 
 RANGE_KINDS = ("push_pop", "start_end", "annotation")
 RANGE_KINDS_SQL = ", ".join(f"'{k}'" for k in RANGE_KINDS)
-SHIFT = "18446744073709551616"  # 2^64
 PATH_DEPTH = 16                  # ancestors shown in a path at most (deeper chains are cut at the root side)
 
 

@@ -11,6 +11,7 @@ import pandas as pd
 from ...model.trace import Trace
 from ..api_summary import COPY_RE, LAUNCH_RE, SYNC_RE
 from ..comm_patterns import is_comm_sql
+from ..containment import SHIFT
 from ..stacked import frame, run, stack, values
 from .graph import EVENT, HOST, KINDS, LAUNCH, MAX_NODES, ROOT, STREAM, WAIT, Graph
 from .lanes import FIN, START, Lanes
@@ -115,14 +116,23 @@ def _gap_names(traces: list[Trace], graphs: list["RankGraph"], parts: list[int])
     probes = [p for p in probes if len(p)]
     if not probes:
         return {}
+    probe = pd.concat(probes, ignore_index=True)
+    # Each probed thread gets a key k, and times become k * 2^64 + t, so that "covers the midpoint on the same thread"
+    # is two inequalities alone: an IEJoin. Matched on (part, pid, tid) as well, DuckDB hashed the thread and compared
+    # every probe with every op of its thread: 250,000 ops on one thread ran for minutes. (No CTE: containment.py.)
+    probe["k"] = pd.factorize(pd.MultiIndex.from_frame(probe[["part", "pid", "tid"]]))[0]
+    threads = probe[["part", "pid", "tid", "k"]].drop_duplicates()
     ops = stack(traces, "cpu_op_ranges", "pid, tid, start_ns, end_ns, name, 0 AS pri")
     ranges = stack(traces, "markers", "pid, tid, start_ns, end_ns, name, 1 AS pri",
                    "kind IN ('push_pop', 'start_end', 'annotation') AND pid IS NOT NULL")
     found = frame(traces, f"""
-        WITH o AS ({ops} UNION ALL {ranges})
-        SELECT p.r, p.i, arg_max(o.name, (-o.pri, o.start_ns, -o.end_ns)) AS name FROM _cp_probe p
-        JOIN o ON o.part = p.part AND o.pid = p.pid AND o.tid = p.tid AND o.start_ns <= p.t AND p.t < o.end_ns
-        GROUP BY p.r, p.i""", frames={"_cp_probe": pd.concat(probes, ignore_index=True)})
+        SELECT p.r, p.i, arg_max(o.name, (-o.pri, o.start_ns, -o.end_ns)) AS name
+        FROM (SELECT r, i, k::HUGEINT * {SHIFT} + t AS kt FROM _cp_probe) p
+        JOIN (SELECT o.name, o.pri, o.start_ns, o.end_ns, th.k::HUGEINT * {SHIFT} + o.start_ns AS ks,
+                     th.k::HUGEINT * {SHIFT} + o.end_ns AS ke
+              FROM ({ops} UNION ALL {ranges}) o JOIN _cp_thread th ON th.part = o.part AND th.pid = o.pid AND th.tid = o.tid) o
+          ON o.ks <= p.kt AND p.kt < o.ke
+        GROUP BY p.r, p.i""", frames={"_cp_probe": probe, "_cp_thread": threads})
     out: dict[int, dict[int, str]] = {}
     for r, i, name in zip(found["r"].tolist(), found["i"].tolist(), found["name"].tolist()):
         out.setdefault(r, {})[i] = name
