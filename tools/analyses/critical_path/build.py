@@ -120,7 +120,7 @@ def _gap_names(traces: list[Trace], graphs: list["RankGraph"], parts: list[int])
     # Each probed thread gets a key k, and times become k * 2^64 + t, so that "covers the midpoint on the same thread"
     # is two inequalities alone: an IEJoin. Matched on (part, pid, tid) as well, DuckDB hashed the thread and compared
     # every probe with every op of its thread: 250,000 ops on one thread ran for minutes. (No CTE: containment.py.)
-    probe["k"] = pd.factorize(pd.MultiIndex.from_frame(probe[["part", "pid", "tid"]]))[0]
+    probe["k"] = probe.groupby(["part", "pid", "tid"], sort=False).ngroup()
     threads = probe[["part", "pid", "tid", "k"]].drop_duplicates()
     ops = stack(traces, "cpu_op_ranges", "pid, tid, start_ns, end_ns, name, 0 AS pri")
     ranges = stack(traces, "markers", "pid, tid, start_ns, end_ns, name, 1 AS pri",
