@@ -401,10 +401,13 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
             SELECT *, max(end_ns) OVER (PARTITION BY device_id, p, stream_id ORDER BY start_ns, end_ns, is_kernel
                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
             FROM ops),
+        -- the launching call of a (process, correlation id): a launch-named non-HSA call first, then the first by
+        -- (start, end, name) as the model pairs them (an aggregate: a window over one-call partitions cost twice as much)
         calls AS (
-            SELECT pid, correlation_id, start_ns, end_ns, name FROM api_calls WHERE correlation_id IS NOT NULL
-            QUALIFY row_number() OVER (PARTITION BY pid, correlation_id
-                                       ORDER BY api = 'hsa', NOT regexp_matches(name, '{LAUNCH_RE}'), start_ns) = 1),
+            SELECT pid, correlation_id, c.start_ns, c.end_ns, c.name
+            FROM (SELECT pid, correlation_id, arg_min(struct_pack(start_ns, end_ns, name),
+                                                      (api = 'hsa', NOT regexp_matches(name, '{LAUNCH_RE}'), start_ns, end_ns, name)) AS c
+                  FROM api_calls WHERE correlation_id IS NOT NULL GROUP BY pid, correlation_id)),
         per_call AS (SELECT pid, correlation_id, count(*) AS n FROM kernels WHERE launched GROUP BY ALL),
         k AS (
             SELECT k.device_id, k.p, k.pid, k.stream_id, k.start_ns, k.end_ns, k.correlation_id, k.prev_end,
