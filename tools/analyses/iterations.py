@@ -21,9 +21,9 @@ Per step: host wall time (the range), GPU busy time of the work launched inside 
 (projection), and of all GPU work of the process executing inside the step's time window (clipped to it,
 unlinked work included), GPU idle inside the window, kernel counts — per device.
 
-Warm-up rule (stated in the output): leading steps are warm-up while the step's wall time exceeds
-WARMUP_FACTOR x the median wall time of the steps after it, with at least 2 steps after it; the first
-step that fails the test ends the warm-up. Steady-state statistics exclude warm-up steps.
+Warm-up rule (step_choice.WARMUP_RULE, stated in the output): leading steps are warm-up while the step's wall
+time exceeds WARMUP_FACTOR x the median wall time of the steps after it, with at least 2 steps after it; the
+first step that fails the test ends the warm-up. Steady-state statistics exclude warm-up steps.
 """
 
 from __future__ import annotations
@@ -41,11 +41,7 @@ from .marker_summary import ANNOTATE
 from .projection import RANGE_KINDS_SQL, SHIFT, projection_absent_reason, with_sql
 from .requirements import left_out, require
 from .stacked import run, stack
-from .step_choice import MIN_COVERAGE, choice_sql, marker_params
-
-WARMUP_FACTOR = 1.5
-WARMUP_RULE = (f"leading steps are warm-up while wall_ns > {WARMUP_FACTOR} x median wall_ns of the steps after it and at "
-               "least 2 steps follow; the first step failing the test ends the warm-up")
+from .step_choice import MIN_COVERAGE, choice_sql, marker_params, warmup
 
 
 class StepDevice(BaseModel):
@@ -323,7 +319,7 @@ def _assemble(steps_df: pd.DataFrame, f: dict, projected: bool, gpu: bool) -> tu
     for (p, tid), idx in _series(steps).items():
         mine = [steps[i] for i in idx]
         walls = [s.wall_ns for s in mine]
-        warm, note = _warmup(walls)
+        warm, note = warmup(walls)
         for i in warm:
             mine[i].warmup = True
         steady = walls[len(warm):]
@@ -354,17 +350,3 @@ def _series(steps: list[Step]) -> dict[tuple, list[int]]:
     for i, s in enumerate(steps):
         out.setdefault((s.pid, s.tid), []).append(i)
     return out
-
-
-def _warmup(walls: list[int]) -> tuple[list[int], str]:
-    """Leading warm-up steps under WARMUP_RULE."""
-    if len(walls) < 3:
-        return [], f"too few steps ({len(walls)}) to tell warm-up from steady state (rule: {WARMUP_RULE})"
-    warm = []
-    for i in range(len(walls) - 2):
-        if walls[i] > WARMUP_FACTOR * statistics.median(walls[i + 1:]):
-            warm.append(i)
-        else:
-            break
-    return warm, WARMUP_RULE
-

@@ -21,12 +21,30 @@ choice was made ('caller', 'ProfilerStep', 'auto'). Only step rows leave DuckDB.
 from __future__ import annotations
 
 import fnmatch
+import statistics
 
 from ..model.trace import Trace
 from .projection import RANGE_KINDS_SQL, SHIFT, normalised_sql, projection_absent_reason
 from .stacked import run, stack, values
 
 MIN_COVERAGE = 0.5  # an automatic step group receives at least this share of its process's launched GPU work
+WARMUP_FACTOR = 1.5
+WARMUP_RULE = (f"leading steps are warm-up while wall_ns > {WARMUP_FACTOR} x median wall_ns of the steps after it and at "
+               "least 2 steps follow; the first step failing the test ends the warm-up")
+
+
+def warmup(walls: list[int]) -> tuple[list[int], str]:
+    """The leading warm-up steps of a series (wall times, ns, in time order) under WARMUP_RULE, and the rule or why
+    it cannot be applied (iterations states it; critical_path leaves the warm-up out of its median step)."""
+    if len(walls) < 3:
+        return [], f"too few steps ({len(walls)}) to tell warm-up from steady state (rule: {WARMUP_RULE})"
+    warm = []
+    for i in range(len(walls) - 2):
+        if walls[i] > WARMUP_FACTOR * statistics.median(walls[i + 1:]):
+            warm.append(i)
+        else:
+            break
+    return warm, WARMUP_RULE
 
 
 def choice_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], marker: bool,
