@@ -87,7 +87,7 @@ def _pick(series: list[tuple], step) -> IterationChoice:
 
 
 def _others(traces: list[Trace], scopes: list[Scope], at, marker) -> list[Span]:
-    """The windows of the other scopes of a job, from one statement (step_choice.steps_sql) over all of them (and one
+    """The windows of the other scopes of a job, from one step choice (step_choice.scope_steps) over all of them (and one
     for the range names a glob marker matches). A scope without the step asked for goes through _one, which raises
     the error its own choice gives."""
     if not scopes:
