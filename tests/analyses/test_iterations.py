@@ -10,7 +10,8 @@ import pytest
 from conftest import FORMATS, needs_data, real_files
 from gpuscope.fixtures import scenarios_iterations as SI
 from gpuscope.fixtures.truth import expressed, merge, time_shift
-from gpuscope.tools.analyses.iterations import WARMUP_FACTOR, iterations
+from gpuscope.tools.analyses.iterations import iterations
+from gpuscope.tools.analyses.step_choice import WARMUP_FACTOR
 from gpuscope.tools.model.cache import open_trace
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace

@@ -1,7 +1,8 @@
 """No tool's SQL asks DuckDB for a quadratic join (tools/analyses/containment.py).
 
 Every statement the tools run on a set of fixtures (op trees, annotations, NVTX ranges, copies, syncs; Nsight and
-PyTorch) is captured and EXPLAINed. A join DuckDB can only run by comparing every row with every row fails the
+PyTorch) is captured and EXPLAINed (queries, and the temp tables made from a query), on a profile's model and over
+a job's stacked stores. A join DuckDB can only run by comparing every row with every row fails the
 test: a BLOCKWISE_NL_JOIN (a LEFT JOIN whose ON clause tests one side alone, or any non-comparison condition) or a
 PIECEWISE_MERGE_JOIN on two or more inequalities (a containment join planned below a materialized CTE, where
 DuckDB cannot use its IEJoin), or a HASH_JOIN with two or more inequalities beside its keys (a containment join
@@ -15,10 +16,13 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import statistics
 
 import pytest
 
 from conftest import write_scenario
+from gpuscope.fixtures.scenarios_iterations import many_ranges
+from gpuscope.fixtures.truth import time_shift
 from gpuscope.tools import analyses as A
 from gpuscope.tools.model import hub
 from gpuscope.tools.model.errors import ProfileError
@@ -29,9 +33,6 @@ TOOLS = ["trace_info", "top_kernels", "gap_histogram", "memcpy_summary", "stream
          "memory_timeline", "roofline", "critical_path", "call_stack"]
 CASES = [("catalog", "concurrent_streams"), ("catalog", "graph_launch"), ("scenarios_ops_summary", None),
          ("scenarios_marker_summary", None), ("scenarios_api_summary", None), ("scenarios_iterations", None)]
-# Known and still open: step_choice's range depth (a self-join of `rng` inside steps_sql's CTE chain, which names
-# `rng` several times) plans as a piecewise merge join; quadratic in the ranges of one thread, not in kernels.
-KNOWN = {("rid > rid", "ks >= ks", "ke <= ke")}
 # Hash joins with inequalities beside a key whose build side holds one row per key (linear): stream_summary's sweep
 # joins each device's levels with that device's top level and the start of its first period there; critical_path
 # joins each rank's calls with the rank's one window.
@@ -61,8 +62,21 @@ def _quadratic(node, found):
         _quadratic(child, found)
 
 
+def _bad(captured) -> list:
+    """(join, conditions, query) of every quadratic join in the captured plans."""
+    bad = []
+    assert captured
+    for query, plan in captured:
+        found = []
+        for node in plan:
+            _quadratic(node, found)
+        bad += [(join, conds, " ".join(query.split())[:160]) for join, conds in found if conds not in ONE_ROW_PER_KEY]
+    return bad
+
+
 @pytest.fixture
 def captured(monkeypatch):
+    """The plans of the statements run on a trace's cursor or on a cursor of the shared instance (a job's)."""
     queries = []
     plain = hub.ModelConnection.cursor
 
@@ -71,7 +85,8 @@ def captured(monkeypatch):
             self._cur = cur
 
         def execute(self, query, params=None):
-            if query.lstrip().upper().startswith(("SELECT", "WITH")):  # planned where it runs (its temp tables exist)
+            # planned where it runs (its temp tables exist)
+            if query.lstrip().upper().startswith(("SELECT", "WITH", "CREATE OR REPLACE TEMP TABLE")):
                 explain = "EXPLAIN (FORMAT json) " + query
                 res = self._cur.execute(explain) if params is None else self._cur.execute(explain, params)
                 queries.append((query, json.loads(res.fetchall()[0][1])))
@@ -80,7 +95,19 @@ def captured(monkeypatch):
         def __getattr__(self, name):
             return getattr(self._cur, name)
 
+    class Instance:  # the shared instance, whose cursors run a job's statements (job.job_sql, job_df)
+        def __init__(self, con):
+            self._con = con
+
+        def cursor(self):
+            return Recording(self._con.cursor())
+
+        def __getattr__(self, name):
+            return getattr(self._con, name)
+
     monkeypatch.setattr(hub.ModelConnection, "cursor", lambda self: Recording(plain(self)))
+    shared = hub.hub()
+    monkeypatch.setattr(shared, "con", Instance(shared.con))
     return queries
 
 
@@ -101,13 +128,70 @@ def test_no_tool_plans_a_quadratic_join(tmp_path, captured, module, name, fmt):
                 getattr(A, tool)(trace, **kw)
             except ProfileError:
                 pass
-        bad = []
-        assert captured
-        for query, plan in captured:
-            found = []
-            for node in plan:
-                _quadratic(node, found)
-            bad += [(join, conds, " ".join(query.split())[:160]) for join, conds in found if conds not in KNOWN | ONE_ROW_PER_KEY]
+        bad = _bad(captured)
         assert not bad, bad
     finally:
         trace.close()
+
+
+def _depths(s) -> dict[str, int]:
+    """Fewest enclosing ranges (same thread, start <= start and end <= end) of a range of each name pattern, by
+    comparing every pair of the scenario's ranges (a small scenario)."""
+    out: dict[str, int] = {}
+    for c in s.markers:
+        n = sum(p is not c and p.tid == c.tid and p.start_ns <= c.start_ns and c.end_ns <= p.end_ns for p in s.markers)
+        pattern = re.sub("[0-9]+", "<N>", c.name)
+        out[pattern] = min(out.get(pattern, n), n)
+    return out
+
+
+def _median_steady(walls: list[int]) -> int:
+    """The step critical_path takes by default: the median-length step after the warm-up (the iterations rule)."""
+    warm = 0
+    while warm < len(walls) - 2 and walls[warm] > 1.5 * statistics.median(walls[warm + 1:]):
+        warm += 1
+    ranked = sorted(range(warm, len(walls)), key=lambda i: (walls[i], i))
+    return ranked[(len(ranked) - 1) // 2]
+
+
+@pytest.mark.parametrize("fmt", ["nsys", "kineto"])
+def test_many_ranges_on_one_thread(tmp_path, captured, fmt):
+    """Thousands of ranges on one thread, nesting and overlapping without nesting: the step choice (range depth, GPU
+    work inside each range) and the step figures join them as IEJoins, for one profile and for a job, and choose
+    the steps the fixture wrote."""
+    suffix = ".json" if fmt == "kineto" else ".sqlite"
+    s = many_ranges()
+    shift = time_shift(s, fmt)
+    steps = sorted((m for m in s.markers if m.name.startswith("step_")), key=lambda m: m.start_ns)
+    walls = [m.end_ns - m.start_ns for m in steps]
+    trace = load_trace(write_scenario(s, fmt, tmp_path / ("one" + suffix)))
+    ranks = [load_trace(write_scenario(many_ranges(300, pid=4000 + r), fmt, tmp_path / f"rank{r}{suffix}")) for r in range(2)]
+    try:
+        res = A.iterations(trace, limit=None)
+        assert res.choice.how == "auto" and res.choice.pattern == "step_<N>"
+        assert [(x.name, x.start_ns, x.end_ns) for x in res.steps] == [(m.name, m.start_ns + shift, m.end_ns + shift) for m in steps]
+        assert res.summaries[0].warmup_steps == [0]
+        assert all(x.projected_kernels == x.window_kernels == 4 for x in res.steps)
+        # 'wait_<N>' starts while a prefetch range is open but ends after it: inside the next step only
+        depth = _depths(many_ranges(4))
+        assert depth["wait_<N>"] == 1 and depth["load_<N>"] == 2 and depth["prefetch_<N>"] == 0
+        n = len(steps)
+        assert {(a.pattern, a.instances, a.min_depth) for a in res.alternatives} == {
+            (p, {"layer_<N>": 3 * n, "fwd": n, "opt": n}.get(p, n - 1), depth[p])
+            for p in ("layer_<N>", "fwd", "opt", "prefetch_<N>", "load_<N>", "wait_<N>")}
+        cp = A.critical_path(trace)
+        assert cp.iteration.index == _median_steady(walls) and cp.iteration.steps == n
+        # a job: every rank's steps in one choice (rank_summary, critical_path's other ranks)
+        rank_walls = [m.end_ns - m.start_ns for m in sorted(
+            (m for m in many_ranges(300).markers if m.name.startswith("step_")), key=lambda m: m.start_ns)]
+        job = A.critical_path(ranks)
+        assert job.iteration.index == _median_steady(rank_walls)
+        rs = A.rank_summary(ranks)
+        assert [(it.step, it.min_wall_ns, it.max_wall_ns) for it in rs.iterations] == [
+            (f"step_{i}", w, w) for i, w in enumerate(rank_walls)][:len(rs.iterations)]
+        assert rs.iterations
+        bad = _bad(captured)
+        assert not bad, bad
+    finally:
+        for t in (trace, *ranks):
+            t.close()

@@ -16,7 +16,7 @@ from gpuscope import __version__
 from gpuscope.fixtures import scenarios_regression as R
 from gpuscope.fixtures.truth import expressed, merge, time_shift
 from gpuscope.tools.analyses import regression as G
-from gpuscope.tools.analyses.iterations import WARMUP_FACTOR
+from gpuscope.tools.analyses.step_choice import WARMUP_FACTOR
 from gpuscope.tools.model.errors import ProfileError
 
 GATE = R.SCENARIOS

@@ -21,9 +21,9 @@ Per step: host wall time (the range), GPU busy time of the work launched inside 
 (projection), and of all GPU work of the process executing inside the step's time window (clipped to it,
 unlinked work included), GPU idle inside the window, kernel counts — per device.
 
-Warm-up rule (stated in the output): leading steps are warm-up while the step's wall time exceeds
-WARMUP_FACTOR x the median wall time of the steps after it, with at least 2 steps after it; the first
-step that fails the test ends the warm-up. Steady-state statistics exclude warm-up steps.
+Warm-up rule (step_choice.WARMUP_RULE, stated in the output): leading steps are warm-up while the step's wall
+time exceeds WARMUP_FACTOR x the median wall time of the steps after it, with at least 2 steps after it; the
+first step that fails the test ends the warm-up. Steady-state statistics exclude warm-up steps.
 """
 
 from __future__ import annotations
@@ -36,16 +36,12 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
-from .intervals import unions
+from .containment import temp_tables
 from .marker_summary import ANNOTATE
 from .projection import RANGE_KINDS_SQL, SHIFT, projection_absent_reason, with_sql
 from .requirements import left_out, require
-from .stacked import run, stack
-from .step_choice import MIN_COVERAGE, choice_sql, marker_params
-
-WARMUP_FACTOR = 1.5
-WARMUP_RULE = (f"leading steps are warm-up while wall_ns > {WARMUP_FACTOR} x median wall_ns of the steps after it and at "
-               "least 2 steps follow; the first step failing the test ends the warm-up")
+from .stacked import run, stack, union_stats_sql
+from .step_choice import MIN_COVERAGE, marker_params, run_choice, warmup
 
 
 class StepDevice(BaseModel):
@@ -197,7 +193,8 @@ def step_choice(traces: list[Trace], part: int, pid: int | None, marker: str | N
                 absent: str | None) -> tuple[Choice, pd.DataFrame, pd.DataFrame]:
     """(choice, range groups, step ranges) of one scope: profile `part` of `traces` (one profile, or a job read through
     its stacked store), process `pid` (None: every process); `absent`: why the profile has no GPU projection (None: it
-    has one). Raises ProfileError as iterations does when no range can be the step. Three statements at most."""
+    has one). Raises ProfileError as iterations does when no range can be the step. Three statements at most after
+    the choice's temp tables (step_choice.choice_tables)."""
     ranges = f"kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL"
     if pid is not None:
         have = [p for (p,) in run(traces, f"""SELECT DISTINCT pid FROM (
@@ -205,12 +202,12 @@ def step_choice(traces: list[Trace], part: int, pid: int | None, marker: str | N
         if pid not in have:
             raise ProfileError(f"process {pid} has no annotation ranges; processes with ranges: {have}.")
     params = marker_params(traces, marker, {part})
-    choice_with = choice_sql(traces, [(part, pid)], [part] if absent is None else [], bool(marker), "names" in params)
-    # one statement: the range groups (one row each) and the chosen step ranges
+    # one statement after the choice's inputs: the range groups (one row each) and the chosen step ranges
     gcols = ["pid", "tid", "domain", "pattern", "instances", "min_depth", "example", "coverage", "picked", "how", "best",
              "any_eligible"]
     scols = ["rid", "pid", "tid", "start_ns", "end_ns", "name", "domain", "pattern"]
-    (found_groups, found_steps), = run(traces, choice_with + f"""
+    (found_groups, found_steps), = run_choice(traces, [(part, pid)], [part] if absent is None else [], bool(marker),
+                                              "names" in params, f"""
         SELECT (SELECT list(({', '.join(f'g_.{c}' for c in gcols)}) ORDER BY g_.first_rid) FROM (
                    SELECT g.*, p.pid IS NOT NULL AS picked, p.how, b.pid IS NOT NULL AS best, b.any_eligible FROM grp g
                    LEFT JOIN pick p ON p.pid = g.pid AND p.tid = g.tid AND p.domain = g.domain AND p.pattern = g.pattern
@@ -257,34 +254,49 @@ def _choice(groups: pd.DataFrame, absent: str | None) -> Choice:
 
 
 def _step_figures(trace: Trace, base: str, rids: list[int], device: int | None, projected: bool) -> dict:
+    """Per (step rid, device): win_busy (union of the process's GPU ops clipped to the step window, ns), win_kern
+    (kernels in the window), prj_busy and prj_n (ops, kernels) of the projected ops; devs: the pairs with any.
+    The steps, the process's ops and the linked ops go into temp tables first, so that the two interval joins
+    (overlap with the window, containment of the launching call) are IEJoins (containment.py), not joins of every
+    step with every op."""
     rid_list = ", ".join(str(r) for r in rids)
-    dev = "" if device is None else f" AND o.device_id = {int(device)}"
-    steps = f"SELECT * FROM rng WHERE rid IN ({rid_list})"
-    # every GPU op of the step's process overlapping the step window (unlinked ones too), via a per-process key
-    win = f"""{base},
-        st AS ({steps}),
-        pk AS (SELECT pid, (row_number() OVER (ORDER BY pid))::HUGEINT AS k FROM (
-                   SELECT DISTINCT pid FROM st)),
+    # every GPU op of the step's process (unlinked ones too), keyed per process so one join serves every process
+    inputs = f"""{base},
+        st AS (SELECT * FROM rng WHERE rid IN ({rid_list})),
+        pk AS (SELECT pid, (row_number() OVER (ORDER BY pid))::HUGEINT AS k FROM (SELECT DISTINCT pid FROM st)),
         allop AS (SELECT 'kernel' AS op, device_id, start_ns, end_ns, pid FROM kernels WHERE pid IS NOT NULL
                   UNION ALL SELECT op, device_id, start_ns, end_ns, pid FROM memops WHERE pid IS NOT NULL),
-        ko AS (SELECT o.*, pk.k * {SHIFT} + o.start_ns AS ks, pk.k * {SHIFT} + o.end_ns AS ke FROM allop o JOIN pk USING (pid)),
-        ks AS (SELECT st.rid, st.start_ns AS s, st.end_ns AS e, pk.k * {SHIFT} + st.start_ns AS ks, pk.k * {SHIFT} + st.end_ns AS ke
-               FROM st JOIN pk USING (pid)),
-        w AS (SELECT ks.rid, o.op, o.device_id, o.start_ns, o.end_ns, greatest(o.start_ns, ks.s) AS cs, least(o.end_ns, ks.e) AS ce
-              FROM ks JOIN ko o ON o.ks < ks.ke AND o.ke >= ks.ks WHERE TRUE{dev})
-        SELECT rid, device_id, op, cs AS start_ns, ce AS end_ns FROM w
-        WHERE ce > cs OR (start_ns = end_ns AND start_ns >= cs)"""
-    out: dict = {"win_busy": unions(trace, f"SELECT rid, device_id, start_ns, end_ns FROM ({win})", [], ("rid", "device_id")),
-                 "win_kern": {(r, d): n for r, d, n in trace.sql(
-                     f"SELECT rid, device_id, count(*) FILTER (WHERE op = 'kernel') FROM ({win}) GROUP BY ALL")},
-                 "devs": {(r, d) for r, d in trace.sql(f"SELECT DISTINCT rid, device_id FROM ({win})")}}
-    if projected:
-        pdev = "" if device is None else f" AND device_id = {int(device)}"
-        prj = f"{base} SELECT rid, op, device_id, start_ns, end_ns FROM prj WHERE rid IN ({rid_list}){pdev}"
-        out["prj_busy"] = unions(trace, f"SELECT rid, device_id, start_ns, end_ns FROM ({prj})", [], ("rid", "device_id"))
-        out["prj_n"] = {(r, d): (n, k) for r, d, n, k in trace.sql(
-            f"SELECT rid, device_id, count(*), count(*) FILTER (WHERE op = 'kernel') FROM ({prj}) GROUP BY ALL")}
-        out["devs"] |= set(out["prj_n"])
+        ko AS (SELECT o.*, pk.k * {SHIFT} + o.start_ns AS ks, pk.k * {SHIFT} + o.end_ns AS ke FROM allop o JOIN pk USING (pid)
+               WHERE {'TRUE' if device is None else f'o.device_id = {int(device)}'}),
+        kst AS (SELECT st.rid, st.start_ns AS s, st.end_ns AS e, pk.k * {SHIFT} + st.start_ns AS ks, pk.k * {SHIFT} + st.end_ns AS ke
+                FROM st JOIN pk USING (pid)),
+        pst AS (SELECT rid, ks, ke FROM st WHERE NOT cross_thread),
+        lop AS (SELECT op, device_id, start_ns, end_ns, ks, ke FROM gop
+                WHERE {'FALSE' if not projected else 'TRUE' if device is None else f'device_id = {int(device)}'})"""
+    cur = trace.con.cursor()
+    try:
+        with temp_tables(cur, inputs, {"_it_step": "kst", "_it_op": "ko", "_it_pstep": "pst", "_it_lop": "lop"}):
+            cur.execute("""CREATE OR REPLACE TEMP TABLE _it_win AS
+                SELECT rid, device_id, op, cs AS start_ns, ce AS end_ns FROM (
+                    SELECT s.rid, o.op, o.device_id, o.start_ns, o.end_ns, greatest(o.start_ns, s.s) AS cs, least(o.end_ns, s.e) AS ce
+                    FROM _it_step s JOIN _it_op o ON o.ks < s.ke AND o.ke >= s.ks)
+                WHERE ce > cs OR (start_ns = end_ns AND start_ns >= cs)""")
+            cur.execute("""CREATE OR REPLACE TEMP TABLE _it_prj AS
+                SELECT s.rid, g.op, g.device_id, g.start_ns, g.end_ns FROM _it_pstep s JOIN _it_lop g ON s.ks <= g.ks AND g.ke <= s.ke""")
+            try:
+                out: dict = {}
+                for key, table in (("win", "_it_win"), ("prj", "_it_prj")):
+                    busy = union_stats_sql(f"SELECT rid, device_id, start_ns, end_ns FROM {table}", "rid, device_id")
+                    out[f"{key}_busy"] = {(r, d): int(b) for r, d, b in cur.execute(
+                        f"SELECT rid, device_id, busy_ns FROM ({busy})").fetchall()}
+                    out[f"{key}_n"] = {(r, d): (int(n), int(k)) for r, d, n, k in cur.execute(
+                        f"SELECT rid, device_id, count(*), count(*) FILTER (WHERE op = 'kernel') FROM {table} GROUP BY ALL").fetchall()}
+            finally:
+                cur.execute("DROP TABLE IF EXISTS temp.main._it_win")
+                cur.execute("DROP TABLE IF EXISTS temp.main._it_prj")
+    finally:
+        cur.close()
+    out["devs"] = set(out["win_n"]) | set(out["prj_n"])
     return out
 
 
@@ -301,12 +313,11 @@ def _assemble(steps_df: pd.DataFrame, f: dict, projected: bool, gpu: bool) -> tu
         wall = int(r.end_ns - r.start_ns)
         devices = []
         for d in sorted(devs_of.get(r.rid, [])):
-            wb = f["win_busy"].get((r.rid, d))
-            pb = f.get("prj_busy", {}).get((r.rid, d))
-            n, k = f.get("prj_n", {}).get((r.rid, d), (0, 0))
-            busy = wb.busy_ns if wb else 0
-            devices.append(StepDevice(device_id=d, projected_ops=n, projected_kernels=k, projected_busy_ns=pb.busy_ns if pb else 0,
-                                      window_kernels=f["win_kern"].get((r.rid, d), 0), window_busy_ns=busy,
+            busy = f["win_busy"].get((r.rid, d), 0)
+            n, k = f["prj_n"].get((r.rid, d), (0, 0))
+            devices.append(StepDevice(device_id=d, projected_ops=n, projected_kernels=k,
+                                      projected_busy_ns=f["prj_busy"].get((r.rid, d), 0),
+                                      window_kernels=f["win_n"].get((r.rid, d), (0, 0))[1], window_busy_ns=busy,
                                       window_idle_ns=wall - busy, window_busy_pct_of_wall=pct(busy, wall)))
         single = len(series_devs[(r.pid, r.tid)]) <= 1
         only = devices[0] if single and devices else None
@@ -323,7 +334,7 @@ def _assemble(steps_df: pd.DataFrame, f: dict, projected: bool, gpu: bool) -> tu
     for (p, tid), idx in _series(steps).items():
         mine = [steps[i] for i in idx]
         walls = [s.wall_ns for s in mine]
-        warm, note = _warmup(walls)
+        warm, note = warmup(walls)
         for i in warm:
             mine[i].warmup = True
         steady = walls[len(warm):]
@@ -354,17 +365,3 @@ def _series(steps: list[Step]) -> dict[tuple, list[int]]:
     for i, s in enumerate(steps):
         out.setdefault((s.pid, s.tid), []).append(i)
     return out
-
-
-def _warmup(walls: list[int]) -> tuple[list[int], str]:
-    """Leading warm-up steps under WARMUP_RULE."""
-    if len(walls) < 3:
-        return [], f"too few steps ({len(walls)}) to tell warm-up from steady state (rule: {WARMUP_RULE})"
-    warm = []
-    for i in range(len(walls) - 2):
-        if walls[i] > WARMUP_FACTOR * statistics.median(walls[i + 1:]):
-            warm.append(i)
-        else:
-            break
-    return warm, WARMUP_RULE
-

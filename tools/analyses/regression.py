@@ -45,7 +45,8 @@ from ..model.store import content_key
 from ..model.trace import Trace
 from .common import clip_name, ToolResult
 from .gpu_timeline import gpu_timeline
-from .iterations import WARMUP_RULE, iterations
+from .iterations import iterations
+from .step_choice import WARMUP_RULE
 
 SCHEMA = "gpuscope-baseline"
 SCHEMA_VERSION = 1

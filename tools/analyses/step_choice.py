@@ -14,37 +14,56 @@ whole profile when the rank is a profile naming no process):
 Ranges, ids (rid), nesting depth, outermost instances and the projection (GPU work belongs to a range when its
 launching API call lies inside it on the same thread) are projection.py's definitions, computed per profile.
 
-`steps_sql` gives, per scope, its steps with their 0-based index per (process, thread) in time order, and how the
-choice was made ('caller', 'ProfilerStep', 'auto'). Only step rows leave DuckDB.
+`scope_steps` gives, per scope, its steps with their 0-based index per (process, thread) in time order, and how the
+choice was made ('caller', 'ProfilerStep', 'auto'). Only step rows leave DuckDB. The statement reads its inputs
+from temp tables (choice_tables), so that the range depth and the GPU work inside each range are IEJoins, not
+joins quadratic in the ranges of a thread (containment.py).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import statistics
+from contextlib import contextmanager
+from typing import Iterator
 
+import duckdb
+
+from ..model.hub import hub
 from ..model.trace import Trace
+from .containment import temp_tables
 from .projection import RANGE_KINDS_SQL, SHIFT, normalised_sql, projection_absent_reason
 from .stacked import run, stack, values
 
 MIN_COVERAGE = 0.5  # an automatic step group receives at least this share of its process's launched GPU work
+WARMUP_FACTOR = 1.5
+WARMUP_RULE = (f"leading steps are warm-up while wall_ns > {WARMUP_FACTOR} x median wall_ns of the steps after it and at "
+               "least 2 steps follow; the first step failing the test ends the warm-up")
 
 
-def choice_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], marker: bool,
-               globbed: bool) -> str:
-    """A WITH clause defining, per scope (upid: the scope's process, NULL for every process of the profile):
+def warmup(walls: list[int]) -> tuple[list[int], str]:
+    """The leading warm-up steps of a series (wall times, ns, in time order) under WARMUP_RULE, and the rule or why
+    it cannot be applied (iterations states it; critical_path leaves the warm-up out of its median step)."""
+    if len(walls) < 3:
+        return [], f"too few steps ({len(walls)}) to tell warm-up from steady state (rule: {WARMUP_RULE})"
+    warm = []
+    for i in range(len(walls) - 2):
+        if walls[i] > WARMUP_FACTOR * statistics.median(walls[i + 1:]):
+            warm.append(i)
+        else:
+            break
+    return warm, WARMUP_RULE
+
+
+def choice_sql(marker: bool, globbed: bool) -> str:
+    """A WITH clause over choice_tables' temp tables defining, per scope (upid: the scope's process, NULL for every
+    process of the profile):
        outer_(part, upid, rid, pid, tid, start_ns, end_ns, name, domain, pattern, depth, ...)  outermost ranges;
        grp(part, upid, pid, tid, domain, pattern, instances, min_depth, first_rid, example, coverage, projected);
        best(... as grp, any_eligible)   the automatic choice's group (none with the caller's marker or ProfilerStep);
        pick(part, upid, pid, tid, domain, pattern, how)   the chosen groups;
        chosen(... as outer_, how)       the step ranges; stepped(... idx) with their index per (process, thread).
-    scopes: (part, pid) with pid None for 'every process of the profile'; projected: parts with a GPU projection;
     marker: the statement takes $marker (and $names, the range names matching a glob marker, when `globbed`)."""
-    ranges = stack(traces, "markers", "pid, tid, start_ns, end_ns, name, domain, kind",
-                   f"kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL")
-    calls = stack(traces, "api_calls", "pid, tid, correlation_id, start_ns, end_ns", "pid IS NOT NULL AND tid IS NOT NULL")
-    ops = (stack(traces, "kernels", "rowid * 2 AS op_id, pid, correlation_id, dur_ns", "correlation_id IS NOT NULL")
-           + " UNION ALL " + stack(traces, "memops", "rowid * 2 + 1 AS op_id, pid, correlation_id, dur_ns", "correlation_id IS NOT NULL"))
-    proj = values([(p,) for p in projected], ("BIGINT",))
     if marker:
         hit = f"(d.name = $marker OR d.pattern = $marker{' OR list_contains($names, d.name)' if globbed else ''})"
         chosen = f"""
@@ -75,8 +94,51 @@ def choice_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projec
                    ON d.part = p.part AND d.upid IS NOT DISTINCT FROM p.upid AND d.pid = p.pid AND d.tid = p.tid
                    AND d.domain = p.domain AND d.pattern = p.pattern),"""
     return f"""
+        WITH data AS (SELECT r.*, s.pid AS upid, coalesce(dp.depth, 0) AS depth
+                      FROM _step_rng r JOIN _step_scope s ON s.part = r.part AND (s.pid IS NULL OR s.pid = r.pid)
+                      LEFT JOIN _step_depth dp ON dp.part = r.part AND dp.rid = r.rid
+                      WHERE r.end_ns > r.start_ns),
+        outer_ AS (SELECT * FROM (
+                      SELECT *, max(end_ns) OVER (PARTITION BY part, upid, pid, tid, domain, pattern ORDER BY rid
+                                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max FROM data)
+                   WHERE prev_max IS NULL OR prev_max < end_ns),
+        tot AS (SELECT part, pid, sum(dur_ns) AS work FROM _step_gop GROUP BY part, pid),
+        cov AS (SELECT g.part, g.pid, g.tid, g.domain, g.pattern, g.work / nullif(t.work, 0) AS coverage
+                FROM _step_cgrp g JOIN tot t USING (part, pid)),
+        grp AS (SELECT o.part, o.upid, o.pid, o.tid, o.domain, o.pattern, count(*) AS instances, min(o.depth) AS min_depth,
+                       min(o.rid) AS first_rid, arg_min(o.name, o.rid) AS example,
+                       CASE WHEN c.pid IS NOT NULL THEN c.coverage WHEN o.part IN (SELECT part FROM _step_proj) THEN 0.0 END AS coverage,
+                       o.part IN (SELECT part FROM _step_proj) AS projected
+                FROM outer_ o LEFT JOIN cov c USING (part, pid, tid, domain, pattern)
+                GROUP BY o.part, o.upid, o.pid, o.tid, o.domain, o.pattern, c.pid, c.coverage),{chosen}
+        stepped AS (SELECT part, upid, how, pid, tid, start_ns, end_ns, name,
+                           row_number() OVER (PARTITION BY part, upid, pid, tid ORDER BY start_ns, rid) - 1 AS idx, rid
+                    FROM chosen)
+    """
+
+
+@contextmanager
+def choice_tables(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int]) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A cursor on which choice_sql's statement runs: the cursor stacked.run would use (the profile's model, or the
+    job's stacked stores), holding choice_sql's inputs as temp tables for the block:
+       _step_scope(part, pid)  the scopes (pid NULL: every process of the profile); _step_proj(part) the parts with
+                               a GPU projection;
+       _step_rng(rid, part, pid, tid, start_ns, end_ns, name, domain, pattern, cross_thread, ks, ke)  the ranges;
+       _step_gop(part, op_id, pid, dur_ns, ks, ke)  the projected parts' linked GPU ops, keyed by their launching call;
+       _step_depth(part, rid, depth)  the enclosing ranges of a range (same thread, enclosing, earlier rid; a range
+                               without any has no row);
+       _step_cgrp(part, pid, tid, domain, pattern, work)  GPU work launched inside a range group's ranges.
+    The two containment joins (depth, cgrp) read temp tables in statements that name no CTE, so DuckDB runs them
+    as IEJoins (containment.py): near-linear in the ranges of a thread, not quadratic.
+    scopes: (part, pid) with pid None for 'every process of the profile'; projected: parts with a GPU projection."""
+    ranges = stack(traces, "markers", "pid, tid, start_ns, end_ns, name, domain, kind",
+                   f"kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL")
+    calls = stack(traces, "api_calls", "pid, tid, correlation_id, start_ns, end_ns", "pid IS NOT NULL AND tid IS NOT NULL")
+    ops = (stack(traces, "kernels", "rowid * 2 AS op_id, pid, correlation_id, dur_ns", "correlation_id IS NOT NULL")
+           + " UNION ALL " + stack(traces, "memops", "rowid * 2 + 1 AS op_id, pid, correlation_id, dur_ns", "correlation_id IS NOT NULL"))
+    inputs = f"""
         WITH scope(part, pid) AS ({values(scopes, ('BIGINT', 'BIGINT'))}),
-        proj(part) AS ({proj}),
+        proj(part) AS ({values([(p,) for p in projected], ("BIGINT",))}),
         m AS ({ranges}),
         a AS ({calls}),
         thr AS (SELECT part, pid, tid, (row_number() OVER (ORDER BY part, pid, tid) - 1)::HUGEINT AS k FROM (
@@ -90,16 +152,6 @@ def choice_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projec
                                                     AND xt.start_ns = m.start_ns) AS cross_thread,
                    thr.k * {SHIFT} + m.start_ns AS ks, thr.k * {SHIFT} + m.end_ns AS ke
             FROM m JOIN thr USING (part, pid, tid)),
-        depth AS (SELECT c.part, c.rid, count(*) AS depth
-                  FROM rng c JOIN rng p ON p.ks <= c.ks AND c.ke <= p.ke WHERE p.rid < c.rid GROUP BY c.part, c.rid),
-        data AS (SELECT r.*, s.pid AS upid, coalesce(dp.depth, 0) AS depth
-                 FROM rng r JOIN scope s ON s.part = r.part AND (s.pid IS NULL OR s.pid = r.pid)
-                 LEFT JOIN depth dp ON dp.part = r.part AND dp.rid = r.rid
-                 WHERE r.end_ns > r.start_ns),
-        outer_ AS (SELECT * FROM (
-                      SELECT *, max(end_ns) OVER (PARTITION BY part, upid, pid, tid, domain, pattern ORDER BY rid
-                                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_max FROM data)
-                   WHERE prev_max IS NULL OR prev_max < end_ns),
         launch AS (
             SELECT part, pid, correlation_id, arg_min(tid, (start_ns, end_ns)) AS tid, min(start_ns) AS start_ns,
                    arg_min(end_ns, (start_ns, end_ns)) AS end_ns
@@ -108,31 +160,33 @@ def choice_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projec
             SELECT o.part, o.op_id, o.pid, o.dur_ns, thr.k * {SHIFT} + l.start_ns AS ks, thr.k * {SHIFT} + l.end_ns AS ke
             FROM ({ops}) o
             JOIN launch l ON l.part = o.part AND l.pid = o.pid AND l.correlation_id = o.correlation_id
-            JOIN thr ON thr.part = l.part AND thr.pid = l.pid AND thr.tid = l.tid),
-        tot AS (SELECT part, pid, sum(dur_ns) AS work FROM gop GROUP BY part, pid),
+            JOIN thr ON thr.part = l.part AND thr.pid = l.pid AND thr.tid = l.tid)"""
+    # The IEJoin works on the first two conditions: containment itself. Each thread has its own key range, so no
+    # pair of two threads (or profiles) passes both; rid, numbered per profile, only orders a thread's own ranges.
+    joins = """
+        WITH depth AS (SELECT c.part, c.rid, count(*) AS depth
+                       FROM _step_rng c JOIN _step_rng p ON p.ks <= c.ks AND c.ke <= p.ke AND p.rid < c.rid
+                       GROUP BY c.part, c.rid),
         cgrp AS (SELECT part, pid, tid, domain, pattern, sum(dur_ns) AS work FROM (
                     SELECT DISTINCT r.part, r.pid, r.tid, r.domain, r.pattern, g.op_id, g.dur_ns
-                    FROM rng r JOIN gop g ON r.ks <= g.ks AND g.ke <= r.ke
-                    WHERE NOT r.cross_thread AND r.part IN (SELECT part FROM proj)) GROUP BY ALL),
-        cov AS (SELECT g.part, g.pid, g.tid, g.domain, g.pattern, g.work / nullif(t.work, 0) AS coverage
-                FROM cgrp g JOIN tot t USING (part, pid)),
-        grp AS (SELECT o.part, o.upid, o.pid, o.tid, o.domain, o.pattern, count(*) AS instances, min(o.depth) AS min_depth,
-                       min(o.rid) AS first_rid, arg_min(o.name, o.rid) AS example,
-                       CASE WHEN c.pid IS NOT NULL THEN c.coverage WHEN o.part IN (SELECT part FROM proj) THEN 0.0 END AS coverage,
-                       o.part IN (SELECT part FROM proj) AS projected
-                FROM outer_ o LEFT JOIN cov c USING (part, pid, tid, domain, pattern)
-                GROUP BY o.part, o.upid, o.pid, o.tid, o.domain, o.pattern, c.pid, c.coverage),{chosen}
-        stepped AS (SELECT part, upid, how, pid, tid, start_ns, end_ns, name,
-                           row_number() OVER (PARTITION BY part, upid, pid, tid ORDER BY start_ns, rid) - 1 AS idx, rid
-                    FROM chosen)
-    """
+                    FROM _step_rng r JOIN _step_gop g ON r.ks <= g.ks AND g.ke <= r.ke
+                    WHERE NOT r.cross_thread) GROUP BY ALL)"""
+    cur = traces[0].con.cursor() if len(traces) == 1 else hub().con.cursor()
+    try:
+        with temp_tables(cur, inputs, {"_step_scope": "scope", "_step_proj": "proj", "_step_rng": "rng", "_step_gop": "gop"}):
+            with temp_tables(cur, joins, {"_step_depth": "depth", "_step_cgrp": "cgrp"}):
+                yield cur
+    finally:
+        cur.close()
 
 
-def steps_sql(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], marker: bool,
-              globbed: bool) -> str:
-    """Rows (part, upid, how, pid, tid, idx, start_ns, end_ns, name) of every scope's steps (choice_sql's arguments)."""
-    return choice_sql(traces, scopes, projected, marker, globbed) + """
-        SELECT part, upid, how, pid, tid, idx, start_ns, end_ns, name FROM stepped ORDER BY part, upid, pid, tid, start_ns, rid"""
+def run_choice(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], marker: bool,
+               globbed: bool, select: str, params: dict | None) -> list[tuple]:
+    """Rows of `select` (a statement reading choice_sql's CTEs) over the step choice of `scopes` (choice_tables'
+    arguments; marker, globbed: choice_sql's)."""
+    with choice_tables(traces, scopes, projected) as cur:
+        sql = choice_sql(marker, globbed) + select
+        return (cur.execute(sql, params) if params else cur.execute(sql)).fetchall()
 
 
 def marker_params(traces: list[Trace], marker: str | None, parts: set[int] | None = None) -> dict:
@@ -159,6 +213,8 @@ def scope_steps(traces: list[Trace], scopes: list[tuple[int, int | None]], marke
     projected = sorted({part for part, _ in timed if projection_absent_reason(traces[part]) is None})
     params = marker_params(traces, marker)
     out: dict[tuple, list[tuple]] = {}
-    for part, upid, *step in run(traces, steps_sql(traces, timed, projected, bool(marker), "names" in params), params or None):
+    for part, upid, *step in run_choice(traces, timed, projected, bool(marker), "names" in params, """
+            SELECT part, upid, how, pid, tid, idx, start_ns, end_ns, name FROM stepped ORDER BY part, upid, pid, tid, start_ns, rid""",
+            params or None):
         out.setdefault((part, upid), []).append(tuple(step))
     return out

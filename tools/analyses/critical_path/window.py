@@ -8,11 +8,11 @@ import statistics
 from ...model.errors import ProfileError
 from ...model.trace import Trace
 from ..common import capture_window, clip_name, resolve_selection
-from ..iterations import _warmup, step_choice
+from ..iterations import step_choice
 from ..marker_summary import ANNOTATE
 from ..projection import projection_absent_reason
 from ..requirements import require
-from ..step_choice import scope_steps
+from ..step_choice import scope_steps, warmup
 from .result import IterationChoice
 
 Scope = tuple[int, "int | None"]  # (position of the profile in the job, process or None for every process)
@@ -75,7 +75,7 @@ def _pick(series: list[tuple], step) -> IterationChoice:
     if step is not None:
         index, how = step, f"caller (step={step})"
     else:
-        warm, _ = _warmup(walls)
+        warm, _ = warmup(walls)
         steady = [i for i in range(len(series)) if i not in warm] or list(range(len(series)))
         ranked = sorted(steady, key=lambda i: (walls[i], i))
         index = ranked[(len(ranked) - 1) // 2]
@@ -87,7 +87,7 @@ def _pick(series: list[tuple], step) -> IterationChoice:
 
 
 def _others(traces: list[Trace], scopes: list[Scope], at, marker) -> list[Span]:
-    """The windows of the other scopes of a job, from one statement (step_choice.steps_sql) over all of them (and one
+    """The windows of the other scopes of a job, from one step choice (step_choice.scope_steps) over all of them (and one
     for the range names a glob marker matches). A scope without the step asked for goes through _one, which raises
     the error its own choice gives."""
     if not scopes:
