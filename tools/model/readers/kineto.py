@@ -280,7 +280,8 @@ def _read_events(con, files: list[Path], preview: bool = False) -> None:
         # What preview() reads: complete and metadata events, the tid, name and args of metadata events and of
         # PREVIEW_CATS only, and every entry the blank-entry and nesting checks of _load_duckdb look at (entries
         # without ph, args that may nest too deep), so those decide as they do for load().
-        detail = f"(ph IS DISTINCT FROM 'X' OR cat IN {_sql_list(PREVIEW_CATS)})"
+        # (list_contains, not IN: DuckDB evaluates a long IN list as a join, one for each place it is written.)
+        detail = f"(ph IS DISTINCT FROM 'X' OR list_contains([{', '.join(map(quote_literal, PREVIEW_CATS))}], cat))"
         events = f"""(SELECT ph, cat, CASE WHEN {detail} THEN name END AS name, pid, CASE WHEN {detail} THEN tid END AS tid,
                              ts, dur, CASE WHEN {detail} OR {_deep_sql('args')} THEN args END AS args
                       FROM {events} WHERE ph IS NULL OR ph IN ('X', 'M') OR {_deep_sql('args')})"""
