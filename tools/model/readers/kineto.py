@@ -194,7 +194,8 @@ def _json_time_sql(x: str) -> str:
     VARCHAR: read_json writes a number as text about 10 % slower; a string's text is that of the JSON
     string with its quotes and escapes, which ->> '$' takes off.)"""
     text = f"CASE WHEN starts_with({x}, '\"') THEN {x} ->> '$' ELSE {x}::VARCHAR END"
-    return f"CASE WHEN {x} IS NULL THEN NULL ELSE coalesce(TRY_CAST({text} AS DOUBLE), 'inf'::DOUBLE) END"
+    # A number (nearly every value) casts at once; a string's quotes and anything else fail that cast and go the long way.
+    return f"coalesce(TRY_CAST({x}::VARCHAR AS DOUBLE), CASE WHEN {x} IS NULL THEN NULL ELSE coalesce(TRY_CAST({text} AS DOUBLE), 'inf'::DOUBLE) END)"
 
 
 def _time_issue_sql() -> str:
@@ -280,7 +281,8 @@ def _read_events(con, files: list[Path], preview: bool = False) -> None:
         # What preview() reads: complete and metadata events, the tid, name and args of metadata events and of
         # PREVIEW_CATS only, and every entry the blank-entry and nesting checks of _load_duckdb look at (entries
         # without ph, args that may nest too deep), so those decide as they do for load().
-        detail = f"(ph IS DISTINCT FROM 'X' OR cat IN {_sql_list(PREVIEW_CATS)})"
+        # (list_contains, not IN: DuckDB evaluates a long IN list as a join, one for each place it is written.)
+        detail = f"(ph IS DISTINCT FROM 'X' OR list_contains([{', '.join(map(quote_literal, PREVIEW_CATS))}], cat))"
         events = f"""(SELECT ph, cat, CASE WHEN {detail} THEN name END AS name, pid, CASE WHEN {detail} THEN tid END AS tid,
                              ts, dur, CASE WHEN {detail} OR {_deep_sql('args')} THEN args END AS args
                       FROM {events} WHERE ph IS NULL OR ph IN ('X', 'M') OR {_deep_sql('args')})"""
@@ -965,10 +967,12 @@ def _links(con, cat: str) -> None:
     )
     # Runtime events of 2021 traces spell it 'external id', and write 0 when no CPU op launched the call
     # (struct keys are case-insensitive in DuckDB, so that spelling is read by path).
+    # (CASE, not coalesce: DuckDB computed the path lookup for every row.)
     legacy_ext = """json_extract_string(args, '$."external id"')"""
+    ext = i('a."External id"')
     con.execute(
         f"""CREATE TEMP TABLE kin_rt AS
-            SELECT idx, {i('a.correlation')} AS corr, coalesce({i('a."External id"')}, nullif({i(legacy_ext)}, 0)) AS ext,
+            SELECT idx, {i('a.correlation')} AS corr, CASE WHEN {ext} IS NOT NULL THEN {ext} ELSE nullif({i(legacy_ext)}, 0) END AS ext,
                    cat, name, pid, tid, ts, dur
             FROM (SELECT *, json_transform(args, {_args_struct('correlation', 'External id')}) AS a
                   FROM kin_ev WHERE cat IN {RUNTIME_CATS} AND pid IS NOT NULL)"""
@@ -1050,7 +1054,7 @@ def _api_calls(con) -> None:
     )
     con.execute(
         """INSERT INTO api_calls
-           SELECT pid, tid, ts, ts + dur, dur, regexp_replace(name, '_v\\d+$', ''),
+           SELECT pid, tid, ts, ts + dur, dur, CASE WHEN contains(name, '_v') THEN regexp_replace(name, '_v\\d+$', '') ELSE name END,
                   CASE WHEN name LIKE 'hip%' THEN 'hip' WHEN name LIKE 'hsa%' THEN 'hsa' ELSE cat END, corr, ext, e.event_id
            FROM kin_rt LEFT JOIN (SELECT idx, min(event_id) AS event_id FROM kin_evid GROUP BY idx) e USING (idx)
            WHERE name IS NOT NULL ORDER BY idx"""
@@ -1136,7 +1140,9 @@ def _issues(con, cat: str, tables: tuple[str, ...] = _FILLED) -> None:
                                THEN 'no device: args.device is missing or not a number, and pid is not a number'
                           WHEN e.name IS NULL AND e.cat NOT IN ('gpu_memcpy', 'gpu_memset') THEN 'name is missing'
                      END AS reason
-              FROM (SELECT * FROM kin_ev WHERE {_table_of('cat')} IN {_sql_list(tables)}) e LEFT JOIN kin_gpu g USING (idx))
+              -- only the rows a reason or a negative dur can apply to meet the join
+              FROM (SELECT * FROM kin_ev WHERE {_table_of('cat')} IN {_sql_list(tables)} AND (pid IS NULL OR name IS NULL OR neg_dur)) e
+              LEFT JOIN kin_gpu g USING (idx))
         WHERE reason IS NOT NULL OR neg_dur GROUP BY ALL
         ORDER BY 1, 2, 4""")
 
