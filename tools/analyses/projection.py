@@ -77,11 +77,11 @@ def with_sql(trace: Trace) -> str:
        thr(pid, tid, k)                          threads of ranges and API calls, numbered from 0;
        rng(rid, pid, tid, start_ns, end_ns, dur_ns, name, domain, kind, source, cross_thread, ks, ke);
        gop(op_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, ks, ke)
-           linked GPU ops (kernel/copy/set) with the keys of their launching API call.
-    A containment join of rng and gop written below this clause is planned without IEJoin, quadratic in the ranges
-    of a thread (containment.py): join them as `tables` does, over temp tables.
-       prj: the projection's pairs as `tables` defines them, still a CTE for ops_summary._innermost_ranges alone
-           until it calls innermost_ranges; then delete it."""
+           linked GPU ops (kernel/copy/set) with the keys of their launching API call;
+       prj   the projection's pairs as `tables` defines them: left for ops_summary._innermost_ranges alone, until it
+             calls innermost_ranges (then delete it).
+    A containment join of rng and gop below this clause (prj's too) is planned without IEJoin, quadratic in the
+    ranges of a thread (containment.py): join them as `tables` does, over temp tables."""
     keys = cross_thread(trace).keys
     xt = (" UNION ALL ".join(f"SELECT {p}::BIGINT AS pid, {t}::BIGINT AS tid, {s}::BIGINT AS start_ns" for p, t, s in keys)
           if keys else "SELECT NULL::BIGINT AS pid, NULL::BIGINT AS tid, NULL::BIGINT AS start_ns WHERE FALSE")
