@@ -24,6 +24,7 @@ from conftest import write_scenario
 from gpuscope.fixtures.scenarios_iterations import many_ranges
 from gpuscope.fixtures.truth import time_shift
 from gpuscope.tools import analyses as A
+from gpuscope.tools.analyses import projection
 from gpuscope.tools.model import hub
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
@@ -195,3 +196,46 @@ def test_many_ranges_on_one_thread(tmp_path, captured, fmt):
     finally:
         for t in (trace, *ranks):
             t.close()
+
+
+def _projected(s, name: str) -> tuple[int, int]:
+    """(kernels, summed kernel ns) launched inside the ranges named `name`: every (range, launching call) pair compared
+    (one thread), each kernel counted once."""
+    import numpy as np
+    calls = {(c.pid, c.correlation_id): c for c in s.api_calls}
+    ks = [(calls[(k.pid, k.correlation_id)], k.end_ns - k.start_ns) for k in s.kernels]
+    cs = np.array([c.start_ns for c, _ in ks])
+    ce = np.array([c.end_ns for c, _ in ks])
+    rs = np.array([m.start_ns for m in s.markers if m.name == name])[:, None]
+    re_ = np.array([m.end_ns for m in s.markers if m.name == name])[:, None]
+    inside = ((rs <= cs) & (ce <= re_)).any(axis=0)
+    return int(inside.sum()), int(sum(d for (_, d), hit in zip(ks, inside) if hit))
+
+
+@pytest.mark.parametrize("fmt", ["nsys", "kineto"])
+def test_many_ranges_projected(tmp_path, captured, fmt):
+    """Thousands of ranges on one thread and the GPU work launched inside them: the tools over the NVTX/annotation
+    projection (marker_summary, phases, call_stack, projection.innermost_ranges) join ranges and launching calls as IEJoins, and
+    marker_summary's figures are the fixture's."""
+    s = many_ranges()
+    trace = load_trace(write_scenario(s, fmt, tmp_path / ("one" + (".json" if fmt == "kineto" else ".sqlite"))))
+    try:
+        ms = A.marker_summary(trace, sort_by="count", limit=5)
+        assert ms.ranges == len(s.markers) and ms.names == len({m.name for m in s.markers})
+        assert ms.projection.projected_ops == len(s.kernels)  # every kernel is launched inside its step
+        depth = {"layer_0": 2, "layer_1": 2, "layer_2": 2, "fwd": 1, "opt": 1}
+        assert {r.name for r in ms.markers} == set(depth)
+        for r in ms.markers:
+            assert (r.count, r.min_depth) == (len(steps := [m for m in s.markers if m.name == r.name]), depth[r.name])
+            assert (r.gpu_kernels, r.gpu_work_ns) == _projected(s, r.name), r.name
+            assert r.cpu_total_ns == sum(m.end_ns - m.start_ns for m in steps)
+        A.phases(trace)
+        stack = A.call_stack(trace, kernel="gemm")
+        assert [lv.name for lv in stack.chain if lv.kind in ("range", "annotation")] == ["step_0", "opt"]
+        # ops_summary's ranges (without CPU operators): the innermost range of each kernel's launching call
+        inner = projection.innermost_ranges(trace)
+        assert inner["range_name"].value_counts().to_dict() == {n: len(s.kernels) // 4 for n in ("layer_0", "layer_1", "layer_2", "opt")}
+        bad = _bad(captured)
+        assert not bad, bad
+    finally:
+        trace.close()

@@ -23,8 +23,9 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
-from .intervals import unions
-from .projection import RANGE_KINDS, cross_thread, projection_absent_reason, tree, with_sql
+from .containment import temp_tables
+from .intervals import unions, unions_on
+from .projection import RANGE_KINDS, cross_thread, projection_absent_reason, tables, tree
 from .requirements import require
 
 SORT_KEYS = ("cpu_total", "gpu_busy", "gpu_work", "count")
@@ -147,85 +148,32 @@ def marker_summary(
         where.append(f"name {CONTAINS_SQL}")
         params.append(contains_pattern(name_contains))
     w = " AND ".join(where)
-    base = with_sql(trace)
-    sel_cte = (f"{base}, sel AS (SELECT *, dense_rank() OVER (ORDER BY name, domain) AS gid FROM rng WHERE {w})")
-    groups = trace.sql_dicts(
-        f"""{sel_cte}
-        SELECT gid, name, domain, list(DISTINCT kind ORDER BY kind) AS kinds, min(source) AS source, count(*) AS n,
-               count(DISTINCT pid) AS procs, count(DISTINCT (pid, tid)) AS threads, sum(dur_ns)::BIGINT AS total,
-               avg(dur_ns) AS avg, median(dur_ns) AS med, min(dur_ns) AS mn, max(dur_ns) AS mx,
-               stddev_samp(dur_ns) AS std, sum(cross_thread::INT)::BIGINT AS xt
-        FROM sel GROUP BY gid, name, domain ORDER BY gid""", params)
-    if not groups:
-        raise ProfileError("no annotation range matches the filters (pid/name_contains/time window: ranges must start "
-                           "inside the window). Widen them; trace_info lists the capture span.")
-
-    # nesting paths, from the shared range tree
-    t = tree(trace)
+    absent = projection_absent_reason(trace)
     cur = trace.con.cursor()
     try:
-        sel_rows = cur.execute(f"{sel_cte} SELECT rid, gid FROM sel", params).fetchnumpy()
+        # the selected ranges and the projection's pairs as temp tables: the pairs' containment join is an IEJoin
+        # (projection.tables), and every statement below reads them on this cursor
+        with tables(cur, trace, ("rng", "gop", "prj") if absent is None else ("rng",)), temp_tables(
+                cur, f"WITH sel AS (SELECT *, dense_rank() OVER (ORDER BY name, domain) AS gid FROM _proj_rng WHERE {w})",
+                {"_ms_sel": "sel"}, params):
+            groups, sel_rows, projection, gpu, per_dev = _summarise(trace, cur, device, absent)
     finally:
         cur.close()
-    idx = np.asarray(sel_rows["rid"], dtype=np.int64) - 1
-    frame = pd.DataFrame({"gid": np.asarray(sel_rows["gid"], dtype=np.int64), "path": t.path[idx], "depth": t.depth[idx]})
-    path_counts = frame.groupby(["gid", "path"]).size().reset_index(name="n").sort_values(["gid", "n", "path"], ascending=[True, False, True])
-    paths = {int(g): list(zip(d["path"], d["n"].astype(int))) for g, d in path_counts.groupby("gid")}
-    depth = {int(g): int(v) for g, v in frame.groupby("gid")["depth"].min().items()}
 
-    absent = projection_absent_reason(trace)
-    dev_where, dev_params = ("TRUE", []) if device is None else ("p.device_id = ?", [device])
-    gpu: dict[int, dict] = {}
-    per_dev: dict[int, list[DeviceProjection]] = {}
-    projection = Projection(available=absent is None, rule=(
-        "a GPU op (kernel, memcpy, memset) belongs to a range when its launching API call (same process, same "
-        "correlation id) lies inside the range on the same thread (Nsight nvtx_gpu_proj_trace); nested ranges all "
-        "receive the op"), reason=absent)
-    if absent is None:
-        pairs = (f"{sel_cte} SELECT DISTINCT s.gid, p.op_id, p.op, p.device_id, p.start_ns, p.end_ns, p.dur_ns "
-                 f"FROM sel s JOIN prj p USING (rid) WHERE {dev_where}")
-        agg = trace.sql_dicts(
-            f"""SELECT gid, device_id, count(*) AS ops, count(*) FILTER (WHERE op = 'kernel') AS kernels,
-                       sum(dur_ns)::BIGINT AS work, min(start_ns) AS first, max(end_ns) AS last
-                FROM ({pairs}) GROUP BY gid, device_id ORDER BY gid, device_id""", params + dev_params)
-        busy = unions(trace, f"SELECT gid, device_id, start_ns, end_ns FROM ({pairs})", params + dev_params, ("gid", "device_id"))
-        inst = trace.sql(
-            f"""{sel_cte} SELECT s.gid, count(*) AS ranges, avg(pe - ps) AS avg_proj FROM (
-                    SELECT s.gid, s.rid, min(p.start_ns) AS ps, max(p.end_ns) AS pe
-                    FROM sel s JOIN prj p USING (rid) WHERE {dev_where} GROUP BY s.gid, s.rid) s GROUP BY s.gid""",
-            params + dev_params)
-        for r in agg:
-            b = busy.get((r["gid"], r["device_id"]))
-            g = gpu.setdefault(r["gid"], {"ops": 0, "kernels": 0, "work": 0, "busy": 0, "first": None, "last": None})
-            g["ops"] += r["ops"]
-            g["kernels"] += r["kernels"]
-            g["work"] += int(r["work"])
-            g["busy"] += b.busy_ns if b else 0
-            g["first"] = r["first"] if g["first"] is None else min(g["first"], r["first"])
-            g["last"] = r["last"] if g["last"] is None else max(g["last"], r["last"])
-            per_dev.setdefault(r["gid"], []).append(DeviceProjection(
-                device_id=r["device_id"], gpu_ops=r["ops"], gpu_kernels=r["kernels"], gpu_work_ns=int(r["work"]),
-                gpu_busy_ns=b.busy_ns if b else 0))
-        for gid, n, avg_proj in inst:
-            gpu.setdefault(gid, {"ops": 0, "kernels": 0, "work": 0, "busy": 0, "first": None, "last": None})
-            gpu[gid]["ranges"], gpu[gid]["avg_proj"] = int(n), float(avg_proj)
-        all_pairs = (f"{sel_cte} SELECT DISTINCT p.op_id, p.device_id, p.start_ns, p.end_ns "
-                     f"FROM sel s JOIN prj p USING (rid) WHERE {dev_where}")
-        total = unions(trace, f"SELECT device_id, start_ns, end_ns FROM ({all_pairs})", params + dev_params, ("device_id",))
-        projection.projected_ops = int(trace.scalar(f"SELECT count(*) FROM ({all_pairs})", params + dev_params))
-        projection.projected_busy_ns = sum(u.busy_ns for u in total.values())
-        projection.excluded = _excluded(trace, base, device)
-    else:
-        projection.excluded = [absent]
-
+    # sorted before the rows are made: a profile may hold tens of thousands of names, of which `limit` are shown
+    has = absent is None
+    empty = {"ops": 0, "kernels": 0, "work": 0, "busy": 0, "first": None, "last": None}
+    key = {"cpu_total": lambda g: g["total"], "count": lambda g: g["n"],
+           "gpu_busy": lambda g: gpu.get(g["gid"], empty)["busy"] if has else 0,
+           "gpu_work": lambda g: gpu.get(g["gid"], empty)["work"] if has else 0}[sort_by]
+    shown = sorted(groups, key=lambda g: (-key(g), -g["total"], clip_name(g["name"]), g["domain"]))[:limit]
+    paths, depth = _paths(trace, sel_rows, [g["gid"] for g in shown])
     total_busy = projection.projected_busy_ns
     rows = []
-    for g in groups:
+    for g in shown:
         gid = g["gid"]
         ps = paths.get(gid, [])
-        q = gpu.get(gid) if absent is None else None
-        has = absent is None
-        qq = q or {"ops": 0, "kernels": 0, "work": 0, "busy": 0, "first": None, "last": None}
+        qq = gpu.get(gid, empty) if has else empty
         rows.append(MarkerGroup(
             name=clip_name(g["name"]), domain=g["domain"], kinds=list(g["kinds"]), source=g["source"], count=g["n"],
             processes=g["procs"], threads=g["threads"], cpu_total_ns=int(g["total"]), cpu_avg_ns=round(float(g["avg"]), 1),
@@ -242,13 +190,10 @@ def marker_summary(
             gpu_span_ns=qq["last"] - qq["first"] if qq["first"] is not None else None,
             per_device=per_dev.get(gid) if len(per_dev.get(gid, [])) > 1 else None,
         ))
-    key = {"cpu_total": lambda r: r.cpu_total_ns, "count": lambda r: r.count,
-           "gpu_busy": lambda r: r.gpu_busy_ns or 0, "gpu_work": lambda r: r.gpu_work_ns or 0}[sort_by]
-    rows.sort(key=lambda r: (-key(r), -r.cpu_total_ns, r.name, r.domain))
-    truncated = len(rows) > limit
+    truncated = len(groups) > limit
     hint = None
     if truncated:
-        hint = f"{len(rows) - limit} more names exist than limit={limit}; raise limit (max 500) or filter with name_contains/pid/time window"
+        hint = f"{len(groups) - limit} more names exist than limit={limit}; raise limit (max 500) or filter with name_contains/pid/time window"
     if sort_by in ("gpu_busy", "gpu_work") and absent is not None:
         hint = ((hint + "; ") if hint else "") + f"sorted by CPU time instead: {absent}"
     return MarkerSummaryResult(
@@ -256,21 +201,101 @@ def marker_summary(
         trace=str(trace.path), window=window,
         filters={"device": device, "pid": pid, "name_contains": name_contains}, sort_by=sort_by,
         ranges=sum(g["n"] for g in groups), names=len(groups), instant_marks=marks, projection=projection,
-        markers=rows[:limit], gpu_annotations=_gpu_annotations(trace, sel.device, start_ns, end_ns, name_contains),
+        markers=rows, gpu_annotations=_gpu_annotations(trace, sel.device, start_ns, end_ns, name_contains),
         truncated=truncated, hint=hint,
     )
 
 
-def _excluded(trace: Trace, base: str, device: int | None) -> list[str]:
-    """Profile-wide statements of what no range receives."""
+def _summarise(trace: Trace, cur, device: int | None, absent: str | None) -> tuple:
+    """(groups, (rid, gid) of every range, projection, GPU figures, per-device figures) of the ranges in temp table _ms_sel, with
+    the projection's pairs in _proj_prj unless `absent` says why there is none; every statement runs on `cur`."""
+    def dicts(query: str, params: list | None = None) -> list[dict]:
+        res = cur.execute(query, params) if params else cur.execute(query)
+        cols = [d[0] for d in res.description]
+        return [dict(zip(cols, row)) for row in res.fetchall()]
+
+    groups = dicts("""
+        SELECT gid, name, domain, list(DISTINCT kind ORDER BY kind) AS kinds, min(source) AS source, count(*) AS n,
+               count(DISTINCT pid) AS procs, count(DISTINCT (pid, tid)) AS threads, sum(dur_ns)::BIGINT AS total,
+               avg(dur_ns) AS avg, median(dur_ns) AS med, min(dur_ns) AS mn, max(dur_ns) AS mx,
+               stddev_samp(dur_ns) AS std, sum(cross_thread::INT)::BIGINT AS xt
+        FROM _ms_sel GROUP BY gid, name, domain ORDER BY gid""")
+    if not groups:
+        raise ProfileError("no annotation range matches the filters (pid/name_contains/time window: ranges must start "
+                           "inside the window). Widen them; trace_info lists the capture span.")
+
+    sel_rows = cur.execute("SELECT rid, gid FROM _ms_sel").fetchnumpy()
+
+    dev_where, dev_params = ("TRUE", []) if device is None else ("p.device_id = ?", [device])
+    gpu: dict[int, dict] = {}
+    per_dev: dict[int, list[DeviceProjection]] = {}
+    projection = Projection(available=absent is None, rule=(
+        "a GPU op (kernel, memcpy, memset) belongs to a range when its launching API call (same process, same "
+        "correlation id) lies inside the range on the same thread (Nsight nvtx_gpu_proj_trace); nested ranges all "
+        "receive the op"), reason=absent)
+    if absent is None:
+        pairs = (f"SELECT DISTINCT s.gid, p.op_id, p.op, p.device_id, p.start_ns, p.end_ns, p.dur_ns "
+                 f"FROM _ms_sel s JOIN _proj_prj p USING (rid) WHERE {dev_where}")
+        agg = dicts(
+            f"""SELECT gid, device_id, count(*) AS ops, count(*) FILTER (WHERE op = 'kernel') AS kernels,
+                       sum(dur_ns)::BIGINT AS work, min(start_ns) AS first, max(end_ns) AS last
+                FROM ({pairs}) GROUP BY gid, device_id ORDER BY gid, device_id""", dev_params)
+        busy = unions_on(cur, f"SELECT gid, device_id, start_ns, end_ns FROM ({pairs})", dev_params, ("gid", "device_id"))
+        inst = cur.execute(
+            f"""SELECT s.gid, count(*) AS ranges, avg(pe - ps) AS avg_proj FROM (
+                    SELECT s.gid, s.rid, min(p.start_ns) AS ps, max(p.end_ns) AS pe
+                    FROM _ms_sel s JOIN _proj_prj p USING (rid) WHERE {dev_where} GROUP BY s.gid, s.rid) s GROUP BY s.gid""",
+            dev_params).fetchall()
+        for r in agg:
+            b = busy.get((r["gid"], r["device_id"]))
+            g = gpu.setdefault(r["gid"], {"ops": 0, "kernels": 0, "work": 0, "busy": 0, "first": None, "last": None})
+            g["ops"] += r["ops"]
+            g["kernels"] += r["kernels"]
+            g["work"] += int(r["work"])
+            g["busy"] += b.busy_ns if b else 0
+            g["first"] = r["first"] if g["first"] is None else min(g["first"], r["first"])
+            g["last"] = r["last"] if g["last"] is None else max(g["last"], r["last"])
+            per_dev.setdefault(r["gid"], []).append(DeviceProjection(
+                device_id=r["device_id"], gpu_ops=r["ops"], gpu_kernels=r["kernels"], gpu_work_ns=int(r["work"]),
+                gpu_busy_ns=b.busy_ns if b else 0))
+        for gid, n, avg_proj in inst:
+            gpu.setdefault(gid, {"ops": 0, "kernels": 0, "work": 0, "busy": 0, "first": None, "last": None})
+            gpu[gid]["ranges"], gpu[gid]["avg_proj"] = int(n), float(avg_proj)
+        all_pairs = (f"SELECT DISTINCT p.op_id, p.device_id, p.start_ns, p.end_ns "
+                     f"FROM _ms_sel s JOIN _proj_prj p USING (rid) WHERE {dev_where}")
+        total = unions_on(cur, f"SELECT device_id, start_ns, end_ns FROM ({all_pairs})", dev_params, ("device_id",))
+        projection.projected_ops = int(cur.execute(f"SELECT count(*) FROM ({all_pairs})", dev_params).fetchone()[0])
+        projection.projected_busy_ns = sum(u.busy_ns for u in total.values())
+        projection.excluded = _excluded(trace, cur, device)
+    else:
+        projection.excluded = [absent]
+    return groups, sel_rows, projection, gpu, per_dev
+
+
+def _paths(trace: Trace, sel_rows: dict, gids: list[int]) -> tuple[dict, dict]:
+    """Of the groups `gids`: their nesting paths with counts, most frequent first, and their least depth, from the
+    shared range tree (`sel_rows`: rid and gid of every selected range)."""
+    t = tree(trace)
+    gid = np.asarray(sel_rows["gid"], dtype=np.int64)
+    keep = np.isin(gid, np.asarray(gids, dtype=np.int64))
+    idx = np.asarray(sel_rows["rid"], dtype=np.int64)[keep] - 1
+    frame = pd.DataFrame({"gid": gid[keep], "path": t.path[idx], "depth": t.depth[idx]})
+    path_counts = frame.groupby(["gid", "path"]).size().reset_index(name="n").sort_values(["gid", "n", "path"], ascending=[True, False, True])
+    paths = {int(g): list(zip(d["path"], d["n"].astype(int))) for g, d in path_counts.groupby("gid")}
+    depth = {int(g): int(v) for g, v in frame.groupby("gid")["depth"].min().items()}
+    return paths, depth
+
+
+def _excluded(trace: Trace, cur, device: int | None) -> list[str]:
+    """Profile-wide statements of what no range receives (`cur` holds projection.tables' temp tables)."""
     dev = "" if device is None else f" AND device_id = {int(device)}"
     out = []
     un = trace.sql(f"""SELECT count(*), coalesce(sum(dur_ns), 0)::BIGINT FROM (
         SELECT dur_ns FROM kernels WHERE NOT launched{dev} UNION ALL SELECT dur_ns FROM memops WHERE NOT launched{dev})""")[0]
     if un[0]:
         out.append(f"{un[0]} GPU ops ({un[1]} ns) have no launching API call in the profile and cannot be projected")
-    outside = trace.sql(f"""{base} SELECT count(*), coalesce(sum(dur_ns), 0)::BIGINT FROM gop
-        WHERE op_id NOT IN (SELECT op_id FROM prj){dev}""")[0]
+    outside = cur.execute(f"""SELECT count(*), coalesce(sum(dur_ns), 0)::BIGINT FROM _proj_gop
+        WHERE op_id NOT IN (SELECT op_id FROM _proj_prj){dev}""").fetchone()
     if outside[0]:
         out.append(f"{outside[0]} launched GPU ops ({outside[1]} ns) were launched outside every range of their launching "
                    "thread (e.g. by a thread without annotations)")

@@ -44,7 +44,7 @@ from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note, ToolResult
 from .intervals import unions
 from .iterations import iterations
-from .projection import with_sql
+from . import projection
 from .stacked import gaps_sql, merged_sql, union_stats_sql
 from .requirements import require
 
@@ -432,13 +432,15 @@ def _iterations(trace: Trace, dev: int, t0: int, t1: int) -> tuple[str, list[int
     cur = trace.con.cursor()
     try:
         cur.register("phase_steps", df)
-        rows = cur.execute(
-            f"""{with_sql(trace)},
-                st AS (SELECT DISTINCT r.pid, r.tid, r.start_ns, r.ks, r.ke FROM rng r
+        # ranges and linked ops as temp tables, the step lookup a subquery: no CTE, so the containment join is an IEJoin
+        with projection.tables(cur, trace, ("rng", "gop")):
+            rows = cur.execute(
+                """SELECT st.pid, st.tid, st.start_ns, min(g.start_ns) FROM (
+                       SELECT DISTINCT r.pid, r.tid, r.start_ns, r.ks, r.ke FROM _proj_rng r
                        JOIN phase_steps s ON r.pid = s.pid AND r.tid = s.tid AND r.start_ns = s.start_ns AND r.end_ns = s.end_ns
-                       WHERE NOT r.cross_thread)
-                SELECT st.pid, st.tid, st.start_ns, min(g.start_ns) FROM st JOIN gop g ON st.ks <= g.ks AND g.ke <= st.ke
-                WHERE g.device_id = ? AND g.end_ns > g.start_ns GROUP BY ALL""", [dev]).fetchall()
+                       WHERE NOT r.cross_thread) st
+                   JOIN _proj_gop g ON st.ks <= g.ks AND g.ke <= st.ke
+                   WHERE g.device_id = ? AND g.end_ns > g.start_ns GROUP BY ALL""", [dev]).fetchall()
     finally:
         cur.close()
     gpu = sorted({int(g) for *_, g in rows if g is not None and t0 <= g <= t1})

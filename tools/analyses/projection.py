@@ -17,14 +17,20 @@ Nesting: a range's parent is the tightest range on the same thread that encloses
 identical intervals the first in rid order); the path is the parent chain joined with '/'.
 
 Joins between ranges and API calls use one HUGEINT key per (thread, time): thread_index * 2^64 + ns,
-so DuckDB runs containment as an inequality (IE) join instead of a per-thread nested loop.
+so DuckDB runs containment as an inequality (IE) join instead of a per-thread nested loop. It does so only over
+tables, in a statement naming no CTE (containment.py): `tables` makes the ranges, the linked GPU ops and the
+projection's pairs temp tables of a cursor, and the tools read those.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
+import duckdb
 import numpy as np
+import pandas as pd
 
 from ..model.job import XT_COLUMNS
 from ..model.trace import Trace
@@ -72,8 +78,10 @@ def with_sql(trace: Trace) -> str:
        rng(rid, pid, tid, start_ns, end_ns, dur_ns, name, domain, kind, source, cross_thread, ks, ke);
        gop(op_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, ks, ke)
            linked GPU ops (kernel/copy/set) with the keys of their launching API call;
-       prj(rid, op_id, op, device_id, start_ns, end_ns, dur_ns)
-           every (range, GPU op) pair of the projection (cross-thread ranges excluded)."""
+       prj   the projection's pairs as `tables` defines them: left for ops_summary._innermost_ranges alone, until it
+             calls innermost_ranges (then delete it).
+    A containment join of rng and gop below this clause (prj's too) is planned without IEJoin, quadratic in the
+    ranges of a thread (containment.py): join them as `tables` does, over temp tables."""
     keys = cross_thread(trace).keys
     xt = (" UNION ALL ".join(f"SELECT {p}::BIGINT AS pid, {t}::BIGINT AS tid, {s}::BIGINT AS start_ns" for p, t, s in keys)
           if keys else "SELECT NULL::BIGINT AS pid, NULL::BIGINT AS tid, NULL::BIGINT AS start_ns WHERE FALSE")
@@ -112,6 +120,44 @@ def with_sql(trace: Trace) -> str:
     """
 
 
+# The projection's pairs, from the temp tables of `tables`: a statement naming no CTE but this one (named once, so
+# inlined), so the containment join is an IEJoin.
+PAIRS = """
+    WITH prj AS (
+        SELECT r.rid, g.op_id, g.op, g.device_id, g.start_ns, g.end_ns, g.dur_ns
+        FROM _proj_rng r JOIN _proj_gop g ON r.ks <= g.ks AND g.ke <= r.ke
+        WHERE NOT r.cross_thread)"""
+
+
+@contextmanager
+def tables(cur: duckdb.DuckDBPyConnection, trace: Trace, want: tuple[str, ...] = ("rng", "gop", "prj")) -> Iterator[None]:
+    """For the block, temp tables of `cur` (a cursor of trace.con) named _proj_<name> for each name in `want`:
+       _proj_rng, _proj_gop  with_sql's rng and gop;
+       _proj_prj(rid, op_id, op, device_id, start_ns, end_ns, dur_ns)  every (range, GPU op) pair of the projection
+                             (cross-thread ranges excluded), joined as an IEJoin (needs rng and gop).
+    Temp tables belong to the cursor's connection, so concurrent tool calls never share them."""
+    base = {f"_proj_{n}": n for n in ("rng", "gop") if n in want or "prj" in want}
+    with temp_tables(cur, with_sql(trace), base):
+        if "prj" in want:
+            with temp_tables(cur, PAIRS, {"_proj_prj": "prj"}):
+                yield
+        else:
+            yield
+
+
+def innermost_ranges(trace: Trace) -> pd.DataFrame:
+    """Per projected GPU op, the innermost range it belongs to (the largest rid: on one thread an enclosing range has a
+    smaller one): gop_id (gop.op_id), rid, range_name, range_start_ns, range_end_ns."""
+    cur = trace.con.cursor()
+    try:
+        with tables(cur, trace):
+            return cur.execute("""
+                SELECT inn.op_id AS gop_id, inn.rid, r.name AS range_name, r.start_ns AS range_start_ns, r.end_ns AS range_end_ns
+                FROM (SELECT op_id, max(rid) AS rid FROM _proj_prj GROUP BY op_id) inn JOIN _proj_rng r USING (rid)""").df()
+    finally:
+        cur.close()
+
+
 def projection_absent_reason(trace: Trace) -> str | None:
     """Why no GPU projection can be made for this profile, or None when it can."""
     if trace.count("api_calls") == 0:
@@ -145,7 +191,7 @@ def _tree(trace: Trace) -> Tree:
         # The ranges as a temp table, then a self-join naming no CTE (containment.py). Of the three conditions the
         # IEJoin works on the first two (rid order, then ends); on one thread an earlier rid starts no later, so
         # p.ks <= c.ks is implied there and ranges of other threads fail c.ke <= p.ke.
-        with temp_tables(cur, with_sql(trace), {"_proj_rng": "rng"}):
+        with tables(cur, trace, ("rng",)):
             data = cur.execute("""
                 WITH par AS (SELECT c.rid, max(p.rid) AS parent, count(*) AS depth
                              FROM _proj_rng c JOIN _proj_rng p ON p.rid < c.rid AND c.ke <= p.ke AND p.ks <= c.ks GROUP BY c.rid)
