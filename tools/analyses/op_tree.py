@@ -186,14 +186,19 @@ NODES_SQL = f"""
 
 
 def union_ns(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Series:
-    """Per key, the length of the union of its intervals (touching intervals merge), ns. Vectorised:
-    sort by (key, start), running maximum of ends per key, each interval adds what reaches past it."""
+    """Per key, the length of the union of its intervals (touching intervals merge), ns; indexed by the sorted keys.
+    Vectorised: sort by (key, start, end), running maximum of ends per key, each interval adds what reaches past it."""
     if len(keys) == 0:
         return pd.Series(dtype="int64")
-    df = pd.DataFrame({"k": keys, "s": np.asarray(start, dtype=np.int64), "e": np.asarray(end, dtype=np.int64)})
-    df = df.sort_values(["k", "s", "e"], kind="stable")
-    reach = df.groupby("k", sort=False)["e"].cummax()
-    prev = reach.groupby(df["k"], sort=False).shift(1, fill_value=np.iinfo(np.int64).min)
-    lo = np.maximum(df["s"].to_numpy(), prev.to_numpy(dtype=np.int64))
-    add = np.clip(df["e"].to_numpy() - lo, 0, None)
-    return pd.Series(add, index=df.index).groupby(df["k"], sort=False).sum()
+    s, e = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
+    codes, uniq = pd.factorize(np.asarray(keys), sort=True)
+    order = np.lexsort((e, s, codes))
+    k, s, e = codes[order], s[order], e[order]
+    head = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])  # first interval of each key
+    reach = pd.Series(e).groupby(k, sort=False).cummax().to_numpy()
+    prev = np.empty_like(reach)
+    prev[0] = np.iinfo(np.int64).min
+    prev[1:] = reach[:-1]
+    prev[head] = np.iinfo(np.int64).min
+    add = np.clip(e - np.maximum(s, prev), 0, None)
+    return pd.Series(np.add.reduceat(add, head), index=uniq)
