@@ -347,6 +347,10 @@ def _build_frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     if graph_kernel_count(trace):
         g["in_graph"] = (g["op"] == "kernel").to_numpy() & np.isin(g["gop_id"].to_numpy(), np.asarray(graph_rowids(trace), dtype=np.int64) * 2)
     g["graph_dur_ns"] = np.where(g["in_graph"], g["dur_ns"], 0)
+    # Every call groups, filters and sorts by these: as categoricals (categories in sorted order, so a sort by
+    # them is a sort by the text) they are integer codes, not hashed strings, once per profile.
+    for col in ("launcher_name", "launcher_kind", "category", "name", "op"):
+        g[col] = pd.Categorical(g[col])
     sub = L.subtree if has_ops else pd.DataFrame({"op_id": pd.Series(dtype="int64"), "gop_id": pd.Series(dtype="int64")})
     return g, sub, attribution
 
