@@ -115,10 +115,10 @@ def _launchers(trace: Trace) -> Launchers:
 
 def _launchers_from_temp(cur, comm: str) -> Launchers:
     """The launchers over temp tables _tree_op and _tree_gop (containment.py: no CTE around the IEJoins)."""
-    cur.execute("""CREATE OR REPLACE TEMP TABLE _tree_inner AS
-                   SELECT g.gop_id, arg_max(o.op_id, (o.start_ns, -o.dur_ns, o.op_id)) AS launcher_id
-                   FROM _tree_gop g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke
-                   GROUP BY g.gop_id""")
+    # One containment join gives both: the subtree pairs, and per GPU op the innermost of its enclosing ops.
+    cur.execute("""CREATE OR REPLACE TEMP TABLE _tree_pairs AS
+                   SELECT o.op_id, g.gop_id, o.start_ns, o.dur_ns
+                   FROM _tree_gop g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke""")
     try:
         gops = cur.execute(f"""
             SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name,
@@ -135,11 +135,14 @@ def _launchers_from_temp(cur, comm: str) -> Launchers:
                    c.input_dims, c.input_types,
                    lag(g.end_ns) OVER (PARTITION BY g.device_id, g.stream_id ORDER BY g.start_ns, g.end_ns, g.gop_id)
                        AS prev_end_ns
-            FROM _tree_gop g LEFT JOIN _tree_inner i USING (gop_id) LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
+            FROM _tree_gop g
+            LEFT JOIN (SELECT gop_id, arg_max(op_id, (start_ns, -dur_ns, op_id)) AS launcher_id FROM _tree_pairs
+                       GROUP BY gop_id) i USING (gop_id)
+            LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
             ORDER BY g.start_ns, g.gop_id""").df()
-        subtree = cur.execute("SELECT o.op_id, g.gop_id FROM _tree_gop g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke").df()
+        subtree = cur.execute("SELECT op_id, gop_id FROM _tree_pairs").df()
     finally:
-        cur.execute("DROP TABLE IF EXISTS temp.main._tree_inner")
+        cur.execute("DROP TABLE IF EXISTS temp.main._tree_pairs")
     for col in ("linked", "is_comm", "whole_graph"):
         gops[col] = gops[col].fillna(False).astype(bool)
     return Launchers(gops=gops, subtree=subtree)

@@ -315,7 +315,7 @@ def _frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
 
 def _build_frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     L = launchers(trace)
-    g = L.gops.copy()
+    g = L.gops.copy(deep=False)  # copy-on-write: the memoized launchers stay as they are, no column is duplicated
     has_ops = trace.count("cpu_ops") > 0
     g["launcher_kind"] = g["launcher_kind"].astype(object)
     if not has_ops:
