@@ -262,3 +262,22 @@ def test_backend_family_categories(family):
     odd = NOT_MEMBERS[family]
     assert op_category(odd, "void other_kernel(float*)", False) == "other"
     assert op_category(odd, "void at::native::elementwise_kernel<128, 4>(int)", False) == "elementwise"
+
+
+def test_union_ns_per_key_exact():
+    """union_ns (every direct/subtree/busy time here): per key, |union| with touching intervals merged, nested and
+    overlapping ones counted once, keys in any order, integer ns past 2^53 (pre-2024 Kineto epoch timestamps)."""
+    import numpy as np
+
+    from gpuscope.tools.analyses.op_tree import union_ns
+
+    base = 1_600_000_000_000_000_001  # > 2^53: a float would round these
+    rows = [(7, 0, 10), (3, 5, 6), (7, 10, 20), (7, 2, 4), (3, 0, 2), (-1, 100, 200), (7, 30, 31), (3, 1, 3),
+            (-1, 150, 160), (7, 25, 30)]
+    keys, start, end = (np.array(c, dtype=np.int64) for c in zip(*rows))
+    got = union_ns(keys, start + base, end + base)
+    # key 7: [0,20) (touching at 10, [2,4) inside) + [25,31) (touching at 30) = 26; key 3: [0,3) + [5,6) = 4;
+    # key -1: [100,200) with [150,160) inside = 100
+    assert got.to_dict() == {-1: 100, 3: 4, 7: 26}
+    assert list(got.index) == [-1, 3, 7]
+    assert union_ns(np.array([], dtype=np.int64), np.array([], dtype=np.int64), np.array([], dtype=np.int64)).empty

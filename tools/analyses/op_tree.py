@@ -114,10 +114,10 @@ def _launchers(trace: Trace) -> Launchers:
 
 def _launchers_from_temp(cur, comm: str) -> Launchers:
     """The launchers over temp tables _tree_op and _tree_gop (containment.py: no CTE around the IEJoins)."""
-    cur.execute("""CREATE OR REPLACE TEMP TABLE _tree_inner AS
-                   SELECT g.gop_id, arg_max(o.op_id, (o.start_ns, -o.dur_ns, o.op_id)) AS launcher_id
-                   FROM _tree_gop g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke
-                   GROUP BY g.gop_id""")
+    # One containment join gives both: the subtree pairs, and per GPU op the innermost of its enclosing ops.
+    cur.execute("""CREATE OR REPLACE TEMP TABLE _tree_pairs AS
+                   SELECT o.op_id, g.gop_id, o.start_ns, o.dur_ns
+                   FROM _tree_gop g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke""")
     try:
         gops = cur.execute(f"""
             SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name,
@@ -134,11 +134,14 @@ def _launchers_from_temp(cur, comm: str) -> Launchers:
                    c.input_dims, c.input_types,
                    lag(g.end_ns) OVER (PARTITION BY g.device_id, g.stream_id ORDER BY g.start_ns, g.end_ns, g.gop_id)
                        AS prev_end_ns
-            FROM _tree_gop g LEFT JOIN _tree_inner i USING (gop_id) LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
+            FROM _tree_gop g
+            LEFT JOIN (SELECT gop_id, arg_max(op_id, (start_ns, -dur_ns, op_id)) AS launcher_id FROM _tree_pairs
+                       GROUP BY gop_id) i USING (gop_id)
+            LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
             ORDER BY g.start_ns, g.gop_id""").df()
-        subtree = cur.execute("SELECT o.op_id, g.gop_id FROM _tree_gop g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke").df()
+        subtree = cur.execute("SELECT op_id, gop_id FROM _tree_pairs").df()
     finally:
-        cur.execute("DROP TABLE IF EXISTS temp.main._tree_inner")
+        cur.execute("DROP TABLE IF EXISTS temp.main._tree_pairs")
     for col in ("linked", "is_comm", "whole_graph"):
         gops[col] = gops[col].fillna(False).astype(bool)
     return Launchers(gops=gops, subtree=subtree)
@@ -185,14 +188,19 @@ NODES_SQL = f"""
 
 
 def union_ns(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Series:
-    """Per key, the length of the union of its intervals (touching intervals merge), ns. Vectorised:
-    sort by (key, start), running maximum of ends per key, each interval adds what reaches past it."""
+    """Per key, the length of the union of its intervals (touching intervals merge), ns; indexed by the sorted keys.
+    Vectorised: sort by (key, start, end), running maximum of ends per key, each interval adds what reaches past it."""
     if len(keys) == 0:
         return pd.Series(dtype="int64")
-    df = pd.DataFrame({"k": keys, "s": np.asarray(start, dtype=np.int64), "e": np.asarray(end, dtype=np.int64)})
-    df = df.sort_values(["k", "s", "e"], kind="stable")
-    reach = df.groupby("k", sort=False)["e"].cummax()
-    prev = reach.groupby(df["k"], sort=False).shift(1, fill_value=np.iinfo(np.int64).min)
-    lo = np.maximum(df["s"].to_numpy(), prev.to_numpy(dtype=np.int64))
-    add = np.clip(df["e"].to_numpy() - lo, 0, None)
-    return pd.Series(add, index=df.index).groupby(df["k"], sort=False).sum()
+    s, e = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
+    codes, uniq = pd.factorize(np.asarray(keys), sort=True)
+    order = np.lexsort((e, s, codes))
+    k, s, e = codes[order], s[order], e[order]
+    head = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])  # first interval of each key
+    reach = pd.Series(e).groupby(k, sort=False).cummax().to_numpy()
+    prev = np.empty_like(reach)
+    prev[0] = np.iinfo(np.int64).min
+    prev[1:] = reach[:-1]
+    prev[head] = np.iinfo(np.int64).min
+    add = np.clip(e - np.maximum(s, prev), 0, None)
+    return pd.Series(np.add.reduceat(add, head), index=uniq)

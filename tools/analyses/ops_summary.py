@@ -315,10 +315,9 @@ def _frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
 
 def _build_frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     L = launchers(trace)
-    g = L.gops.copy()
+    g = L.gops.copy(deep=False)  # copy-on-write: the memoized launchers stay as they are, no column is duplicated
     has_ops = trace.count("cpu_ops") > 0
     g["launcher_kind"] = g["launcher_kind"].astype(object)
-    short = dict(trace.sql("SELECT rowid * 2, short_name FROM kernels"))
     if not has_ops:
         attribution = "range"
         rng = _innermost_ranges(trace)
@@ -330,39 +329,78 @@ def _build_frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
         g.loc[inr, "launcher_end_ns"] = g.loc[inr, "range_end_ns"]
         k = g["launcher_kind"].isin(["runtime", "graph"])
         g.loc[k, "launcher_kind"] = "kernel"
-        g.loc[k, "launcher_name"] = [short.get(i, n) for i, n in zip(g.loc[k, "gop_id"], g.loc[k, "name"])]
+        short = pd.DataFrame(trace.sql("SELECT rowid * 2, short_name FROM kernels"), columns=["gop_id", "short_name"])
+        short = g.loc[k, ["gop_id"]].merge(short, how="left", on="gop_id")["short_name"].to_numpy()
+        g.loc[k, "launcher_name"] = np.where(pd.isna(short), g.loc[k, "name"].to_numpy(), short)
         g.loc[k, "launcher_start_ns"] = np.nan
         g.loc[k, "launcher_end_ns"] = np.nan
     else:
         attribution = "cpu_op"
         g["rid"] = np.nan
-    # one integer per launcher instance
+    g["inst"] = _instance_ids(g)
     kind = g["launcher_kind"].to_numpy()
-    key = np.where(kind == "cpu_op", "c" + g["launcher_id"].astype(str),
-                   np.where(kind == "range", "n" + g["rid"].astype(str),
-                            np.where(np.isin(kind, ["runtime", "graph"]),
-                                     "r" + g["pid"].astype(str) + ":" + g["call_tid"].astype(str) + ":" + g["call_start_ns"].astype(str),
-                                     "g" + g["gop_id"].astype(str))))
-    g["inst"] = pd.factorize(key)[0]
     g.loc[kind == "unlinked", "launcher_name"] = UNATTRIBUTED
     g.loc[kind == "unlinked", "launcher_kind"] = "unattributed"
-    # per-instance category
-    if has_ops:
-        first = g.sort_values(["start_ns", "gop_id"]).groupby("inst").agg(
-            name=("launcher_name", "first"), kind=("launcher_kind", "first"), first_kernel=("name", "first"),
-            all_comm=("is_comm", "all"))
-        cats = [("unattributed" if kd == "unattributed" else kd if kd in ("runtime", "graph")
-                 else op_category(n, fk, ac)) for n, kd, fk, ac in zip(first["name"], first["kind"], first["first_kernel"], first["all_comm"])]
-        g["category"] = g["inst"].map(pd.Series(cats, index=first.index))
-    else:
-        g["category"] = [kernel_category(n, c, o, w) for n, c, o, w in zip(g["name"], g["is_comm"], g["op"], g["whole_graph"])]
+    g["category"] = _op_categories(g) if has_ops else _kernel_categories(g)
     _delays(g)
     g["in_graph"] = False
     if graph_kernel_count(trace):
         g["in_graph"] = (g["op"] == "kernel").to_numpy() & np.isin(g["gop_id"].to_numpy(), np.asarray(graph_rowids(trace), dtype=np.int64) * 2)
     g["graph_dur_ns"] = np.where(g["in_graph"], g["dur_ns"], 0)
+    # Every call groups, filters and sorts by these: as categoricals (categories in sorted order, so a sort by
+    # them is a sort by the text) they are integer codes, not hashed strings, once per profile.
+    for col in ("launcher_name", "launcher_kind", "category", "name", "op"):
+        g[col] = pd.Categorical(g[col])
     sub = L.subtree if has_ops else pd.DataFrame({"op_id": pd.Series(dtype="int64"), "gop_id": pd.Series(dtype="int64")})
     return g, sub, attribution
+
+
+def _instance_ids(g: pd.DataFrame) -> np.ndarray:
+    """One integer per launcher instance, numbered in order of first appearance: the cpu_op (cpu_ops.rowid), the
+    range (rid), the launching call (pid, thread, start: a graph launch owns all its GPU ops), else the GPU op
+    itself. Built arithmetically: class in the top bits, the id below (ids are row numbers, far below 2^60)."""
+    kind = g["launcher_kind"].to_numpy()
+    call = np.isin(kind, ["runtime", "graph"])
+    calls = np.zeros(len(g), dtype=np.int64)
+    if call.any():
+        calls[call] = g.loc[call].groupby(["pid", "call_tid", "call_start_ns"], sort=False, dropna=False).ngroup().to_numpy()
+    key = np.where(kind == "cpu_op", g["launcher_id"].to_numpy(dtype=np.int64),
+                   np.where(kind == "range", (1 << 60) + g["rid"].fillna(0).to_numpy().astype(np.int64),
+                            np.where(call, (2 << 60) + calls, (3 << 60) + g["gop_id"].to_numpy(dtype=np.int64))))
+    return pd.factorize(key)[0]
+
+
+def _per_distinct(cols: list[np.ndarray], fn) -> np.ndarray:
+    """fn(*values) for every row of `cols`, called once per distinct combination (categories repeat: a few hundred
+    distinct ops or kernel names among millions of rows) and mapped back by integer codes."""
+    codes, uniques = zip(*(pd.factorize(c, use_na_sentinel=False) for c in cols))
+    key = np.zeros(len(cols[0]), dtype=np.int64)
+    for c, u in zip(codes, uniques):
+        key = key * len(u) + c
+    combo, first, back = np.unique(key, return_index=True, return_inverse=True)
+    values = np.array([fn(*(col[i] for col in cols)) for i in first], dtype=object)
+    return values[back]
+
+
+def _op_categories(g: pd.DataFrame) -> np.ndarray:
+    """Category of every GPU op's launcher instance (op_category of its name, the name of its first GPU op by
+    (start, id) and whether all its GPU ops are communication), per GPU op."""
+    inst = g["inst"].to_numpy()
+    order = np.lexsort((g["gop_id"].to_numpy(), g["start_ns"].to_numpy()))
+    first = order[np.unique(inst[order], return_index=True)[1]]  # per instance (0..n-1), its earliest GPU op
+    all_comm = np.bincount(inst, weights=~g["is_comm"].to_numpy(dtype=bool), minlength=len(first)) == 0
+    kind = g["launcher_kind"].to_numpy(dtype=object)[first]
+
+    def cat(name, first_kernel, comm, kd):
+        return "unattributed" if kd == "unattributed" else kd if kd in ("runtime", "graph") else op_category(name, first_kernel, comm)
+    cats = _per_distinct([g["launcher_name"].to_numpy(dtype=object)[first], g["name"].to_numpy(dtype=object)[first],
+                          all_comm, kind], cat)
+    return cats[inst]
+
+
+def _kernel_categories(g: pd.DataFrame) -> np.ndarray:
+    return _per_distinct([g["name"].to_numpy(dtype=object), g["is_comm"].to_numpy(dtype=bool), g["op"].to_numpy(dtype=object),
+                          g["whole_graph"].to_numpy(dtype=bool)], kernel_category)
 
 
 def _delays(g: pd.DataFrame) -> None:
@@ -443,11 +481,9 @@ def ops_summary(
 def _totals(g: pd.DataFrame, graphs: bool) -> Totals:
     busy = union_ns(g["device_id"].to_numpy(), g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
     span = g.groupby("device_id").agg(lo=("start_ns", "min"), hi=("end_ns", "max"))
-    key = g["inst"].astype(str) + "|" + g["category"]
-    per = union_ns(key.to_numpy(), g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-    first = g.groupby(key)[["category", "launcher_kind"]].first()
-    categorised = per[(first["launcher_kind"] != "unattributed").reindex(per.index).to_numpy()]
-    other = int(per[(first["category"] == "other").reindex(per.index).to_numpy()].sum())
+    per, cat, kind = _per_instance_category(g)
+    categorised = per[kind != "unattributed"]
+    other = int(per[cat == "other"].sum())
     un = g[g["launcher_kind"] == "unattributed"]
     un_t = int(union_ns(np.zeros(len(un), dtype=np.int64), un["start_ns"].to_numpy(), un["end_ns"].to_numpy()).sum()) if len(un) else 0
     return Totals(gpu_ops=len(g), attributed_kernel_time_ns=0, unattributed_gpu_ops=len(un), unattributed_time_ns=un_t,
@@ -461,15 +497,29 @@ def _totals(g: pd.DataFrame, graphs: bool) -> Totals:
                   other_category_pct_of_categorised_gpu_time=pct(other, int(categorised.sum()), 4))
 
 
+def _per_instance_category(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per (launcher instance, category) present in `g`: |union of its GPU ops|, the category and the launcher kind.
+    The key is integer: instance * number of categories + category code."""
+    codes, cats = pd.factorize(g["category"])
+    key = g["inst"].to_numpy(dtype=np.int64) * len(cats) + codes
+    per = union_ns(key, g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+    first = np.unique(key, return_index=True)[1]  # same order as per's index (sorted keys)
+    return per.to_numpy(), np.asarray(cats, dtype=object)[codes[first]], g["launcher_kind"].to_numpy(dtype=object)[first]
+
+
 def _instances(g: pd.DataFrame, sub: pd.DataFrame) -> pd.DataFrame:
     """One row per launcher instance: name, kind, category, direct/subtree time, host duration, op count."""
-    direct = union_ns(g["inst"].to_numpy(), g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-    inst = g.groupby("inst").agg(name=("launcher_name", "first"), kind=("launcher_kind", "first"),
-                                 category=("category", "first"), launcher_id=("launcher_id", "first"),
-                                 lstart=("launcher_start_ns", "first"), lend=("launcher_end_ns", "first"),
-                                 input_dims=("input_dims", "first"), input_types=("input_types", "first"),
-                                 gpu_ops=("gop_id", "size"))
-    inst["direct_ns"] = direct.reindex(inst.index).astype("int64")
+    ids = g["inst"].to_numpy()
+    direct = union_ns(ids, g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+    # The launcher columns are the same on every GPU op of an instance (category too where there is an op tree;
+    # without one an instance is a range, and it takes the category of its first GPU op in frame order).
+    uniq, first, counts = np.unique(ids, return_index=True, return_counts=True)
+    cols = {"name": "launcher_name", "kind": "launcher_kind", "category": "category", "launcher_id": "launcher_id",
+            "lstart": "launcher_start_ns", "lend": "launcher_end_ns", "input_dims": "input_dims", "input_types": "input_types"}
+    inst = g[list(cols.values())].iloc[first].rename(columns={c: k for k, c in cols.items()})  # dtypes kept
+    inst.index = pd.Index(uniq, name="inst")
+    inst["gpu_ops"] = counts
+    inst["direct_ns"] = direct.to_numpy(dtype=np.int64)
     inst["subtree_ns"] = inst["direct_ns"]
     ops = inst[inst["kind"] == "cpu_op"]
     if len(ops) and len(sub):
@@ -507,8 +557,10 @@ def _finish(df: pd.DataFrame, limit: int, value: str = "direct_ns") -> tuple[pd.
 def _name_rows(g, inst, totals, limit):
     delays = g.groupby(["launcher_name", "launcher_kind"]).agg(
         n_ops=("gop_id", "size"), ld=("launch_delay_ns", "median"), qf=("queue_free_delay_ns", "median"),
-        excluded=("delay_excluded", "sum"), gops=("in_graph", "sum"), gns=("graph_dur_ns", "sum"),
-        cats=("category", lambda s: sorted(set(s))))
+        excluded=("delay_excluded", "sum"), gops=("in_graph", "sum"), gns=("graph_dur_ns", "sum"))
+    # sorted set of categories per row, from the distinct (name, kind, category) triples (a few per name)
+    trip = g[["launcher_name", "launcher_kind", "category"]].drop_duplicates().sort_values("category", kind="stable")
+    delays["cats"] = trip.groupby(["launcher_name", "launcher_kind"])["category"].agg(list)
     df = inst.groupby(["name", "kind"]).agg(
         count=("direct_ns", "size"), direct_ns=("direct_ns", "sum"), subtree_ns=("subtree_ns", "sum"),
         cpu_ns=("cpu_ns", "sum"), cpu_n=("cpu_ns", "count"),
@@ -539,10 +591,8 @@ def _category_rows(g, inst, totals, attribution, limit):
         df = inst.groupby("category").agg(count=("direct_ns", "size"), direct_ns=("direct_ns", "sum"),
                                           attributed=("attributed", "first"))
     else:  # no op tree: each GPU op is classified by its kernel name; direct = union per (range instance, category)
-        key = g["inst"].astype(str) + "|" + g["category"]
-        u = union_ns(key.to_numpy(), g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-        per = pd.DataFrame({"category": g.groupby(key)["category"].first(), "direct_ns": u})
-        per["attributed"] = g.groupby(key)["launcher_kind"].first() != "unattributed"
+        u, cat, kind = _per_instance_category(g)
+        per = pd.DataFrame({"category": cat, "direct_ns": u, "attributed": kind != "unattributed"})
         df = per.groupby("category").agg(direct_ns=("direct_ns", "sum"), attributed=("attributed", "any"))
         df["count"] = g.groupby("category").size()
     df = df.reset_index().sort_values(["direct_ns", "category"], ascending=[False, True], kind="stable")

@@ -28,6 +28,7 @@ Differences from TraceLens (documented; pinned in tests/analyses/test_perf_summa
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
@@ -102,11 +103,16 @@ def _r(x: float | None, digits: int = 6) -> float | None:
     return float(f"{x:.{digits}g}")
 
 
-def _concrete(trace: Trace) -> dict[int, tuple[str | None, str | None]]:
-    """cpu_ops rowid → (concrete_inputs, input_strides); memoized."""
-    return trace.memo(("perf_summary.concrete",), lambda: {
-        r[0]: (r[1], r[2]) for r in trace.sql(
-            "SELECT rowid, concrete_inputs, input_strides FROM cpu_ops WHERE category = 'cpu_op'")})
+def _concrete(trace: Trace) -> pd.DataFrame:
+    """concrete_inputs (conc) and input_strides (strides) by cpu_ops rowid, '' where absent; memoized."""
+    def compute() -> pd.DataFrame:
+        cur = trace.con.cursor()
+        try:
+            return cur.execute("SELECT rowid, coalesce(concrete_inputs, '') AS conc, coalesce(input_strides, '') AS strides "
+                               "FROM cpu_ops WHERE category = 'cpu_op'").df().set_index("rowid")
+        finally:
+            cur.close()
+    return trace.memo(("perf_summary.concrete",), compute)
 
 
 def perf_summary(
@@ -142,9 +148,9 @@ def perf_summary(
             raise ProfileError(f"no op name contains {name_contains!r} in the selection; call perf_summary without it to see the names.")
     conc = _concrete(trace)
     inst = inst.copy()
-    ci = [conc.get(int(i), (None, None)) for i in inst["launcher_id"]]
-    inst["conc"] = [c[0] or "" for c in ci]
-    inst["strides"] = [c[1] or "" for c in ci]
+    ci = conc.reindex(inst["launcher_id"].to_numpy())  # one lookup for all instances
+    inst["conc"] = ci["conc"].fillna("").to_numpy()
+    inst["strides"] = ci["strides"].fillna("").to_numpy()
     inst["dims"] = inst["input_dims"].fillna("")
     inst["types"] = inst["input_types"].fillna("")
     df = inst.groupby(["name", "category", "dims", "types", "conc", "strides"]).agg(
