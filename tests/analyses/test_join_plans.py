@@ -215,7 +215,7 @@ def _projected(s, name: str) -> tuple[int, int]:
 @pytest.mark.parametrize("fmt", ["nsys", "kineto"])
 def test_many_ranges_projected(tmp_path, captured, fmt):
     """Thousands of ranges on one thread and the GPU work launched inside them: the tools over the NVTX/annotation
-    projection (marker_summary, phases, call_stack, projection.innermost_ranges) join ranges and launching calls as IEJoins, and
+    projection (marker_summary, phases, call_stack, ops_summary's innermost_ranges) join ranges and launching calls as IEJoins, and
     marker_summary's figures are the fixture's."""
     s = many_ranges()
     trace = load_trace(write_scenario(s, fmt, tmp_path / ("one" + (".json" if fmt == "kineto" else ".sqlite"))))
@@ -235,6 +235,9 @@ def test_many_ranges_projected(tmp_path, captured, fmt):
         # ops_summary's ranges (without CPU operators): the innermost range of each kernel's launching call
         inner = projection.innermost_ranges(trace)
         assert inner["range_name"].value_counts().to_dict() == {n: len(s.kernels) // 4 for n in ("layer_0", "layer_1", "layer_2", "opt")}
+        if fmt == "nsys":  # attributed to those ranges (Kineto's cpu_ops are the launchers there)
+            ops = A.ops_summary(trace, limit=10)
+            assert {r.name: r.count for r in ops.rows} == {n: len(s.kernels) // 4 for n in ("layer_0", "layer_1", "layer_2", "opt")}
         bad = _bad(captured)
         assert not bad, bad
     finally:

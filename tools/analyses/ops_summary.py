@@ -50,6 +50,7 @@ from ..model.trace import Trace
 from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .graph_summary import graph_kernel_count, graph_rowids
 from .op_tree import launchers, union_ns
+from .projection import innermost_ranges
 from .requirements import require
 
 UNATTRIBUTED = "<unattributed>"
@@ -320,7 +321,7 @@ def _build_frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     g["launcher_kind"] = g["launcher_kind"].astype(object)
     if not has_ops:
         attribution = "range"
-        rng = _innermost_ranges(trace)
+        rng = innermost_ranges(trace)
         g = g.merge(rng, how="left", on="gop_id")
         inr = g["rid"].notna()
         g.loc[inr, "launcher_kind"] = "range"
@@ -418,20 +419,6 @@ def _delays(g: pd.DataFrame) -> None:
     g["delay_excluded"] = bad.to_numpy(dtype=bool)
     g["launch_delay_ns"] = launch.mask(bad)
     g["queue_free_delay_ns"] = queue_free.mask(bad)
-
-
-def _innermost_ranges(trace: Trace) -> pd.DataFrame:
-    from .projection import with_sql
-
-    cur = trace.con.cursor()
-    try:
-        return cur.execute(f"""{with_sql(trace)},
-            inn AS (SELECT op_id, max(rid) AS rid FROM prj GROUP BY op_id)
-            SELECT inn.op_id AS gop_id, inn.rid, r.name AS range_name, r.start_ns AS range_start_ns,
-                   r.end_ns AS range_end_ns
-            FROM inn JOIN rng r USING (rid)""").df()
-    finally:
-        cur.close()
 
 
 def ops_summary(

@@ -77,11 +77,9 @@ def with_sql(trace: Trace) -> str:
        thr(pid, tid, k)                          threads of ranges and API calls, numbered from 0;
        rng(rid, pid, tid, start_ns, end_ns, dur_ns, name, domain, kind, source, cross_thread, ks, ke);
        gop(op_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, ks, ke)
-           linked GPU ops (kernel/copy/set) with the keys of their launching API call;
-       prj   the projection's pairs as `tables` defines them: left for ops_summary._innermost_ranges alone, until it
-             calls innermost_ranges (then delete it).
-    A containment join of rng and gop below this clause (prj's too) is planned without IEJoin, quadratic in the
-    ranges of a thread (containment.py): join them as `tables` does, over temp tables."""
+           linked GPU ops (kernel/copy/set) with the keys of their launching API call.
+    A containment join of rng and gop below this clause is planned without IEJoin, quadratic in the ranges of a
+    thread (containment.py): join them as `tables` does, over temp tables."""
     keys = cross_thread(trace).keys
     xt = (" UNION ALL ".join(f"SELECT {p}::BIGINT AS pid, {t}::BIGINT AS tid, {s}::BIGINT AS start_ns" for p, t, s in keys)
           if keys else "SELECT NULL::BIGINT AS pid, NULL::BIGINT AS tid, NULL::BIGINT AS start_ns WHERE FALSE")
@@ -112,11 +110,7 @@ def with_sql(trace: Trace) -> str:
               SELECT rowid * 2 + 1, op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, correlation_id
               FROM memops WHERE correlation_id IS NOT NULL) o
         JOIN launch l ON l.pid = o.pid AND l.correlation_id = o.correlation_id
-        JOIN thr ON thr.pid = l.pid AND thr.tid = l.tid),
-    prj AS (
-        SELECT r.rid, g.op_id, g.op, g.device_id, g.start_ns, g.end_ns, g.dur_ns
-        FROM rng r JOIN gop g ON r.ks <= g.ks AND g.ke <= r.ke
-        WHERE NOT r.cross_thread)
+        JOIN thr ON thr.pid = l.pid AND thr.tid = l.tid)
     """
 
 
