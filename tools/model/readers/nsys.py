@@ -598,24 +598,21 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
                 con.execute(f"CREATE TEMP TABLE _calls AS SELECT * FROM {calls}")
                 calls = "_calls"
         k = lambda c: r.col(KERNEL, c, "k")  # noqa: E731
-        # kernels is a view of a narrower table: what the question does not read is not stored, nor dur_ns (end - start);
-        # the view passes rowid on (graph_kids joins on it).
-        # Without names, a base name missing from StringIds is NULL here (the reader would take the demangled name).
-        name, short, join = ("coalesce(dn.value, sn.value, 'unknown kernel (StringIds ' || k.demangledName || ')'), ",
-                             "coalesce(sn.value, dn.value, 'unknown kernel (StringIds ' || k.shortName || ')')",
-                             f"LEFT JOIN {r.strings} dn ON dn.id = k.demangledName") if names else ("", "sn.value", "")
+        # kernels is a view of a narrower table: what the question does not read is not stored, nor dur_ns (end - start),
+        # and names are kept as their StringIds ids, resolved by the view from the few names used (joining the names
+        # while scanning took ~25% of the insert). The view passes rowid on (graph_kids joins on it).
         con.execute(f"""DROP TABLE kernels;
             CREATE TABLE _kernels (device_id INTEGER NOT NULL, {'stream_id BIGINT, ' if streams else ''}start_ns BIGINT NOT NULL,
-                end_ns BIGINT NOT NULL, {'name VARCHAR NOT NULL, ' if names else ''}short_name VARCHAR, grid_x INTEGER, grid_y INTEGER,
+                end_ns BIGINT NOT NULL, {'name_id BIGINT, ' if names else ''}short_id BIGINT, grid_x INTEGER, grid_y INTEGER,
                 grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER, registers_per_thread INTEGER,
                 static_shared_bytes BIGINT, dynamic_shared_bytes BIGINT, correlation_id BIGINT, graph_id BIGINT, pid BIGINT)""")
         inserted = con.execute(f"""
             INSERT INTO _kernels
-            SELECT k.deviceId, {'k.streamId, ' if streams else ''}k.start, k."end", {name}{short},
+            SELECT k.deviceId, {'k.streamId, ' if streams else ''}k.start, k."end", {'k.demangledName, ' if names else ''}k.shortName,
                    {k('gridX')}, {k('gridY')}, {k('gridZ')}, {k('blockX')}, {k('blockY')}, {k('blockZ')},
                    {k('registersPerThread')}, {k('staticSharedMemory')}, {k('dynamicSharedMemory')},
                    k.correlationId, {k('graphId')}, {PID.format(g='k.globalPid')}
-            FROM {src.relation(KERNEL)} k LEFT JOIN {r.strings} sn ON sn.id = k.shortName {join}
+            FROM {src.relation(KERNEL)} k
             WHERE k.start IS NOT NULL AND k."end" IS NOT NULL AND k.deviceId IS NOT NULL""").fetchone()[0]
         if inserted != rows:  # as _gpu_rows: the rows left out, counted when the reader's row check counts them
             if src.has(RUNTIME) and r.scalar(
@@ -625,22 +622,29 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
             missing_time, _ = time_checks("k.start", 'k."end"')
             record(con, con.execute(count_sql("kernels", f"{src.relation(KERNEL)} k", [
                 missing_time, ("k.deviceId IS NULL", "skipped", "deviceId is missing or not an integer")])).fetchall())
+        # The names of the ids used (one per id, as the reader's join gives them).
+        con.execute(f"""CREATE TABLE _names AS SELECT id, value FROM {r.strings}
+                        WHERE id IN (SELECT DISTINCT short_id FROM _kernels{' UNION SELECT DISTINCT name_id FROM _kernels' if names else ''})""")
         # end - start of every row, as the reader computes dur_ns (it fails where that overflows)
-        bad, unnamed = con.execute("SELECT count(*) FILTER (WHERE end_ns - start_ns < 0), count(*) FILTER (WHERE short_name IS NULL) "
-                                   "FROM _kernels").fetchone()
-        if unnamed:
+        bad = r.scalar("SELECT count(*) FILTER (WHERE end_ns - start_ns < 0) FROM _kernels")
+        # Without names, a base name missing from StringIds would be NULL here (the reader takes the demangled name).
+        if not names and r.scalar("SELECT count(*) FROM _kernels k ANTI JOIN _names n ON n.id = k.short_id"):
             raise NoPreview("base names missing from StringIds")
         if bad:
             con.execute("UPDATE _kernels SET end_ns = start_ns WHERE end_ns < start_ns")
             record(con, [("kernels", "repaired", bad, END_BEFORE_START)])
+        name, short, join = (
+            ("coalesce(dn.value, sn.value, 'unknown kernel (StringIds ' || k.name_id || ')')",
+             "coalesce(sn.value, dn.value, 'unknown kernel (StringIds ' || k.short_id || ')')",
+             "LEFT JOIN _names dn ON dn.id = k.name_id") if names else ("''", "sn.value", ""))
         con.execute(f"""
             CREATE VIEW kernels AS
-            SELECT rowid AS rowid, device_id, {'stream_id' if streams else 'NULL::BIGINT AS stream_id'}, start_ns, end_ns,
-                   end_ns - start_ns AS dur_ns, {'name' if names else "'' AS name"}, short_name, grid_x, grid_y, grid_z,
-                   block_x, block_y, block_z, registers_per_thread, static_shared_bytes, dynamic_shared_bytes,
-                   correlation_id, graph_id, pid, NULL::BIGINT AS tid, false AS launched, false AS whole_graph,
+            SELECT k.rowid AS rowid, k.device_id, {'k.stream_id' if streams else 'NULL::BIGINT AS stream_id'}, k.start_ns, k.end_ns,
+                   k.end_ns - k.start_ns AS dur_ns, {name} AS name, {short} AS short_name, k.grid_x, k.grid_y, k.grid_z,
+                   k.block_x, k.block_y, k.block_z, k.registers_per_thread, k.static_shared_bytes, k.dynamic_shared_bytes,
+                   k.correlation_id, k.graph_id, k.pid, NULL::BIGINT AS tid, false AS launched, false AS whole_graph,
                    NULL::VARCHAR AS communicator, NULL::VARCHAR AS collective  -- top_kernels reads neither
-            FROM _kernels""")
+            FROM _kernels k LEFT JOIN _names sn ON sn.id = k.short_id {join}""")
         if calls is not None:
             _launches(con, calls, graphs)
             con.execute("DROP TABLE IF EXISTS _launch; DROP TABLE IF EXISTS _calls")
