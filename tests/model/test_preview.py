@@ -208,6 +208,20 @@ def test_preview_declines_where_only_the_full_reader_is_exact(tmp_path):
     assert _compare(no_span) is not bool(has_other)
 
 
+def test_a_preview_outgrowing_memory_keeps_its_kernels_in_a_file_and_answers_as_the_store(tmp_path, monkeypatch):
+    """Large exports keep the preview's kernel table compressed in a database file: the same answers, with the data
+    issues repaired in that table (end before start, a kernel before its call) and graph replays marked from it."""
+    monkeypatch.setattr(nsys_reader, "PREVIEW_BYTES_PER_KERNEL", 2**40)  # every export outgrows the preview's memory
+    damaged = _damaged(tmp_path)
+    view = trace_mod._preview_trace(damaged, "nsys", lambda *_: None)
+    assert view.scalar("SELECT count(*) FROM duckdb_tables() WHERE database_name = '_preview'") == 1
+    view.close()
+    assert not list((tmp_path / "cache").rglob("preview-*"))  # the file goes with its connection
+    assert _compare(damaged)
+    for name in ("graph_replays", "graph_replays_no_ids"):
+        assert _compare(nsys.write(scenarios_graph_summary.SCENARIOS[name](), tmp_path / f"{name}.sqlite"))
+
+
 @pytest.mark.parametrize("path", real_files("nsys/*.sqlite"), ids=lambda p: p.name)
 def test_preview_answers_as_the_store_on_real_profiles(path):
     assert _compare(path)

@@ -12,11 +12,14 @@ ids that differ between platforms, so process-level joins compare `g >> 24` (pid
 
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
 
 import duckdb
 
 from ..errors import NoPreview, ProfileError
+from ..limits import memory_limit_bytes, private_dir
 from ..quality import END_BEFORE_START, LAUNCH_BEFORE_CALL, MAX_NAME_CHARS, count_sql, record, record_query, time_checks
 from ..names import GRAPH_LAUNCH_RX
 from ..quote import quote_ident, quote_literal
@@ -547,6 +550,9 @@ class _Reader:
 
 # -- the first answer while the store builds ----------------------------------------------------------------
 PREVIEW_MIN_KERNELS = 500_000  # smaller exports build their store in a few seconds: no preview
+# Memory a preview kernel takes while answering: ~140 B in the table (uncompressed in memory) and ~60 B in the launch
+# check's hash table. Beyond the preview's memory (half the limit, model/trace.py) the table is compressed into a file.
+PREVIEW_BYTES_PER_KERNEL = 200
 
 
 def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, streams: bool = True) -> None:
@@ -560,7 +566,8 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
     A preview answers one question, so it reads only what that question reads: without `names` (grouped by base
     name, no name filter) kernels.name is '' and the demangled names are not read; without `streams` (no stream
     filter) stream_id is NULL. kernels is a view of the table _kernels, which stores neither these constants nor
-    dur_ns (end_ns - start_ns): ~20% less memory, so a 10 M-kernel preview spills less of it.
+    dur_ns (end_ns - start_ns), and names as their StringIds ids. Where that table would outgrow the preview's
+    memory it is kept compressed in a database file (~6 B a kernel), so nothing spills.
 
     Raises NoPreview where a cheap check cannot rule out a difference from the full reader: a small export
     (its store is quick), no SQLite scanner, memory copies or NVTX ranges without ANALYSIS_DETAILS (they
@@ -597,25 +604,32 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
             if graphs:  # graph replays are marked from the calls themselves: keep them (scanned twice otherwise)
                 con.execute(f"CREATE TEMP TABLE _calls AS SELECT * FROM {calls}")
                 calls = "_calls"
+        # A table outgrowing memory is kept in a compressed database file instead (~6 B a kernel; deleted now, it lives
+        # as long as the connection). In memory, 10 M kernels spilled: top_kernels' query took twice the CPU, and the
+        # compression this costs while inserting is less than that.
+        table = "_kernels"
+        if rows * PREVIEW_BYTES_PER_KERNEL > memory_limit_bytes() // 2:
+            file = private_dir("spill", str(os.getpid())) / f"preview-{uuid.uuid4().hex}.duckdb"
+            con.execute(f"ATTACH {quote_literal(str(file))} AS _preview")
+            file.unlink()
+            table = "_preview._kernels"
         k = lambda c: r.col(KERNEL, c, "k")  # noqa: E731
-        # kernels is a view of a narrower table: what the question does not read is not stored, nor dur_ns (end - start);
-        # the view passes rowid on (graph_kids joins on it).
-        # Without names, a base name missing from StringIds is NULL here (the reader would take the demangled name).
-        name, short, join = ("coalesce(dn.value, sn.value, 'unknown kernel (StringIds ' || k.demangledName || ')'), ",
-                             "coalesce(sn.value, dn.value, 'unknown kernel (StringIds ' || k.shortName || ')')",
-                             f"LEFT JOIN {r.strings} dn ON dn.id = k.demangledName") if names else ("", "sn.value", "")
+        # kernels is a view of a narrower table: what the question does not read is not stored, nor dur_ns (end - start),
+        # and names are kept as their StringIds ids, resolved by the view from the few names used (joining the names
+        # while scanning took a fifth of the insert's CPU at 10 M kernels, more than the view's joins cost). The view
+        # passes rowid on (graph_kids joins on it).
         con.execute(f"""DROP TABLE kernels;
-            CREATE TABLE _kernels (device_id INTEGER NOT NULL, {'stream_id BIGINT, ' if streams else ''}start_ns BIGINT NOT NULL,
-                end_ns BIGINT NOT NULL, {'name VARCHAR NOT NULL, ' if names else ''}short_name VARCHAR, grid_x INTEGER, grid_y INTEGER,
+            CREATE TABLE {table} (device_id INTEGER NOT NULL, {'stream_id BIGINT, ' if streams else ''}start_ns BIGINT NOT NULL,
+                end_ns BIGINT NOT NULL, {'name_id BIGINT, ' if names else ''}short_id BIGINT, grid_x INTEGER, grid_y INTEGER,
                 grid_z INTEGER, block_x INTEGER, block_y INTEGER, block_z INTEGER, registers_per_thread INTEGER,
                 static_shared_bytes BIGINT, dynamic_shared_bytes BIGINT, correlation_id BIGINT, graph_id BIGINT, pid BIGINT)""")
         inserted = con.execute(f"""
-            INSERT INTO _kernels
-            SELECT k.deviceId, {'k.streamId, ' if streams else ''}k.start, k."end", {name}{short},
+            INSERT INTO {table}
+            SELECT k.deviceId, {'k.streamId, ' if streams else ''}k.start, k."end", {'k.demangledName, ' if names else ''}k.shortName,
                    {k('gridX')}, {k('gridY')}, {k('gridZ')}, {k('blockX')}, {k('blockY')}, {k('blockZ')},
                    {k('registersPerThread')}, {k('staticSharedMemory')}, {k('dynamicSharedMemory')},
                    k.correlationId, {k('graphId')}, {PID.format(g='k.globalPid')}
-            FROM {src.relation(KERNEL)} k LEFT JOIN {r.strings} sn ON sn.id = k.shortName {join}
+            FROM {src.relation(KERNEL)} k
             WHERE k.start IS NOT NULL AND k."end" IS NOT NULL AND k.deviceId IS NOT NULL""").fetchone()[0]
         if inserted != rows:  # as _gpu_rows: the rows left out, counted when the reader's row check counts them
             if src.has(RUNTIME) and r.scalar(
@@ -625,24 +639,37 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
             missing_time, _ = time_checks("k.start", 'k."end"')
             record(con, con.execute(count_sql("kernels", f"{src.relation(KERNEL)} k", [
                 missing_time, ("k.deviceId IS NULL", "skipped", "deviceId is missing or not an integer")])).fetchall())
+        # The names of the ids used (one per id, as the reader's join gives them).
+        con.execute(f"""CREATE TABLE _names AS SELECT id, value FROM {r.strings}
+                        WHERE id IN (SELECT DISTINCT short_id FROM {table}{' UNION SELECT DISTINCT name_id FROM ' + table if names else ''})""")
         # end - start of every row, as the reader computes dur_ns (it fails where that overflows)
-        bad, unnamed = con.execute("SELECT count(*) FILTER (WHERE end_ns - start_ns < 0), count(*) FILTER (WHERE short_name IS NULL) "
-                                   "FROM _kernels").fetchone()
-        if unnamed:
+        bad = r.scalar(f"SELECT count(*) FILTER (WHERE end_ns - start_ns < 0) FROM {table}")
+        # Without names, a base name missing from StringIds would be NULL here (the reader takes the demangled name).
+        if not names and r.scalar(f"SELECT count(*) FROM {table} k ANTI JOIN _names n ON n.id = k.short_id"):
             raise NoPreview("base names missing from StringIds")
         if bad:
-            con.execute("UPDATE _kernels SET end_ns = start_ns WHERE end_ns < start_ns")
+            con.execute(f"UPDATE {table} SET end_ns = start_ns WHERE end_ns < start_ns")
             record(con, [("kernels", "repaired", bad, END_BEFORE_START)])
+        name, short, join = (
+            ("coalesce(dn.value, sn.value, 'unknown kernel (StringIds ' || k.name_id || ')')",
+             "coalesce(sn.value, dn.value, 'unknown kernel (StringIds ' || k.short_id || ')')",
+             "LEFT JOIN _names dn ON dn.id = k.name_id") if names else ("''", "sn.value", ""))
         con.execute(f"""
             CREATE VIEW kernels AS
-            SELECT rowid AS rowid, device_id, {'stream_id' if streams else 'NULL::BIGINT AS stream_id'}, start_ns, end_ns,
-                   end_ns - start_ns AS dur_ns, {'name' if names else "'' AS name"}, short_name, grid_x, grid_y, grid_z,
-                   block_x, block_y, block_z, registers_per_thread, static_shared_bytes, dynamic_shared_bytes,
-                   correlation_id, graph_id, pid, NULL::BIGINT AS tid, false AS launched, false AS whole_graph,
+            SELECT k.rowid AS rowid, k.device_id, {'k.stream_id' if streams else 'NULL::BIGINT AS stream_id'}, k.start_ns, k.end_ns,
+                   k.end_ns - k.start_ns AS dur_ns, {name} AS name, {short} AS short_name, k.grid_x, k.grid_y, k.grid_z,
+                   k.block_x, k.block_y, k.block_z, k.registers_per_thread, k.static_shared_bytes, k.dynamic_shared_bytes,
+                   k.correlation_id, k.graph_id, k.pid, NULL::BIGINT AS tid, false AS launched, false AS whole_graph,
                    NULL::VARCHAR AS communicator, NULL::VARCHAR AS collective  -- top_kernels reads neither
-            FROM _kernels""")
+            FROM {table} k LEFT JOIN _names sn ON sn.id = k.short_id {join}""")
         if calls is not None:
-            _launches(con, calls, graphs)
+            # With the kernels compressed, nothing else holds memory during the launch check: its hash table (one entry
+            # a call) gets the whole limit, not the preview's half, and spills less (10 M calls: 3.3 s CPU, not 4.0).
+            limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+            if table != "_kernels":
+                con.execute(f"SET memory_limit = '{memory_limit_bytes() // 2**20}MiB'")
+            _launches(con, calls, graphs, table)
+            con.execute(f"SET memory_limit = {quote_literal(limit)}")
             con.execute("DROP TABLE IF EXISTS _launch; DROP TABLE IF EXISTS _calls")
         r._devices()
         r._span()
@@ -657,7 +684,7 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
 _NS_MAX = 2**63 - 1
 
 
-def _launches(con: duckdb.DuckDBPyConnection, calls: str, graphs: int) -> None:
+def _launches(con: duckdb.DuckDBPyConnection, calls: str, graphs: int, kernels: str) -> None:
     """The preview's api_calls rows and check_model's launch check (a kernel starting before the first call of its
     (process, correlation id) loses its link), from `calls`: the runtime table's calls as the reader reads them.
 
@@ -667,7 +694,7 @@ def _launches(con: duckdb.DuckDBPyConnection, calls: str, graphs: int) -> None:
     graph-launch calls are kept."""
     first, last, later = con.execute(f"""
         SELECT min(c.start_ns), max(c.end_ns), count(*) FILTER (WHERE c.start_ns > k.start_ns)
-        FROM {calls} c LEFT JOIN _kernels k ON k.pid = c.pid AND k.correlation_id = c.correlation_id""").fetchone()
+        FROM {calls} c LEFT JOIN {kernels} k ON k.pid = c.pid AND k.correlation_id = c.correlation_id""").fetchone()
     if first is None:
         return
     if last - first > _NS_MAX:
@@ -697,8 +724,8 @@ def _launches(con: duckdb.DuckDBPyConnection, calls: str, graphs: int) -> None:
     early = 0
     if later:
         # counted first: a join that changes nothing costs half an UPDATE that rewrites nothing
-        launch_check = "_kernels.pid = c.pid AND _kernels.correlation_id = c.correlation_id AND _kernels.start_ns < c.call_start"
-        early = con.execute(f"SELECT count(*) FROM _kernels JOIN _launch c ON {launch_check}").fetchone()[0]
+        launch_check = "k.pid = c.pid AND k.correlation_id = c.correlation_id AND k.start_ns < c.call_start"
+        early = con.execute(f"SELECT count(*) FROM {kernels} k JOIN _launch c ON {launch_check}").fetchone()[0]
         if early:
-            con.execute(f"UPDATE _kernels SET correlation_id = NULL FROM _launch c WHERE {launch_check}")
+            con.execute(f"UPDATE {kernels} AS k SET correlation_id = NULL FROM _launch c WHERE {launch_check}")
     record(con, [("kernels", "repaired", early, LAUNCH_BEFORE_CALL)])
