@@ -12,11 +12,11 @@ import pytest
 from scipy.stats import mannwhitneyu
 
 from conftest import FORMATS
+from test_iterations import warmup_truth
 from gpuscope import __version__
 from gpuscope.fixtures import scenarios_regression as R
 from gpuscope.fixtures.truth import expressed, merge, time_shift
 from gpuscope.tools.analyses import regression as G
-from gpuscope.tools.analyses.step_choice import WARMUP_FACTOR
 from gpuscope.tools.model.errors import ProfileError
 
 GATE = R.SCENARIOS
@@ -32,12 +32,7 @@ def truth(name: str, fmt: str) -> dict:
     s = expressed(GATE[name](), fmt)
     steps = sorted((m for m in s.markers if m.name.startswith("ProfilerStep#")), key=lambda m: m.start_ns)
     walls = [m.end_ns - m.start_ns for m in steps]
-    warm = []
-    for i in range(len(walls) - 2):
-        if walls[i] > WARMUP_FACTOR * statistics.median(walls[i + 1:]):
-            warm.append(i)
-        else:
-            break
+    warm = warmup_truth(walls)
     per_kernel: dict[str, list[int]] = {}
     busy = []
     for i, m in enumerate(steps):
