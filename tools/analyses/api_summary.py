@@ -27,7 +27,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
-from ..model.trace import Trace
+from ..model.trace import Trace, cursor_dicts
 from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .containment import temp_tables
 from .intervals import unions, unions_on
@@ -436,7 +436,7 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
             if not linked:
                 absent.append("launch figures: no kernel in the selection is linked to its launching API call "
                               "(same process and correlation id), so API duration, queue delay and latency cannot be measured")
-            found = {level: _dicts(cur, _launch_rows_sql(keys)) for level, keys in (("device", "device_id"), ("stream", "device_id, p, stream_id"))}
+            found = {level: cursor_dicts(cur, _launch_rows_sql(keys)) for level, keys in (("device", "device_id"), ("stream", "device_id, p, stream_id"))}
     finally:
         cur.close()
     levels = {}
@@ -489,9 +489,3 @@ def _launch_rows_sql(keys: str) -> str:
             SELECT g.*, cs.calls, cs.a_q, cs.a_avg, cs.a_max, cs.graphs, names.apis
             FROM g LEFT JOIN cs USING ({keys}) LEFT JOIN names USING ({keys})
             ORDER BY g.kernels DESC, {keys}"""
-
-
-def _dicts(cur, query: str) -> list[dict]:
-    res = cur.execute(query)
-    cols = [d[0] for d in res.description]
-    return [dict(zip(cols, row)) for row in res.fetchall()]

@@ -40,7 +40,8 @@ from .containment import temp_tables
 from .marker_summary import ANNOTATE
 from .projection import RANGE_KINDS_SQL, SHIFT, projection_absent_reason, with_sql
 from .requirements import left_out, require
-from .stacked import run, stack, union_stats_sql
+from .intervals import unions_on
+from .stacked import run, stack
 from .step_choice import MIN_COVERAGE, marker_params, run_choice, warmup
 
 
@@ -286,9 +287,8 @@ def _step_figures(trace: Trace, base: str, rids: list[int], device: int | None, 
             try:
                 out: dict = {}
                 for key, table in (("win", "_it_win"), ("prj", "_it_prj")):
-                    busy = union_stats_sql(f"SELECT rid, device_id, start_ns, end_ns FROM {table}", "rid, device_id")
-                    out[f"{key}_busy"] = {(r, d): int(b) for r, d, b in cur.execute(
-                        f"SELECT rid, device_id, busy_ns FROM ({busy})").fetchall()}
+                    out[f"{key}_busy"] = {k: u.busy_ns for k, u in unions_on(
+                        cur, f"SELECT rid, device_id, start_ns, end_ns FROM {table}", [], ("rid", "device_id")).items()}
                     out[f"{key}_n"] = {(r, d): (int(n), int(k)) for r, d, n, k in cur.execute(
                         f"SELECT rid, device_id, count(*), count(*) FILTER (WHERE op = 'kernel') FROM {table} GROUP BY ALL").fetchall()}
             finally:

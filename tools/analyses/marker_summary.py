@@ -21,7 +21,7 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
-from ..model.trace import Trace
+from ..model.trace import Trace, cursor_dicts
 from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .containment import temp_tables
 from .intervals import unions, unions_on
@@ -209,12 +209,7 @@ def marker_summary(
 def _summarise(trace: Trace, cur, device: int | None, absent: str | None) -> tuple:
     """(groups, (rid, gid) of every range, projection, GPU figures, per-device figures) of the ranges in temp table _ms_sel, with
     the projection's pairs in _proj_prj unless `absent` says why there is none; every statement runs on `cur`."""
-    def dicts(query: str, params: list | None = None) -> list[dict]:
-        res = cur.execute(query, params) if params else cur.execute(query)
-        cols = [d[0] for d in res.description]
-        return [dict(zip(cols, row)) for row in res.fetchall()]
-
-    groups = dicts("""
+    groups = cursor_dicts(cur, """
         SELECT gid, name, domain, list(DISTINCT kind ORDER BY kind) AS kinds, min(source) AS source, count(*) AS n,
                count(DISTINCT pid) AS procs, count(DISTINCT (pid, tid)) AS threads, sum(dur_ns)::BIGINT AS total,
                avg(dur_ns) AS avg, median(dur_ns) AS med, min(dur_ns) AS mn, max(dur_ns) AS mx,
@@ -236,8 +231,8 @@ def _summarise(trace: Trace, cur, device: int | None, absent: str | None) -> tup
     if absent is None:
         pairs = (f"SELECT DISTINCT s.gid, p.op_id, p.op, p.device_id, p.start_ns, p.end_ns, p.dur_ns "
                  f"FROM _ms_sel s JOIN _proj_prj p USING (rid) WHERE {dev_where}")
-        agg = dicts(
-            f"""SELECT gid, device_id, count(*) AS ops, count(*) FILTER (WHERE op = 'kernel') AS kernels,
+        agg = cursor_dicts(
+            cur, f"""SELECT gid, device_id, count(*) AS ops, count(*) FILTER (WHERE op = 'kernel') AS kernels,
                        sum(dur_ns)::BIGINT AS work, min(start_ns) AS first, max(end_ns) AS last
                 FROM ({pairs}) GROUP BY gid, device_id ORDER BY gid, device_id""", dev_params)
         busy = unions_on(cur, f"SELECT gid, device_id, start_ns, end_ns FROM ({pairs})", dev_params, ("gid", "device_id"))

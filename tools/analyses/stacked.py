@@ -33,6 +33,7 @@ import re
 from typing import Any
 
 from ..model import job as jobs
+from ..model.hub import hub
 from ..model.quote import quote_ident
 from ..model.trace import Trace
 from .requirements import KINDS
@@ -48,7 +49,17 @@ def run(traces: list[Trace], sql: str, params: list | dict | None = None) -> lis
 
 def frame(traces: list[Trace], sql: str, params: list | dict | None = None, frames: dict | None = None):
     """run()'s statement as a pandas DataFrame; `frames`: DataFrames the statement reads by name."""
-    return jobs.job_df(sql, params, frames, traces[0].con if len(traces) == 1 else None)
+    return jobs.job_df(sql, params, frames, _source(traces))
+
+
+def cursor(traces: list[Trace]):
+    """A new cursor where run() and frame() run their statements (for temp tables a block of statements shares)."""
+    return (_source(traces) or hub().con).cursor()
+
+
+def _source(traces: list[Trace]):
+    """A lone profile's own model; None for a job (the shared instance that holds every stacked store)."""
+    return traces[0].con if len(traces) == 1 else None
 
 
 def whole_graph_cols(traces: list[Trace]) -> str:

@@ -29,11 +29,10 @@ from typing import Iterator
 
 import duckdb
 
-from ..model.hub import hub
 from ..model.trace import Trace
 from .containment import temp_tables
 from .projection import RANGE_KINDS_SQL, SHIFT, normalised_sql, projection_absent_reason
-from .stacked import run, stack, values
+from .stacked import cursor, run, stack, values
 
 MIN_COVERAGE = 0.5  # an automatic step group receives at least this share of its process's launched GPU work
 WARMUP_FACTOR = 1.5
@@ -171,7 +170,7 @@ def choice_tables(traces: list[Trace], scopes: list[tuple[int, int | None]], pro
                     SELECT DISTINCT r.part, r.pid, r.tid, r.domain, r.pattern, g.op_id, g.dur_ns
                     FROM _step_rng r JOIN _step_gop g ON r.ks <= g.ks AND g.ke <= r.ke
                     WHERE NOT r.cross_thread) GROUP BY ALL)"""
-    cur = traces[0].con.cursor() if len(traces) == 1 else hub().con.cursor()
+    cur = cursor(traces)
     try:
         with temp_tables(cur, inputs, {"_step_scope": "scope", "_step_proj": "proj", "_step_rng": "rng", "_step_gop": "gop"}):
             with temp_tables(cur, joins, {"_step_depth": "depth", "_step_cgrp": "cgrp"}):

@@ -47,6 +47,13 @@ def _no_progress(fraction: float, message: str) -> None:
     return None
 
 
+def cursor_dicts(cur, query: str, params: list[Any] | dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The rows of `query` on `cur` as dicts (for statements that read the cursor's temp tables)."""
+    res = cur.execute(query, params) if params is not None else cur.execute(query)
+    cols = [d[0] for d in res.description]
+    return [dict(zip(cols, row)) for row in res.fetchall()]
+
+
 @dataclass(frozen=True)
 class Codec:
     """How a memoized value becomes JSON (encode) and comes back (decode), for Trace.memo(persist=...)."""
@@ -199,9 +206,7 @@ class Trace:
     def sql_dicts(self, query: str, params: list[Any] | dict[str, Any] | None = None) -> list[dict[str, Any]]:
         cur = self.con.cursor()
         try:
-            res = cur.execute(query, params) if params is not None else cur.execute(query)
-            cols = [d[0] for d in res.description]
-            return [dict(zip(cols, row)) for row in res.fetchall()]
+            return cursor_dicts(cur, query, params)
         finally:
             cur.close()
 
