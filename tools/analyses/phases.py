@@ -42,10 +42,10 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note, ToolResult
-from .intervals import unions
+from .intervals import unions, unions_on
 from .iterations import iterations
 from . import projection
-from .stacked import gaps_sql, merged_sql, union_stats_sql
+from .stacked import gaps_sql, merged_sql
 from .requirements import require
 
 TARGET_BINS = 400
@@ -388,10 +388,14 @@ def _busy_between(trace: Trace, dev_acts: str, params: list, bounds: list[int]) 
     clipped = f"""SELECT p.i, greatest(a.start_ns, p.s) AS start_ns, least(a.end_ns, p.e) AS end_ns
                   FROM ({dev_acts}) a JOIN (SELECT unnest(?::BIGINT[]) AS s, unnest(?::BIGINT[]) AS e,
                                                    unnest(?::INTEGER[]) AS i) p ON a.start_ns < p.e AND a.end_ns > p.s"""
-    rows = trace.sql(f"SELECT i, busy_ns FROM ({union_stats_sql(clipped, 'i')})", params + [bounds[:-1], bounds[1:], list(range(n))])
+    cur = trace.con.cursor()
+    try:  # not memoized: the phase bounds are list parameters
+        found = unions_on(cur, clipped, params + [bounds[:-1], bounds[1:], list(range(n))], ("i",))
+    finally:
+        cur.close()
     out = np.zeros(n, dtype=np.int64)
-    for i, b in rows:
-        out[int(i)] = int(b)
+    for (i,), u in found.items():
+        out[int(i)] = u.busy_ns
     return out
 
 

@@ -12,8 +12,11 @@ fixed, however many ranks it reads:
                              projection.linked) and one for the data_issues rows, stored in each trace's memo, so that
                              the per-profile helpers that read them (data_issue_notes, left_out, ...) issue no query;
   reach_sql / union_stats_sql / gaps_sql / merged_sql / union_measures_sql
-                             interval unions per partition as SQL window functions: the one implementation, for one
-                             profile (intervals.py runs them on a trace) and for every (rank, device) of a job.
+                             interval unions per partition as SQL window functions, for statements that keep
+                             using them (a union per op instance joined to other tables, the gaps themselves);
+                             figures that come back to Python come from intervals.unions / unions_on, which merge
+                             DuckDB's sorted rows in numpy with the same formula (one profile, or every (rank,
+                             device) of a job on stacked.cursor): half the CPU, no window's memory.
 
 Union of intervals in SQL: sorted by start, an interval adds what reaches past the running maximum of the ends
 before it (its reach): |∪ [s_i, e_i)| = Σ max(0, e_i - max(s_i, max_{j<i} e_j)), and an idle gap [reach, s_i) opens

@@ -27,7 +27,8 @@ from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import ToolResult, data_issue_notes, data_issues_field, pct, whole_graph_job_note
 from .rank_summary import job_ranks
-from .stacked import run, stack, union_stats_sql, whole_graph_cols
+from .intervals import unions_on
+from .stacked import cursor, run, stack, whole_graph_cols
 
 MAX_LIMIT = 1024
 
@@ -180,9 +181,13 @@ def _slowest(traces: list[Trace], u, row: RankWait, compared: int) -> SlowestRan
     total = run(traces, f"SELECT sum(dur_ns)::BIGINT FROM ({kernels})")[0][0] or 0
     cols = "device_id, start_ns, end_ns"
     ops = f"{stack(traces, 'kernels', cols, where, only)} UNION ALL {stack(traces, 'memops', cols, where, only)}"
-    per_dev = run(traces, union_stats_sql(ops, "device_id"))  # ops, first_ns, last_ns, work_ns, busy_ns, gaps per device
-    span = sum(int(r[3]) - int(r[2]) for r in per_dev) if per_dev else None
-    busy = sum(int(r[5]) for r in per_dev) if per_dev else None
+    cur = cursor(traces)
+    try:
+        per_dev = unions_on(cur, ops, [], ("device_id",)).values()
+    finally:
+        cur.close()
+    span = sum(u.span_ns for u in per_dev) if per_dev else None
+    busy = sum(u.busy_ns for u in per_dev) if per_dev else None
     lead = top[0] if top else None
     evidence = (f"rank {u.rank} arrived last at {row.times_last} of {compared} collectives (the shortest kernel each time: "
                 f"the others were waiting for it) and itself waited {row.waited_ns:,} ns in total")

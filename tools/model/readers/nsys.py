@@ -668,8 +668,10 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
             limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
             if table != "_kernels":
                 con.execute(f"SET memory_limit = '{memory_limit_bytes() // 2**20}MiB'")
-            _launches(con, calls, graphs, table)
-            con.execute(f"SET memory_limit = {quote_literal(limit)}")
+            try:
+                _launches(con, calls, graphs, table)
+            finally:
+                con.execute(f"SET memory_limit = {quote_literal(limit)}")
             con.execute("DROP TABLE IF EXISTS _launch; DROP TABLE IF EXISTS _calls")
         r._devices()
         r._span()
