@@ -21,9 +21,12 @@ for the last rank) + (the transfer itself): the rank with the SHORTEST kernel ar
 never start times, so it holds across hosts whose clocks are not synchronised.
 
 Against HTA and TraceLens: TraceLens's NcclAnalyser keys an instance by ('Process Group Name', order on the rank) and
-compares only the collectives that synchronise every member (all-reduce, reduce-scatter, all-gather, all-to-all),
-falling back to stream order when no process group is recorded; this tool follows that keying (with the kernel name
-added, so that kernels of one communicator under different names never pair) and the point-to-point exclusion.
+compares only the collectives that synchronise every member (all-reduce, reduce-scatter, all-gather, all-to-all);
+where no kernel records a process group and each rank uses one stream it falls back to the order of all collective
+kernels on the rank, and otherwise keys kernels without one under a shared 'Unknown_Group'. This tool follows that
+keying (with the kernel name added, so that kernels of one communicator under different names never pair) and the
+point-to-point exclusion, but falls back as soon as one kernel lacks its communicator: that kernel belongs to some
+communicator, and leaving it out would shift the order k of that communicator's later kernels on its rank.
 TraceLens's skew and wait come from start times (latest start - own start), which need one clock across hosts; here
 they come from durations. HTA's straggler analysis compares the start of the last long communication kernel per
 (stream, iteration, kernel name) across ranks: a name and stream, never a communicator, and one clock again.
@@ -285,7 +288,8 @@ def _slowest(traces: list[Trace], u, row: RankWait, compared: int) -> SlowestRan
     span = sum(int(r[3]) - int(r[2]) for r in per_dev) if per_dev else None
     busy = sum(int(r[5]) for r in per_dev) if per_dev else None
     lead = top[0] if top else None
-    evidence = (f"rank {u.rank} arrived last at {row.times_last} of {compared} collectives (the shortest kernel each time: "
+    evidence = (f"rank {u.rank} arrived last at {row.times_last} of the {row.collectives} collectives it took part in "
+                f"({compared} compared in the job; the shortest kernel each time: "
                 f"the others were waiting for it) and itself waited {row.waited_ns:,} ns in total")
     if lead:
         evidence += (f"; its largest kernel is {lead[0]} ({int(lead[2]):,} ns over {int(lead[1])} launches, "
