@@ -485,10 +485,12 @@ async def straggler_summary(
     limit: Annotated[int, Field(ge=1, le=1024, description="Collective and rank rows shown")] = 20,
     ctx: Context | None = None,
 ) -> Annotated[CallToolResult, StragglerSummaryResult]:
-    """Per collective (k-th communication kernel of a name on every rank): the rank that arrived last (shortest
-    kernel: the others waited for it), the skew (longest - shortest duration) and median wait; per rank how often it
-    was last and how long it waited; the straggler's own top kernels and GPU idle. Clock-free (durations only), one
-    SQL query over all ranks' stores, stores built in parallel."""
+    """Per collective (the k-th kernel of a communicator and name on each member rank where the profiles record
+    every communication kernel's communicator, else the k-th kernel of a name on every rank: collective_match says
+    which; point-to-point kernels left out): the rank that arrived last (shortest kernel: the others waited for it),
+    the skew (longest - shortest duration) and median wait; per rank how often it was last and how long it waited; the
+    straggler's own top kernels and GPU idle. Clock-free (durations only), one SQL query over all ranks' stores, stores
+    built in parallel."""
     return await _answer(ctx, "Stragglers", lambda: A.straggler_summary(
         _open_job(traces, ctx), comm_patterns=comm_patterns, limit=limit))
 

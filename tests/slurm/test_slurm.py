@@ -61,8 +61,8 @@ def test_slurm_cluster_builds_the_rank_stores(tmp_path):
         res = A.straggler_summary(jobs.open_job(paths))
     assert res.straggler.rank == 4
     e = expected(6, 4, 3)
-    assert sorted((c.seq, c.skew_ns, c.median_wait_ns) for c in res.collectives) == [
-        (c["seq"], c["skew_ns"], c["median_wait_ns"]) for c in e["collectives"]]
+    assert sorted((c.communicator, c.seq, c.skew_ns, c.median_wait_ns) for c in res.collectives) == sorted(
+        (c["communicator"], c["seq"], c["skew_ns"], c["median_wait_ns"]) for c in e["collectives"])
 
 
 @pytest.mark.parametrize("launcher", ["sbatch", "srun"])

@@ -1,16 +1,40 @@
 """straggler_summary: per collective, which rank arrived last and by how much; the slowest rank's own work.
 
-A collective instance is the k-th communication kernel of one name on each rank (ranks as in rank_summary: a
-process of a profile, numbered by the profile or in input order). Every rank leaves a collective together, once
-the last one has arrived, so a rank's kernel lasts (time it waited for the last rank) + (the transfer itself):
-the rank with the SHORTEST kernel arrived last. This reads durations only, never start times, so it holds across
-hosts whose clocks are not synchronised (start-time skew would not). HTA's and TraceLens's collective analyses
-compare start times and therefore need one clock.
+A collective instance is the k-th kernel of one (communicator, kernel name) on each rank that is a member of that
+communicator, where the profiles record every communication kernel's communicator (kernels.communicator: Nsight, the
+NCCL NVTX payload's communicator id; Kineto, the kernel args' 'Process Group Name'); a member is a rank with kernels of
+that communicator, so a tensor-parallel all-reduce is compared across its tensor-parallel group only, never with the
+data-parallel all-reduces that run the same kernel. NCCL requires every member of a communicator to issue its
+collectives in the same order, which is what makes the k-th kernel of a communicator one instance on every member.
+Where some communication kernel records none (rocpd/rpd never do; Nsight without NCCL payloads, Kineto without the
+args), the instance is the k-th kernel of one name on each rank with communication kernels, which pairs kernels of
+different communicators that share a name: `collective_match` says which rule ran and a note says why. Ranks are
+numbered as in rank_summary (a process of a profile, by the profile or in input order).
 
-Per collective (instances present on every rank with communication kernels):
+Point-to-point kernels (Send, Recv, SendRecv: the operation the profile records, kernels.collective, else the kernel
+name) are never compared: a transfer joins two ranks whose pairing the profile does not record, not every member of
+the communicator (critical_path leaves them out of its joins for the same reason). An instance held by one given
+rank only (the profiles given hold no other member of its communicator) compares nothing and is left out too.
+
+Every member leaves a collective together, once the last one has arrived, so a rank's kernel lasts (time it waited
+for the last rank) + (the transfer itself): the rank with the SHORTEST kernel arrived last. This reads durations only,
+never start times, so it holds across hosts whose clocks are not synchronised.
+
+Against HTA and TraceLens: TraceLens's NcclAnalyser keys an instance by ('Process Group Name', order on the rank) and
+compares only the collectives that synchronise every member (all-reduce, reduce-scatter, all-gather, all-to-all);
+where no kernel records a process group and each rank uses one stream it falls back to the order of all collective
+kernels on the rank, and otherwise keys kernels without one under a shared 'Unknown_Group'. This tool follows that
+keying (with the kernel name added, so that kernels of one communicator under different names never pair) and the
+point-to-point exclusion, but falls back as soon as one kernel lacks its communicator: that kernel belongs to some
+communicator, and leaving it out would shift the order k of that communicator's later kernels on its rank.
+TraceLens's skew and wait come from start times (latest start - own start), which need one clock across hosts; here
+they come from durations. HTA's straggler analysis compares the start of the last long communication kernel per
+(stream, iteration, kernel name) across ranks: a name and stream, never a communicator, and one clock again.
+
+Per collective (instances present on every member rank):
   last_rank       rank with the shortest kernel (lowest rank on ties);
   skew_ns         longest - shortest kernel duration = how long the first rank to arrive waited for the last;
-  median_wait_ns  median over ranks of (kernel duration - shortest duration) = the typical rank's wait.
+  median_wait_ns  median over the member ranks of (kernel duration - shortest duration) = the typical rank's wait.
 Per rank: times it arrived last, and the time it spent waiting for others (sum over collectives of its wait).
 The straggler is the rank last most often (lowest rank on ties); its top kernels and GPU idle time follow.
 
@@ -21,22 +45,36 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ..model.errors import ProfileError
+from ..model.detect import FORMAT_NAMES
 from ..model.trace import Trace
+from .comm_patterns import COLLECTIVES, POINT_TO_POINT, collective_index_sql, is_comm_sql
 from .comm_patterns import comm_patterns as active_patterns
-from .comm_patterns import is_comm_sql
 from .common import ToolResult, data_issue_notes, data_issues_field, pct, whole_graph_job_note
 from .rank_summary import job_ranks
 from .intervals import unions_on
 from .stacked import cursor, run, stack, whole_graph_cols
 
 MAX_LIMIT = 1024
+P2P_INDEXES = ", ".join(str(i) for i, (label, _) in enumerate(COLLECTIVES) if label in POINT_TO_POINT)
+# Where each format records a communication kernel's communicator, for the note when one does not
+COMMUNICATOR_SOURCE = {
+    "nsys": "Nsight records it from NCCL's NVTX payloads (NCCL 2.19 or later, exported with --include-blobs=true), "
+            "for kernels one NCCL call launched",
+    "kineto": "PyTorch writes it as the NCCL kernel's 'Process Group Name' arg (kernels without their collective's "
+              "args, e.g. unlinked RCCL kernels, have none)",
+    "rocpd": "rocpd databases never link RCCL calls to kernels",
+    "rpd": "RPD databases never link RCCL calls to kernels",
+}
 
 
 class CollectiveRow(BaseModel):
     name: str = Field(description="communication kernel name")
-    seq: int = Field(description="occurrence of this kernel name on each rank, from 1 (start order)")
-    ranks: int = Field(description="ranks that ran this instance")
+    communicator: str | None = Field(description="communicator of the instance as the profiles record it (Nsight NCCL "
+                                                 "communicator id, Kineto process group name); null when matched by name "
+                                                 "order (collective_match)")
+    seq: int = Field(description="occurrence of this (communicator, kernel name) on each member rank, from 1 (start "
+                                 "order); of the kernel name alone when matched by name order")
+    ranks: int = Field(description="ranks that ran this instance: the members of its communicator among the ranks given")
     last_rank: int = Field(description="rank that arrived last: the shortest kernel (lowest rank on ties)")
     skew_ns: int = Field(description="longest - shortest kernel duration over the ranks: the first arrival's wait "
                                      "for the last, ns")
@@ -79,10 +117,19 @@ class SlowestRank(BaseModel):
 class StragglerSummaryResult(ToolResult):
     traces: int = Field(description="profiles given")
     ranks_found: int = Field(description="ranks (processes) found in them")
-    ranks_with_comm: int = Field(description="ranks with communication kernels (the ones compared)")
+    ranks_with_comm: int = Field(description="ranks with collective communication kernels (the ones compared; "
+                                             "point-to-point kernels are not)")
     definitions: str
-    collectives_compared: int = Field(description="collective instances present on every rank with communication")
-    collectives_skipped: int = Field(description="instances missing on some rank (not compared)")
+    collective_match: str = Field(description="how kernels were matched into instances: 'communicator' (every "
+                                              "collective kernel records its communicator: the k-th of a (communicator, "
+                                              "name) on each member rank), 'name_order' (some kernel records none: the "
+                                              "k-th of a name on every rank with communication, which pairs kernels of "
+                                              "different communicators sharing a name; see notes) or 'none' (no "
+                                              "collective kernel)")
+    p2p_kernels: int = Field(description="point-to-point kernels (Send, Recv, SendRecv) left out of the comparison")
+    collectives_compared: int = Field(description="collective instances present on every member rank")
+    collectives_skipped: int = Field(description="instances not compared: missing on some member rank, or held by one "
+                                                 "rank only (see notes)")
     total_skew_ns: int | None = Field(description="sum of skew_ns over the collectives compared, ns; null when none "
                                                   "was compared (see notes)")
     collectives: list[CollectiveRow] = Field(description="largest skew first")
@@ -96,10 +143,54 @@ class StragglerSummaryResult(ToolResult):
 
 
 DEFINITIONS = (
-    "A collective instance = the k-th communication kernel of one name on each rank. All ranks leave it together, so "
-    "the rank with the shortest kernel arrived last; skew = longest - shortest duration (first arrival's wait); a "
-    "rank's wait = its duration - the shortest. Durations only: valid across hosts with unsynchronised clocks."
+    "A collective instance = the k-th kernel of one (communicator, kernel name) on each member rank of the communicator "
+    "(collective_match 'communicator'), or, where some kernel records no communicator, the k-th kernel of one name on "
+    "every rank with communication ('name_order'); point-to-point kernels are not compared. All members leave it "
+    "together, so the rank with the shortest kernel arrived last; skew = longest - shortest duration (first arrival's "
+    "wait); a rank's wait = its duration - the shortest. Durations only: valid across hosts with unsynchronised clocks."
 )
+
+
+def _instances_sql(traces: list[Trace], units, comm_patterns: list[str] | None) -> str:
+    """CTEs (WITH ...) numbering the job's collective kernels into instances (the rule of the module docstring):
+      kinds  per distinct (name, recorded operation): point-to-point or not (the regexes run once per pair);
+      kr    communication kernels per rank (rank, part, name, communicator, start_ns, dur_ns, p2p);
+      rule  one row: kernels (collective ones), missing (of those, without a communicator), by_comm (none missing),
+            ranks (with collective kernels), p2p_kernels, parts (profiles holding the kernels without a communicator);
+      n     collective kernels with their instance key (comm: the communicator under by_comm, else NULL; name; seq);
+      members  ranks per key communicator (all ranks with collective kernels under name order);
+      inst  per (comm, name, seq): ranks holding it, members of its communicator, shortest and longest duration;
+            complete: every member holds it, and they are two at least;
+      full_inst  the instances compared; w  per rank and instance compared: its duration, its wait and whether it
+            was the shortest."""
+    rows_sql = ", ".join(f"({u.order}, {'NULL' if u.pid is None else int(u.pid)}, {str(u.whole or u.pid is None).upper()}, "
+                         f"{int(u.rank)})" for u in units)
+    comm = stack(traces, "kernels", "pid, name, start_ns, dur_ns, communicator, collective",
+                 is_comm_sql("name", comm_patterns))
+    return f"""
+        WITH units(part, pid, whole, rank) AS (VALUES {rows_sql}),
+        k AS ({comm}),
+        kinds AS (SELECT name, collective, {collective_index_sql('name', 'collective')} IN ({P2P_INDEXES}) AS p2p
+                  FROM (SELECT DISTINCT name, collective FROM k)),
+        kr AS (SELECT u.rank, k.part, k.name, k.communicator, k.start_ns, k.dur_ns, t.p2p FROM k JOIN units u
+               ON k.part = u.part AND (u.whole OR k.pid = u.pid)
+               JOIN kinds t ON k.name = t.name AND k.collective IS NOT DISTINCT FROM t.collective),
+        rule AS (SELECT count(*) FILTER (WHERE NOT p2p) AS kernels,
+                        count(*) FILTER (WHERE NOT p2p AND communicator IS NULL) AS missing,
+                        kernels > 0 AND missing = 0 AS by_comm, count(DISTINCT rank) FILTER (WHERE NOT p2p) AS ranks,
+                        count(*) FILTER (WHERE p2p) AS p2p_kernels,
+                        list(DISTINCT part ORDER BY part) FILTER (WHERE NOT p2p AND communicator IS NULL) AS parts FROM kr),
+        keyed AS (SELECT kr.rank, CASE WHEN rule.by_comm THEN kr.communicator END AS comm, kr.name, kr.start_ns, kr.dur_ns
+                  FROM kr, rule WHERE NOT kr.p2p),
+        n AS (SELECT rank, comm, name, dur_ns, row_number() OVER (PARTITION BY rank, comm, name ORDER BY start_ns, dur_ns) AS seq
+              FROM keyed),
+        members AS (SELECT comm, count(DISTINCT rank) AS ranks FROM n GROUP BY comm),
+        inst AS (SELECT n.comm, n.name, n.seq, count(*) AS ranks, any_value(m.ranks) AS members, min(n.dur_ns) AS mn,
+                        max(n.dur_ns) AS mx, count(*) = any_value(m.ranks) AND count(*) > 1 AS complete
+                 FROM n JOIN members m ON n.comm IS NOT DISTINCT FROM m.comm GROUP BY n.comm, n.name, n.seq),
+        full_inst AS (SELECT * FROM inst WHERE complete),
+        w AS (SELECT n.rank, n.comm, n.name, n.seq, n.dur_ns, n.dur_ns - f.mn AS wait_ns, n.dur_ns = f.mn AS shortest
+              FROM n JOIN full_inst f ON n.comm IS NOT DISTINCT FROM f.comm AND n.name = f.name AND n.seq = f.seq)"""
 
 
 def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = None, limit: int = 20) -> StragglerSummaryResult:
@@ -107,31 +198,23 @@ def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = 
     active_patterns(comm_patterns)
     notes: list[str] = []
     units = job_ranks(traces, notes)
-    rows_sql = ", ".join(f"({u.order}, {'NULL' if u.pid is None else int(u.pid)}, {str(u.whole or u.pid is None).upper()}, "
-                         f"{int(u.rank)})" for u in units)
-    comm = stack(traces, "kernels", "pid, name, start_ns, dur_ns", is_comm_sql("name", comm_patterns))
-    base = f"""
-        WITH units(part, pid, whole, rank) AS (VALUES {rows_sql}),
-        k AS ({comm}),
-        kr AS (SELECT u.rank, k.name, k.start_ns, k.dur_ns FROM k JOIN units u
-               ON k.part = u.part AND (u.whole OR k.pid = u.pid)),
-        n AS (SELECT rank, name, dur_ns,
-                     row_number() OVER (PARTITION BY rank, name ORDER BY start_ns, dur_ns) AS seq FROM kr),
-        nr AS (SELECT count(DISTINCT rank) AS ranks FROM kr),
-        inst AS (SELECT name, seq, count(*) AS ranks, min(dur_ns) AS mn, max(dur_ns) AS mx FROM n GROUP BY name, seq),
-        full_inst AS (SELECT i.* FROM inst i, nr WHERE i.ranks = nr.ranks),
-        w AS (SELECT n.rank, n.name, n.seq, n.dur_ns - f.mn AS wait_ns, n.dur_ns = f.mn AS shortest
-              FROM n JOIN full_inst f USING (name, seq))"""
+    base = _instances_sql(traces, units, comm_patterns)
     colls = run(traces, base + """
-        SELECT f.name, f.seq, f.ranks, (SELECT min(rank) FROM w WHERE w.name = f.name AND w.seq = f.seq AND w.shortest),
-               f.mx - f.mn, (SELECT median(wait_ns) FROM w WHERE w.name = f.name AND w.seq = f.seq), f.mn, f.mx
-        FROM full_inst f ORDER BY f.mx - f.mn DESC, f.name, f.seq""")
+        SELECT name, comm, seq, count(*), min(rank) FILTER (WHERE shortest), max(dur_ns) - min(dur_ns), median(wait_ns),
+               min(dur_ns), max(dur_ns)
+        FROM w GROUP BY name, comm, seq ORDER BY max(dur_ns) - min(dur_ns) DESC, name, comm NULLS FIRST, seq""")
     counts = run(traces, base + f"""
-        SELECT (SELECT ranks FROM nr), (SELECT count(*) FROM full_inst), (SELECT count(*) FROM inst) - (SELECT count(*) FROM full_inst),
-               {whole_graph_cols(traces)}""")
-    ranks_with_comm, compared, skipped = (int(x or 0) for x in counts[0][:3])
+        SELECT rule.ranks, i.compared, i.missing_on_some, i.single, rule.p2p_kernels, rule.by_comm, rule.kernels,
+               rule.missing, rule.parts, {whole_graph_cols(traces)}
+        FROM rule, (SELECT count(*) FILTER (WHERE complete) AS compared,
+                           count(*) FILTER (WHERE NOT complete AND members > 1) AS missing_on_some,
+                           count(*) FILTER (WHERE members = 1) AS single FROM inst) i""")
+    ranks_with_comm, compared, missing_on_some, single, p2p, by_comm, kernels, no_comm, parts, *whole_cols = counts[0]
+    ranks_with_comm, compared, p2p = int(ranks_with_comm or 0), int(compared or 0), int(p2p or 0)
+    skipped = int(missing_on_some or 0) + int(single or 0)
+    match = "none" if not kernels else "communicator" if by_comm else "name_order"
     lasts = {}
-    for name, seq, _, last, *_ in colls:
+    for _, _, _, _, last, *_ in colls:
         lasts[last] = lasts.get(last, 0) + 1
     per_rank = run(traces, base + """
         SELECT rank, count(*), sum(wait_ns)::BIGINT FROM w GROUP BY rank""")
@@ -141,15 +224,35 @@ def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = 
                           waited_ns=int(waited or 0))
                  for r, n, waited in per_rank]
     rank_rows.sort(key=lambda x: (-x.times_last, x.rank))
-    if skipped:
-        notes.append(f"{skipped} collective instances are missing on some rank (different counts of a kernel name per "
-                     "rank: a capture cut mid-step, or ranks running different work) and were not compared")
-    if not ranks_with_comm:
+    if match == "name_order":
+        formats = sorted({traces[p].format for p in parts or []})
+        notes.append(f"{int(no_comm)} of {int(kernels)} collective kernels record no communicator ("
+                     + "; ".join(f"{FORMAT_NAMES.get(f, f)}: {COMMUNICATOR_SOURCE.get(f, 'the format records none')}"
+                                 for f in formats)
+                     + "), so collectives are matched by kernel name order across every rank with communication: where "
+                     "ranks run several communicators (tensor-, data-, pipeline-parallel groups) under one kernel name, "
+                     "an instance can join kernels of different communicators and its last rank and skew are then wrong")
+    if missing_on_some:
+        notes.append(f"{int(missing_on_some)} collective instances are missing on some member rank (different counts of a "
+                     + ("(communicator, kernel name)" if by_comm else "kernel name")
+                     + " per rank: a capture cut mid-step, or ranks running different work) and were not compared")
+    if single:
+        notes.append(f"{int(single)} collective instances are held by one rank only ("
+                     + ("no other member of their communicator is among the profiles given" if by_comm else
+                        "the only rank with collective kernels") + "): nothing to compare them with")
+    if p2p:
+        notes.append(f"{p2p} point-to-point kernels (Send, Recv, SendRecv) are not compared: a transfer joins two ranks "
+                     "whose pairing the profile does not record, not every member of a communicator")
+    if not ranks_with_comm and p2p:
+        notes.append("no rank has collective communication kernels, only point-to-point ones: there is no collective "
+                     "to compare")
+    elif not ranks_with_comm:
         notes.append("no rank has communication kernels (NCCL/RCCL, ...): there is no collective to compare; pass "
                      "comm_patterns when the library's kernels have other names")
     elif ranks_with_comm < len(units):
-        notes.append(f"{len(units) - ranks_with_comm} of {len(units)} ranks ran no communication kernel and are not compared")
-    whole = whole_graph_job_note(*counts[0][3:5], "non-communication work: collectives inside them are not compared")
+        notes.append(f"{len(units) - ranks_with_comm} of {len(units)} ranks ran no collective communication kernel and "
+                     "are not compared")
+    whole = whole_graph_job_note(*whole_cols, "non-communication work: collectives inside them are not compared")
     if whole:
         notes.append(whole)
     straggler = None
@@ -160,9 +263,10 @@ def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = 
             f"(max {MAX_LIMIT}) to see more") if truncated else None
     return StragglerSummaryResult(
         traces=len(traces), ranks_found=len(units), ranks_with_comm=ranks_with_comm, definitions=DEFINITIONS,
-        collectives_compared=compared, collectives_skipped=skipped, total_skew_ns=int(sum(c[4] for c in colls)) if colls else None,
-        collectives=[CollectiveRow(name=c[0], seq=int(c[1]), ranks=int(c[2]), last_rank=int(c[3]), skew_ns=int(c[4]),
-                                   median_wait_ns=float(c[5]), min_dur_ns=int(c[6]), max_dur_ns=int(c[7]))
+        collective_match=match, p2p_kernels=p2p, collectives_compared=compared, collectives_skipped=skipped,
+        total_skew_ns=int(sum(c[5] for c in colls)) if colls else None,
+        collectives=[CollectiveRow(name=c[0], communicator=c[1], seq=int(c[2]), ranks=int(c[3]), last_rank=int(c[4]),
+                                   skew_ns=int(c[5]), median_wait_ns=float(c[6]), min_dur_ns=int(c[7]), max_dur_ns=int(c[8]))
                      for c in colls[:limit]],
         ranks=rank_rows[:limit], straggler=straggler, notes=notes, truncated=truncated, hint=hint,
         data_issues=[f"{t.path.name}: {note}" if len(traces) > 1 else note for t in traces
@@ -189,7 +293,8 @@ def _slowest(traces: list[Trace], u, row: RankWait, compared: int) -> SlowestRan
     span = sum(u.span_ns for u in per_dev) if per_dev else None
     busy = sum(u.busy_ns for u in per_dev) if per_dev else None
     lead = top[0] if top else None
-    evidence = (f"rank {u.rank} arrived last at {row.times_last} of {compared} collectives (the shortest kernel each time: "
+    evidence = (f"rank {u.rank} arrived last at {row.times_last} of the {row.collectives} collectives it took part in "
+                f"({compared} compared in the job; the shortest kernel each time: "
                 f"the others were waiting for it) and itself waited {row.waited_ns:,} ns in total")
     if lead:
         evidence += (f"; its largest kernel is {lead[0]} ({int(lead[2]):,} ns over {int(lead[1])} launches, "
