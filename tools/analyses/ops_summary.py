@@ -500,6 +500,19 @@ def busy_by_device(cur, g: Selection) -> int:
     return sum(u.busy_ns for u in unions_on(cur, f"SELECT device_id, start_ns, end_ns FROM {g.sql}", g.params, ("device_id",)).values())
 
 
+# Instance class 3 is one GPU op (no launching call, or no range around its call): its union is its length, and the
+# window functions of a union would sort millions of one-row partitions for nothing.
+ONE_OP = "inst >= (3::BIGINT << 60)"
+
+
+def union_per_instance(g: Selection, partition: str) -> tuple[str, list]:
+    """SQL and parameters: per `partition` (inst first, then columns fixed within an instance or splitting it), busy_ns =
+    the length of the union of its selected GPU ops (partitions of zero-length ops only: 0 or absent)."""
+    union = union_stats_sql(f"SELECT {partition}, start_ns, end_ns FROM {g.sql} WHERE NOT {ONE_OP}", partition)
+    return (f"SELECT {partition}, busy_ns FROM ({union}) "
+            f"UNION ALL SELECT {partition}, greatest(end_ns - start_ns, 0) FROM {g.sql} WHERE {ONE_OP}", g.params + g.params)
+
+
 def _totals(cur, g: Selection, graphs: bool) -> Totals:
     a = cursor_dicts(cur, f"""
         SELECT count(*) AS n, count(*) FILTER (WHERE launcher_kind = 'unattributed') AS un,
@@ -512,11 +525,11 @@ def _totals(cur, g: Selection, graphs: bool) -> Totals:
     un_t = sum(u.busy_ns for u in unions_on(cur, f"SELECT 0 AS k, start_ns, end_ns FROM {g.sql} WHERE launcher_kind = 'unattributed'",
                                              g.params, ("k",)).values())
     # Σ per (launcher instance, category) of the union of its GPU ops in that category
+    per, params = union_per_instance(g, "inst, category, launcher_kind")
     other, categorised = cur.execute(f"""
         SELECT coalesce(sum(busy_ns) FILTER (WHERE category = 'other'), 0)::BIGINT,
                coalesce(sum(busy_ns) FILTER (WHERE launcher_kind <> 'unattributed'), 0)::BIGINT
-        FROM ({union_stats_sql(f"SELECT inst, category, launcher_kind, start_ns, end_ns FROM {g.sql}", "inst, category, launcher_kind")})""",
-                                     g.params).fetchone()
+        FROM ({per})""", params).fetchone()
     return Totals(gpu_ops=a["n"], attributed_kernel_time_ns=0, unattributed_gpu_ops=a["un"], unattributed_time_ns=un_t,
                   runtime_launched_gpu_ops=a["rt"], comm_gpu_ops=a["comm"], gpu_busy_ns=busy_by_device(cur, g),
                   gpu_span_ns=int(span), summed_kernel_time_ns=int(a["kt"]), delay_excluded_gpu_ops=a["dx"],
@@ -531,7 +544,7 @@ def instances(cur, g: Selection, subtree: bool = True) -> None:
     of an instance where there is an op tree; without one an instance is a range, and it takes the category of its
     first GPU op), gpu_ops, direct_ns (|union| of its GPU ops), subtree_ns (cpu_ops with `subtree`: |union| of the
     selected GPU ops launched inside it; else direct_ns), cpu_ns (host duration), attributed."""
-    direct = union_stats_sql(f"SELECT inst, start_ns, end_ns FROM {g.sql}", "inst")
+    direct, params = union_per_instance(g, "inst")
     cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_inst0 AS
         SELECT inst, f.name AS name, f.kind AS kind, f.category AS category, f.launcher_id AS launcher_id, f.lstart AS lstart,
                f.lend AS lend, f.input_dims AS input_dims, f.input_types AS input_types, gpu_ops,
@@ -540,8 +553,11 @@ def instances(cur, g: Selection, subtree: bool = True) -> None:
                      arg_min({{'name': launcher_name, 'kind': launcher_kind, 'category': category, 'launcher_id': launcher_id,
                                'lstart': launcher_start_ns, 'lend': launcher_end_ns, 'input_dims': input_dims,
                                'input_types': input_types}}, (start_ns, gop_id)) AS f
-              FROM {g.sql} GROUP BY inst) i
-        LEFT JOIN ({direct}) u USING (inst)""", g.params + g.params)
+              FROM {g.sql} WHERE NOT {ONE_OP} GROUP BY inst) i
+        LEFT JOIN ({direct}) u USING (inst)
+        UNION ALL
+        SELECT inst, launcher_name, launcher_kind, category, launcher_id, launcher_start_ns, launcher_end_ns, input_dims,
+               input_types, 1, greatest(end_ns - start_ns, 0) FROM {g.sql} WHERE {ONE_OP}""", g.params + params + g.params)
     sub = g.frame.subtree if subtree else None
     if sub is None:
         subtree_ns = "i.direct_ns"
@@ -625,14 +641,14 @@ def _category_rows(cur, g, totals, limit):
                      FROM _ops_inst GROUP BY category"""
         params = []
     else:  # no op tree: each GPU op is classified by its kernel name; direct = union per (range instance, category)
-        per = union_stats_sql(f"SELECT inst, category, start_ns, end_ns FROM {g.sql}", "inst, category")
+        per, per_params = union_per_instance(g, "inst, category")
         grouped = f"""
             SELECT category, count AS count, direct_ns, attributed FROM (
                 SELECT k.category, sum(coalesce(u.busy_ns, 0))::BIGINT AS direct_ns, bool_or(k.attributed) AS attributed
                 FROM (SELECT inst, category, bool_or(launcher_kind <> 'unattributed') AS attributed FROM {g.sql} GROUP BY ALL) k
                 LEFT JOIN ({per}) u USING (inst, category) GROUP BY k.category)
             JOIN (SELECT category, count(*) AS count FROM {g.sql} GROUP BY category) USING (category)"""
-        params = g.params + g.params + g.params
+        params = g.params + per_params + g.params
     shown, rem_n, rem_t, denom = _ranked(cur, grouped, params, "direct_ns DESC, category", limit)
     totals.attributed_kernel_time_ns = denom
     rows = []
