@@ -113,8 +113,8 @@ def test_kineto_kernel_rows(opened):
 
 def test_op_tree_parents_and_launchers(opened):
     t = opened("kineto")
-    g = launchers(t).gops
-    assert (g["launcher_kind"] == "cpu_op").sum() == 9 and (g["launcher_kind"] == "unlinked").sum() == 1
+    kinds = dict(t.sql(f"SELECT launcher_kind, count(*) FROM {launchers(t).gops} GROUP BY 1"))
+    assert kinds.get("cpu_op") == 9 and kinds.get("unlinked") == 1
     np_ = node_parents(t)
     ops = t.sql_dicts("SELECT rowid AS row, name FROM cpu_ops")
     names = {o["row"]: o["name"] for o in ops}
@@ -264,20 +264,20 @@ def test_backend_family_categories(family):
     assert op_category(odd, "void at::native::elementwise_kernel<128, 4>(int)", False) == "elementwise"
 
 
-def test_union_ns_per_key_exact():
-    """union_ns (every direct/subtree/busy time here): per key, |union| with touching intervals merged, nested and
-    overlapping ones counted once, keys in any order, integer ns past 2^53 (pre-2024 Kineto epoch timestamps)."""
-    import numpy as np
+def test_union_per_key_exact():
+    """The union SQL behind every direct/subtree/busy time here (stacked.union_stats_sql): per key, |union| with touching
+    intervals merged, nested and overlapping ones counted once, keys in any order, integer ns past 2^53 (pre-2024
+    Kineto epoch timestamps); zero-length intervals add nothing."""
+    import duckdb
 
-    from gpuscope.tools.analyses.op_tree import union_ns
+    from gpuscope.tools.analyses.stacked import union_stats_sql
 
     base = 1_600_000_000_000_000_001  # > 2^53: a float would round these
     rows = [(7, 0, 10), (3, 5, 6), (7, 10, 20), (7, 2, 4), (3, 0, 2), (-1, 100, 200), (7, 30, 31), (3, 1, 3),
-            (-1, 150, 160), (7, 25, 30)]
-    keys, start, end = (np.array(c, dtype=np.int64) for c in zip(*rows))
-    got = union_ns(keys, start + base, end + base)
+            (-1, 150, 160), (7, 25, 30), (3, 4, 4)]
+    values = ", ".join(f"({k}, {s + base}::BIGINT, {e + base}::BIGINT)" for k, s, e in rows)
+    got = duckdb.connect().execute(
+        f"SELECT k, busy_ns FROM ({union_stats_sql(f'SELECT * FROM (VALUES {values}) v(k, start_ns, end_ns)', 'k')}) ORDER BY k").fetchall()
     # key 7: [0,20) (touching at 10, [2,4) inside) + [25,31) (touching at 30) = 26; key 3: [0,3) + [5,6) = 4;
     # key -1: [100,200) with [150,160) inside = 100
-    assert got.to_dict() == {-1: 100, 3: 4, 7: 26}
-    assert list(got.index) == [-1, 3, 7]
-    assert union_ns(np.array([], dtype=np.int64), np.array([], dtype=np.int64), np.array([], dtype=np.int64)).empty
+    assert got == [(-1, 100), (3, 4), (7, 26)]

@@ -32,7 +32,7 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
-from ..model.trace import Trace
+from ..model.trace import Trace, cursor_dicts
 from .common import ALL_TABLES, CONTAINS_SQL, clip_name, contains_pattern, data_issue_notes, data_issues_field, ToolResult
 from .op_tree import launchers, node_parents
 from .projection import with_sql as projection_sql
@@ -190,12 +190,25 @@ def _chain_summary(levels: list[Level]) -> tuple[str | None, str | None, str | N
 
 
 def _subtree(trace: Trace, nodes: pd.DataFrame, children: dict, key, depth: int, limit: int) -> tuple[list[Level], Totals, bool]:
-    gops = launchers(trace).gops
+    L = launchers(trace)
     root = nodes.loc[[key]].iloc[0]
-    # Positions of each launcher's GPU ops, grouped once; only the launchers the walk below reaches are read
-    # (sorting every launcher's group up front cost seconds on a profile of 250,000 ops).
-    sub = gops[gops["launcher_id"] >= 0] if key[0] == "cpu_ops" else gops.iloc[:0]
-    by_launcher = sub.groupby("launcher_id").indices
+    # The GPU ops launched by the cpu_ops of the subtree (the walk below visits every node of it), by launcher.
+    by_launcher: dict[int, list[dict]] = {}
+    if key[0] == "cpu_ops":
+        ops, stack = [], [key]
+        while stack:
+            k = stack.pop()
+            if k[0] == "cpu_ops":
+                ops.append(int(k[1]))
+            stack.extend(children.get(k, []))
+        cur = trace.con.cursor()
+        try:
+            for g in cursor_dicts(cur, f"""SELECT launcher_id, op, name, start_ns, dur_ns, device_id, stream_id, call_start_ns
+                                           FROM {L.gops} WHERE launcher_id IN (SELECT unnest(?::BIGINT[]))
+                                           ORDER BY start_ns, gop_id""", [ops]):
+                by_launcher.setdefault(g["launcher_id"], []).append(g)
+        finally:
+            cur.close()
     out: list[Level] = []
     cut = False
     count_nodes = 0
@@ -209,8 +222,8 @@ def _subtree(trace: Trace, nodes: pd.DataFrame, children: dict, key, depth: int,
             else:
                 cut = True
         items = [(int(nodes.at[c, "start_ns"]), 1, c) for c in children.get(k, [])]
-        if k[0] == "cpu_ops" and k[1] in by_launcher:
-            items += [(int(g["call_start_ns"]), 0, g) for _, g in sub.iloc[by_launcher[k[1]]].sort_values("start_ns").iterrows()]
+        if k[0] == "cpu_ops":
+            items += [(int(g["call_start_ns"]), 0, g) for g in by_launcher.get(k[1], [])]
         for _, is_node, item in sorted(items, key=lambda x: (x[0], x[1])):
             if is_node:
                 visit(item, lvl + 1)
@@ -221,12 +234,16 @@ def _subtree(trace: Trace, nodes: pd.DataFrame, children: dict, key, depth: int,
 
     visit(key, 0)
     s, e = int(root["start_ns"]), int(root["start_ns"]) + int(root["dur_ns"])
-    inside = gops[(gops["pid"] == root["pid"]) & (gops["call_tid"] == root["tid"]) & (gops["call_start_ns"] >= s)
-                  & (gops["call_start_ns"] < e)]
-    k = inside[inside["op"] == "kernel"]
-    tot = Totals(gpu_ops=len(inside), kernels=len(k), kernel_time_ns=int(k["dur_ns"].sum()),
-                 gpu_time_ns=int(inside["dur_ns"].sum()), host_nodes=count_nodes)
-    return out, tot, cut
+    n, nk, kt, t = trace.sql(f"""
+        SELECT count(*), count(*) FILTER (WHERE op = 'kernel'), coalesce(sum(dur_ns) FILTER (WHERE op = 'kernel'), 0)::BIGINT,
+               coalesce(sum(dur_ns), 0)::BIGINT
+        FROM {L.gops} WHERE pid = ? AND call_tid = ? AND call_start_ns >= ? AND call_start_ns < ?""",
+                             [_int(root["pid"]), _int(root["tid"]), s, e])[0]
+    return out, Totals(gpu_ops=n, kernels=nk, kernel_time_ns=kt, gpu_time_ns=t, host_nodes=count_nodes), cut
+
+
+def _int(v) -> int | None:
+    return None if v is None or pd.isna(v) else int(v)
 
 
 def _pick(df: pd.DataFrame, instance: int | None, longest_cols: list[str], what: str) -> tuple[int, str]:
@@ -235,29 +252,42 @@ def _pick(df: pd.DataFrame, instance: int | None, longest_cols: list[str], what:
     if instance is None:
         order = df.reset_index(drop=True).sort_values(longest_cols + ["start_ns"], ascending=[False] * len(longest_cols) + [True],
                                                       kind="stable")
-        return int(order.index[0]), f"longest: the {what} (instance=None); pass instance=n for the n-th by start time"
+        return int(order.index[0]), _rule(None, n, what)
+    return int(instance) % n, _rule(instance, n, what)
+
+
+def _rule(instance: int | None, n: int, what: str) -> str:
+    if instance is None:
+        return f"longest: the {what} (instance=None); pass instance=n for the n-th by start time"
     i = int(instance)
     if not -n <= i < n:
         raise ProfileError(f"instance {instance} is out of range: {n} instances match (valid 0..{n - 1}, or -1 for the last).")
-    return i % n, "n-th by start time (instance given)"
+    return "n-th by start time (instance given)"
 
 
 # -- kernel mode -----------------------------------------------------------------------------------------
 
 def _kernel_mode(trace: Trace, kernel: str, instance: int | None, depth: int, limit: int, has_ops: bool) -> CallStackResult:
     require(trace, "call_stack")
-    rows = trace.sql(f"SELECT rowid * 2 AS gop_id, short_name FROM kernels WHERE name {CONTAINS_SQL} OR short_name {CONTAINS_SQL}",
-                     [contains_pattern(kernel)] * 2)
-    if not rows:
+    L = launchers(trace)
+    match = f"gop_id IN (SELECT rowid * 2 FROM kernels WHERE name {CONTAINS_SQL} OR short_name {CONTAINS_SQL})"
+    pat = [contains_pattern(kernel)] * 2
+    n = trace.scalar(f"SELECT count(*) FROM {L.gops} WHERE {match}", pat)
+    if not n:
         names = [r[0] for r in trace.sql("SELECT short_name FROM kernels GROUP BY 1 ORDER BY sum(dur_ns) DESC")]
         close = difflib.get_close_matches(kernel, names, n=5, cutoff=0.3) or names[:5]
         raise ProfileError(f"no kernel name contains {kernel!r}. Kernels with the most time or closest names: {close}. "
                            "top_kernels lists them; the match is a case-insensitive substring of the full or base name.")
-    gops = launchers(trace).gops
-    sel = gops[gops["gop_id"].isin([r[0] for r in rows])].sort_values(["start_ns", "gop_id"], kind="stable").reset_index(drop=True)
-    pos, rule = _pick(sel, instance, ["dur_ns"], "execution with the largest GPU duration")
-    g = sel.iloc[pos]
-    names = list(dict.fromkeys(clip_name(n, 120) for n in sel["name"]))
+    rule = _rule(instance, n, "execution with the largest GPU duration")
+    # instance None: the longest execution (earliest of equals); else the n-th by (start, id)
+    order = "start_ns, gop_id" if instance is not None else "dur_ns DESC, start_ns, gop_id"
+    g = trace.sql_dicts(f"SELECT * FROM {L.gops} WHERE {match} ORDER BY {order} LIMIT 1 OFFSET ?",
+                        pat + [int(instance) % n if instance is not None else 0])[0]
+    pos = int(instance) % n if instance is not None else trace.scalar(
+        f"SELECT count(*) FROM {L.gops} WHERE {match} AND (start_ns < ? OR (start_ns = ? AND gop_id < ?))",
+        pat + [g["start_ns"], g["start_ns"], g["gop_id"]])
+    sel_names = trace.sql(f"SELECT name FROM {L.gops} WHERE {match} GROUP BY name ORDER BY min(start_ns), min(gop_id)", pat)
+    names = list(dict.fromkeys(clip_name(r[0], 120) for r in sel_names))
     chain: list[Level] = []
     hint = None
     op_level, subtree, totals, cut, stack_arg = None, [], None, False, None
@@ -296,7 +326,7 @@ def _kernel_mode(trace: Trace, kernel: str, instance: int | None, depth: int, li
         hint = ((hint + " ") if hint else "") + "output cut: raise depth (chain levels and subtree depth, max 200) or limit (subtree entries, max 500)."
     return CallStackResult(
         data_issues=data_issue_notes(trace, ALL_TABLES),
-        trace=str(trace.path), target="kernel", query=kernel, matched_names=names[:10], instances=len(sel), instance=pos,
+        trace=str(trace.path), target="kernel", query=kernel, matched_names=names[:10], instances=n, instance=pos,
         instance_rule=rule, launcher_kind=str(g["launcher_kind"]), chain=chain, chain_truncated=dropped, module_path=mp,
         innermost_python_frame=frame, model_code_frame=model_frame, call_stack_arg=stack_arg, op=op_level, subtree=subtree, subtree_totals=totals,
         truncated=truncated, hint=hint)
@@ -341,21 +371,29 @@ def resolve_op_name(names: list[str], op: str) -> str:
                        f". Close names: {shown or sorted(set(names))[:10]}. ops_summary lists the ops with GPU time.")
 
 
-def _launched_ns(gops: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
+def _launched_ns(trace: Trace, calls: pd.DataFrame) -> np.ndarray:
     """Per host call (pid, tid, start_ns, dur_ns): summed duration of the GPU ops whose launching call starts inside it
-    on its thread, ns. Prefix sums over each thread's ops sorted by call start, two binary searches per call: an op
-    named 100,000 times costs a sort, not 100,000 scans of every GPU op."""
+    on its thread, ns. Running sums over each thread's GPU ops by call start, read by two ASOF lookups per call: an
+    op named 100,000 times costs a sort, not 100,000 scans of every GPU op."""
+    L = launchers(trace)
+    cur = trace.con.cursor()
+    try:
+        cur.register("_cs_calls", pd.DataFrame({"i": np.arange(len(calls)), "pid": calls["pid"].to_numpy(), "tid": calls["tid"].to_numpy(),
+                                                 "s": calls["start_ns"].to_numpy(np.int64),
+                                                 "e": calls["start_ns"].to_numpy(np.int64) + calls["dur_ns"].to_numpy(np.int64)}))
+        got = cur.execute(f"""
+            WITH t AS (SELECT g.pid, g.call_tid AS tid, g.call_start_ns AS t, sum(g.dur_ns) AS d
+                       FROM {L.gops} g SEMI JOIN (SELECT DISTINCT pid, tid FROM _cs_calls) q ON q.pid = g.pid AND q.tid = g.call_tid
+                       WHERE g.call_start_ns IS NOT NULL GROUP BY ALL),
+                 c AS (SELECT pid, tid, t, sum(d) OVER (PARTITION BY pid, tid ORDER BY t) AS cum FROM t),
+                 hi AS (SELECT q.i, coalesce(c.cum, 0) AS cum FROM _cs_calls q ASOF LEFT JOIN c ON c.pid = q.pid AND c.tid = q.tid AND c.t < q.e),
+                 lo AS (SELECT q.i, coalesce(c.cum, 0) AS cum FROM _cs_calls q ASOF LEFT JOIN c ON c.pid = q.pid AND c.tid = q.tid AND c.t < q.s)
+            SELECT hi.i, (hi.cum - lo.cum)::BIGINT FROM hi JOIN lo USING (i) ORDER BY hi.i""").fetchall()
+    finally:
+        cur.close()
     out = np.zeros(len(calls), dtype=np.int64)
-    linked = gops[gops["call_start_ns"].notna()]
-    ops = {k: (g["call_start_ns"].to_numpy(np.int64)[o], np.concatenate([[0], np.cumsum(g["dur_ns"].to_numpy(np.int64)[o])]))
-           for k, g in linked.groupby(["pid", "call_tid"]) for o in [np.argsort(g["call_start_ns"].to_numpy(np.int64), kind="stable")]}
-    for (pid, tid), idx in calls.groupby(["pid", "tid"]).indices.items():  # one pass per thread, not per call
-        if (pid, tid) not in ops:
-            continue
-        starts, cum = ops[(pid, tid)]
-        s = calls["start_ns"].to_numpy(np.int64)[idx]
-        e = s + calls["dur_ns"].to_numpy(np.int64)[idx]
-        out[idx] = cum[np.searchsorted(starts, e, "left")] - cum[np.searchsorted(starts, s, "left")]
+    for i, v in got:
+        out[i] = v
     return out
 
 
@@ -363,7 +401,7 @@ def _op_mode(trace: Trace, op: str, instance: int | None, depth: int, limit: int
     nodes, children = _nodes(trace)
     name = resolve_op_name(list(dict.fromkeys(nodes["name"].astype(str))), op)
     sel = nodes[nodes["name"] == name].sort_values(["start_ns", "row"], kind="stable")
-    sel = sel.assign(gpu_ns=_launched_ns(launchers(trace).gops, sel)).reset_index(drop=True)
+    sel = sel.assign(gpu_ns=_launched_ns(trace, sel)).reset_index(drop=True)
     pos, rule = _pick(sel, instance, ["gpu_ns", "dur_ns"], "call with the most GPU time launched inside it")
     key = (sel.at[pos, "node"], int(sel.at[pos, "row"]))
     keys = _ancestors(nodes, key)

@@ -481,12 +481,13 @@ def _rated_row_of_kernel(trace: Trace, dev: int, short_name: str, roof: Any) -> 
              if clip_name(r[1] or r[0]) == short_name or clip_name(r[0]) == short_name]
     if not names:
         return None, None
-    g = launchers(trace).gops
-    g = g[(g.device_id == dev) & (g.op == "kernel") & g.name.isin(names) & (g.launcher_kind == "cpu_op")]
-    if g.empty:
+    L = launchers(trace)
+    by = trace.sql(f"""SELECT launcher_name, coalesce(input_dims, '') AS dims FROM {L.gops}
+                       WHERE device_id = ? AND op = 'kernel' AND launcher_kind = 'cpu_op' AND name IN (SELECT unnest(?::VARCHAR[]))
+                       GROUP BY ALL ORDER BY sum(dur_ns) DESC, min(start_ns), min(gop_id) LIMIT 1""", [dev, names])
+    if not by:
         return None, None
-    by = g.groupby(["launcher_name", g.input_dims.fillna("")], sort=False).dur_ns.sum().sort_values(ascending=False)
-    op, dims = by.index[0]
+    op, dims = by[0]
     for r in roof.rows:
         if r.source == "op" and r.rated and r.bound in ("compute", "memory") and r.name == op \
                 and ((r.signature or {}).get("input_dims") or "") == dims:

@@ -31,9 +31,11 @@ node that does enclose it.
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from dataclasses import dataclass
 
-import numpy as np
+import duckdb
 import pandas as pd
 
 from ..model.trace import Trace
@@ -84,17 +86,43 @@ def with_sql() -> str:
     """
 
 
+class Kept:
+    """Tables of one profile kept for every later query, by any cursor, in the DuckDB instance's own in-memory catalog:
+    DuckDB holds their rows in its buffer pool and spills them to disk under memory_limit, so they cost Python nothing
+    and the process's memory does not grow with the profile. Dropped when this object is collected (a memo entry let
+    go and no tool call still using it)."""
+
+    def __init__(self, trace: Trace, *names: str):
+        self.cur = trace.con.cursor()  # builds the tables; drops them at the end
+        n = next(_serial)
+        self.names = {k: f"memory.main._kept{n}_{k}" for k in names}
+        weakref.finalize(self, _drop, self.cur, list(self.names.values()))
+
+
+_serial = itertools.count()
+
+
+def _drop(cur, tables: list[str]) -> None:
+    try:
+        for t in tables:
+            cur.execute(f"DROP TABLE IF EXISTS {t}")
+        cur.close()
+    except duckdb.Error:  # the instance is closing
+        pass
+
+
 @dataclass(frozen=True)
 class Launchers:
-    """One row per GPU op (DataFrame `gops`) and the (ancestor cpu_op, GPU op) pairs of the op tree."""
+    """Table `gops`: one row per GPU op; table `subtree`: the (ancestor cpu_op, GPU op) pairs of the op tree (Kept)."""
 
-    gops: pd.DataFrame
+    gops: str
     # columns: gop_id, op ('kernel'|'copy'|'set'), device_id, stream_id, start_ns, end_ns, dur_ns, name,
     #          is_comm (never for a whole-graph row), whole_graph, pid, linked, call_tid, call_start_ns, call_end_ns, call_name,
     #          launcher_kind ('cpu_op'|'runtime'|'graph'|'unlinked'), launcher_id (cpu_ops.rowid or -1),
     #          launcher_name, launcher_start_ns, launcher_end_ns, input_dims, input_types,
     #          prev_end_ns (end of the previous GPU op on the same device/stream)
-    subtree: pd.DataFrame  # columns: op_id (cpu_ops.rowid, category cpu_op), gop_id
+    subtree: str  # columns: op_id (cpu_ops.rowid, category cpu_op), gop_id, and the op's start_ns, dur_ns
+    kept: Kept    # the tables live as long as this object
 
 
 def launchers(trace: Trace) -> Launchers:
@@ -103,48 +131,42 @@ def launchers(trace: Trace) -> Launchers:
 
 
 def _launchers(trace: Trace) -> Launchers:
-    comm = is_comm_sql("g.name")
-    cur = trace.con.cursor()
-    try:
-        with temp_tables(cur, with_sql(), {"_tree_op": "op", "_tree_gop": "gop"}):
-            return _launchers_from_temp(cur, comm)
-    finally:
-        cur.close()
+    kept = Kept(trace, "gops", "subtree")
+    cur = kept.cur
+    with temp_tables(cur, with_sql(), {"_tree_op": "op", "_tree_gop": "gop"}):
+        _launchers_from_temp(cur, is_comm_sql("g.name"), kept.names["gops"], kept.names["subtree"])
+    return Launchers(gops=kept.names["gops"], subtree=kept.names["subtree"], kept=kept)
 
 
-def _launchers_from_temp(cur, comm: str) -> Launchers:
-    """The launchers over temp tables _tree_op and _tree_gop (containment.py: no CTE around the IEJoins)."""
+def _launchers_from_temp(cur, comm: str, gops: str, subtree: str) -> None:
+    """The launchers over temp tables _tree_op and _tree_gop (containment.py: no CTE around the IEJoins), into tables
+    `gops` and `subtree`."""
     # One containment join gives both: the subtree pairs, and per GPU op the innermost of its enclosing ops.
-    cur.execute("""CREATE OR REPLACE TEMP TABLE _tree_pairs AS
-                   SELECT o.op_id, g.gop_id, o.start_ns, o.dur_ns
-                   FROM _tree_gop g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke""")
-    try:
-        gops = cur.execute(f"""
-            SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name,
-                   g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm, g.whole_graph, g.pid, g.linked, g.call_tid, g.call_start_ns, g.call_end_ns,
-                   g.call_name,
-                   CASE WHEN i.launcher_id IS NOT NULL THEN 'cpu_op'
-                        WHEN g.linked AND regexp_matches(g.call_name, 'graph.?launch', 'i') THEN 'graph'
-                        WHEN g.linked THEN 'runtime' ELSE 'unlinked' END AS launcher_kind,
-                   coalesce(i.launcher_id, -1)::BIGINT AS launcher_id,
-                   CASE WHEN i.launcher_id IS NOT NULL THEN c.name WHEN g.linked THEN g.call_name
-                        ELSE '<unattributed>' END AS launcher_name,
-                   CASE WHEN i.launcher_id IS NOT NULL THEN c.start_ns ELSE g.call_start_ns END AS launcher_start_ns,
-                   CASE WHEN i.launcher_id IS NOT NULL THEN c.end_ns ELSE g.call_end_ns END AS launcher_end_ns,
-                   c.input_dims, c.input_types,
-                   lag(g.end_ns) OVER (PARTITION BY g.device_id, g.stream_id ORDER BY g.start_ns, g.end_ns, g.gop_id)
-                       AS prev_end_ns
-            FROM _tree_gop g
-            LEFT JOIN (SELECT gop_id, arg_max(op_id, (start_ns, -dur_ns, op_id)) AS launcher_id FROM _tree_pairs
-                       GROUP BY gop_id) i USING (gop_id)
-            LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
-            ORDER BY g.start_ns, g.gop_id""").df()
-        subtree = cur.execute("SELECT op_id, gop_id FROM _tree_pairs").df()
-    finally:
-        cur.execute("DROP TABLE IF EXISTS temp.main._tree_pairs")
-    for col in ("linked", "is_comm", "whole_graph"):
-        gops[col] = gops[col].fillna(False).astype(bool)
-    return Launchers(gops=gops, subtree=subtree)
+    cur.execute(f"""CREATE TABLE {subtree} AS
+                    SELECT o.op_id, g.gop_id, o.start_ns, o.dur_ns
+                    FROM _tree_gop g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke""")
+    cur.execute(f"""
+        CREATE TABLE {gops} AS
+        SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name,
+               coalesce(g.op = 'kernel' AND NOT g.whole_graph AND {comm}, false) AS is_comm,
+               coalesce(g.whole_graph, false) AS whole_graph, g.pid, coalesce(g.linked, false) AS linked,
+               g.call_tid, g.call_start_ns, g.call_end_ns, g.call_name,
+               CASE WHEN i.launcher_id IS NOT NULL THEN 'cpu_op'
+                    WHEN g.linked AND regexp_matches(g.call_name, 'graph.?launch', 'i') THEN 'graph'
+                    WHEN g.linked THEN 'runtime' ELSE 'unlinked' END AS launcher_kind,
+               coalesce(i.launcher_id, -1)::BIGINT AS launcher_id,
+               CASE WHEN i.launcher_id IS NOT NULL THEN c.name WHEN g.linked THEN g.call_name
+                    ELSE '<unattributed>' END AS launcher_name,
+               CASE WHEN i.launcher_id IS NOT NULL THEN c.start_ns ELSE g.call_start_ns END AS launcher_start_ns,
+               CASE WHEN i.launcher_id IS NOT NULL THEN c.end_ns ELSE g.call_end_ns END AS launcher_end_ns,
+               c.input_dims, c.input_types,
+               lag(g.end_ns) OVER (PARTITION BY g.device_id, g.stream_id ORDER BY g.start_ns, g.end_ns, g.gop_id)
+                   AS prev_end_ns
+        FROM _tree_gop g
+        LEFT JOIN (SELECT gop_id, arg_max(op_id, (start_ns, -dur_ns, op_id)) AS launcher_id FROM {subtree}
+                   GROUP BY gop_id) i USING (gop_id)
+        LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
+        ORDER BY g.start_ns, g.gop_id""")
 
 
 def node_parents(trace: Trace) -> pd.DataFrame:
@@ -185,22 +207,3 @@ NODES_SQL = f"""
                          thr.k * {SHIFT} + n0.start_ns AS ks, thr.k * {SHIFT} + n0.end_ns AS ke
                   FROM n0 JOIN thr ON thr.pid = n0.pid AND thr.tid = n0.tid)
 """
-
-
-def union_ns(keys: np.ndarray, start: np.ndarray, end: np.ndarray) -> pd.Series:
-    """Per key, the length of the union of its intervals (touching intervals merge), ns; indexed by the sorted keys.
-    Vectorised: sort by (key, start, end), running maximum of ends per key, each interval adds what reaches past it."""
-    if len(keys) == 0:
-        return pd.Series(dtype="int64")
-    s, e = np.asarray(start, dtype=np.int64), np.asarray(end, dtype=np.int64)
-    codes, uniq = pd.factorize(np.asarray(keys), sort=True)
-    order = np.lexsort((e, s, codes))
-    k, s, e = codes[order], s[order], e[order]
-    head = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])  # first interval of each key
-    reach = pd.Series(e).groupby(k, sort=False).cummax().to_numpy()
-    prev = np.empty_like(reach)
-    prev[0] = np.iinfo(np.int64).min
-    prev[1:] = reach[:-1]
-    prev[head] = np.iinfo(np.int64).min
-    add = np.clip(e - np.maximum(s, prev), 0, None)
-    return pd.Series(np.add.reduceat(add, head), index=uniq)

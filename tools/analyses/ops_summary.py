@@ -39,19 +39,25 @@ Deliberate differences from TraceLens (each pinned in tests/analyses/test_ops_su
 from __future__ import annotations
 
 import re
-from typing import Literal
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Literal
 
+import duckdb
 import numpy as np
-import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
-from ..model.trace import Trace
-from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
-from .graph_summary import graph_kernel_count, graph_rowids
-from .op_tree import launchers, union_ns
-from .projection import innermost_ranges
+from ..model.quote import quote_ident, quote_literal
+from ..model.trace import Trace, cursor_dicts
+from .common import (ALL_TABLES, CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct,
+                     resolve_selection, ToolResult)
+from .graph_summary import GRAPH_KERNELS_CTE, graph_kernel_count
+from .intervals import unions_on
+from .op_tree import Kept, launchers
+from .projection import tables as projection_tables
 from .requirements import require
+from .stacked import union_stats_sql
 
 UNATTRIBUTED = "<unattributed>"
 
@@ -292,133 +298,156 @@ class OpsSummaryResult(ToolResult):
 
 
 # -- computation --------------------------------------------------------------------------------------
+#
+# The frame (one row per GPU op with its launcher instance) is a table kept in DuckDB per profile (op_tree.Kept);
+# each call selects from it with a WHERE clause and aggregates in SQL, so Python receives the rows shown and totals.
 
-def selected_frame(trace: Trace, device: int | None, start_ns: int | None, end_ns: int | None):
-    """The attributed GPU ops (see _frame) on `device` that start inside [start_ns, end_ns)."""
-    g, sub, attribution = _frame(trace)
-    m = np.ones(len(g), dtype=bool)
-    if device is not None:
-        m &= (g["device_id"] == device).to_numpy()
-    if start_ns is not None:
-        m &= (g["start_ns"] >= start_ns).to_numpy()
-    if end_ns is not None:
-        m &= (g["start_ns"] < end_ns).to_numpy()
-    g = g[m]
-    if g.empty:
+@dataclass(frozen=True)
+class Frame:
+    """Every GPU op with its launcher instance (_build_frame): table `table`, columns gop_id, op, device_id, stream_id,
+    start_ns, end_ns, dur_ns, name, is_comm, launcher_id, launcher_kind, launcher_name, launcher_start_ns,
+    launcher_end_ns, input_dims, input_types, inst (launcher instance), category, launch_delay_ns, queue_free_delay_ns,
+    delay_excluded, in_graph, graph_dur_ns. `subtree`: op_tree's (op_id, gop_id) pairs, None without cpu_ops."""
+
+    table: str
+    subtree: str | None
+    attribution: str
+    keep: tuple  # the Kept tables live as long as this object
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The frame's GPU ops a call selected: `sql` is a parenthesised subquery taking `params`."""
+
+    frame: Frame
+    where: str
+    params: list
+
+    @property
+    def sql(self) -> str:
+        return f"(SELECT * FROM {self.frame.table} WHERE {self.where})"
+
+    def narrow(self, cond: str, params: list | None = None) -> "Selection":
+        return Selection(self.frame, f"{self.where} AND {cond}", self.params + list(params or []))
+
+
+def selected_frame(trace: Trace, device: int | None, start_ns: int | None, end_ns: int | None) -> Selection:
+    """The attributed GPU ops (see _build_frame) on `device` that start inside [start_ns, end_ns)."""
+    conds, params = ["TRUE"], []
+    for cond, v in (("device_id = ?", device), ("start_ns >= ?", start_ns), ("start_ns < ?", end_ns)):
+        if v is not None:
+            conds.append(cond)
+            params.append(int(v))
+    sel = Selection(_frame(trace), " AND ".join(conds), params)
+    if not trace.scalar(f"SELECT EXISTS (SELECT 1 FROM {sel.sql})", sel.params):
         raise ProfileError("no GPU op starts in the selection (device / time window). Widen it; trace_info lists devices and spans.")
-    return g, sub, attribution
+    return sel
 
 
-def _frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """Every GPU op with its launcher instance (`inst`), launcher name/kind/category; memoized."""
+def _frame(trace: Trace) -> Frame:
     return trace.memo(("ops_summary.frame",), lambda: _build_frame(trace))
 
 
-def _build_frame(trace: Trace) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+@contextmanager
+def call_cursor(trace: Trace) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A cursor for one tool call; the temp tables it made are dropped at the end."""
+    cur = trace.con.cursor()
+    try:
+        yield cur
+    finally:
+        try:
+            for (t,) in cur.execute("SELECT table_name FROM duckdb_tables() WHERE temporary").fetchall():
+                cur.execute(f"DROP TABLE IF EXISTS temp.main.{quote_ident(t)}")
+        finally:
+            cur.close()
+
+
+def _build_frame(trace: Trace) -> Frame:
+    """The launchers of op_tree.py as ops_summary counts them. With cpu_ops: the launcher instance is the cpu_op, else
+    the launching call (pid, thread, start: a graph launch owns all its GPU ops), else the GPU op itself. Without: the
+    innermost NVTX/rocTX/annotation range around the launching call (projection.py), else the GPU op, named by its
+    kernel's base name. GPU ops without a launching call are '<unattributed>'. Instance ids: class in the top bits, the
+    id below (ids are row numbers, far below 2^60)."""
     L = launchers(trace)
-    g = L.gops.copy(deep=False)  # copy-on-write: the memoized launchers stay as they are, no column is duplicated
     has_ops = trace.count("cpu_ops") > 0
-    g["launcher_kind"] = g["launcher_kind"].astype(object)
-    if not has_ops:
-        attribution = "range"
-        rng = innermost_ranges(trace)
-        g = g.merge(rng, how="left", on="gop_id")
-        inr = g["rid"].notna()
-        g.loc[inr, "launcher_kind"] = "range"
-        g.loc[inr, "launcher_name"] = g.loc[inr, "range_name"]
-        g.loc[inr, "launcher_start_ns"] = g.loc[inr, "range_start_ns"]
-        g.loc[inr, "launcher_end_ns"] = g.loc[inr, "range_end_ns"]
-        k = g["launcher_kind"].isin(["runtime", "graph"])
-        g.loc[k, "launcher_kind"] = "kernel"
-        short = pd.DataFrame(trace.sql("SELECT rowid * 2, short_name FROM kernels"), columns=["gop_id", "short_name"])
-        short = g.loc[k, ["gop_id"]].merge(short, how="left", on="gop_id")["short_name"].to_numpy()
-        g.loc[k, "launcher_name"] = np.where(pd.isna(short), g.loc[k, "name"].to_numpy(), short)
-        g.loc[k, "launcher_start_ns"] = np.nan
-        g.loc[k, "launcher_end_ns"] = np.nan
-    else:
+    kept = Kept(trace, "frame")
+    cur = kept.cur
+    graphs = graph_kernel_count(trace) > 0
+    if graphs:
+        cur.execute(f"CREATE OR REPLACE TEMP TABLE _ops_graph AS WITH {GRAPH_KERNELS_CTE} SELECT DISTINCT kid * 2 AS gop_id FROM graph_kids")
+    in_graph = "g.op = 'kernel' AND g.gop_id IN (SELECT gop_id FROM _ops_graph)" if graphs else "false"
+    common = f"""g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name, g.is_comm, g.whole_graph,
+                 g.launcher_id, g.input_dims, g.input_types, {in_graph} AS in_graph, g.start_ns - g.call_end_ns AS launch,
+                 g.start_ns - CASE WHEN g.prev_end_ns > g.call_end_ns THEN g.prev_end_ns ELSE g.call_end_ns END AS qf"""
+    if has_ops:
         attribution = "cpu_op"
-        g["rid"] = np.nan
-    g["inst"] = _instance_ids(g)
-    kind = g["launcher_kind"].to_numpy()
-    g.loc[kind == "unlinked", "launcher_name"] = UNATTRIBUTED
-    g.loc[kind == "unlinked", "launcher_kind"] = "unattributed"
-    g["category"] = _op_categories(g) if has_ops else _kernel_categories(g)
-    _delays(g)
-    g["in_graph"] = False
-    if graph_kernel_count(trace):
-        g["in_graph"] = (g["op"] == "kernel").to_numpy() & np.isin(g["gop_id"].to_numpy(), np.asarray(graph_rowids(trace), dtype=np.int64) * 2)
-    g["graph_dur_ns"] = np.where(g["in_graph"], g["dur_ns"], 0)
-    # Every call groups, filters and sorts by these: as categoricals (categories in sorted order, so a sort by
-    # them is a sort by the text) they are integer codes, not hashed strings, once per profile.
-    for col in ("launcher_name", "launcher_kind", "category", "name", "op"):
-        g[col] = pd.Categorical(g[col])
-    sub = L.subtree if has_ops else pd.DataFrame({"op_id": pd.Series(dtype="int64"), "gop_id": pd.Series(dtype="int64")})
-    return g, sub, attribution
+        cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_base AS SELECT {common},
+            CASE g.launcher_kind WHEN 'unlinked' THEN 'unattributed' ELSE g.launcher_kind END AS launcher_kind,
+            CASE g.launcher_kind WHEN 'unlinked' THEN '{UNATTRIBUTED}' ELSE g.launcher_name END AS launcher_name,
+            g.launcher_start_ns, g.launcher_end_ns,
+            CASE WHEN g.launcher_kind = 'cpu_op' THEN g.launcher_id
+                 WHEN g.launcher_kind IN ('runtime', 'graph')
+                     THEN (2::BIGINT << 60) + dense_rank() OVER (ORDER BY g.pid, g.call_tid, g.call_start_ns)
+                 ELSE (3::BIGINT << 60) + g.gop_id END AS inst
+            FROM {L.gops} g""")
+        # Category of an instance: op_category of its name, the name of its first GPU op by (start, id) and whether
+        # all its GPU ops are communication; computed once per distinct combination.
+        cur.execute("""CREATE OR REPLACE TEMP TABLE _ops_ic AS
+            SELECT inst, f.n AS n, f.k AS k, c, f.kd AS kd FROM (
+                SELECT inst, arg_min({'n': launcher_name, 'k': name, 'kd': launcher_kind}, (start_ns, gop_id)) AS f,
+                       bool_and(is_comm) AS c
+                FROM _ops_base GROUP BY inst)""")
+
+        def cat(name, first_kernel, comm, kd):
+            return "unattributed" if kd == "unattributed" else kd if kd in ("runtime", "graph") else op_category(name, first_kernel, comm)
+        _categorise(cur, "_ops_ic", ("n", "k", "c", "kd"), cat)
+        src = "_ops_base JOIN (SELECT inst, category FROM _ops_ic_cat) USING (inst)"
+    else:
+        attribution = "range"
+        with projection_tables(cur, trace):
+            cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_base AS
+                WITH inn AS (SELECT op_id AS gop_id, max(rid) AS rid FROM _proj_prj GROUP BY op_id)
+                SELECT {common},
+                    CASE WHEN r.rid IS NOT NULL THEN 'range' WHEN g.launcher_kind IN ('runtime', 'graph') THEN 'kernel'
+                         WHEN g.launcher_kind = 'unlinked' THEN 'unattributed' ELSE g.launcher_kind END AS launcher_kind,
+                    CASE WHEN r.rid IS NOT NULL THEN r.name WHEN g.launcher_kind IN ('runtime', 'graph') THEN coalesce(k.short_name, g.name)
+                         WHEN g.launcher_kind = 'unlinked' THEN '{UNATTRIBUTED}' ELSE g.launcher_name END AS launcher_name,
+                    CASE WHEN r.rid IS NOT NULL THEN r.start_ns WHEN g.launcher_kind IN ('runtime', 'graph') THEN NULL
+                         ELSE g.launcher_start_ns END AS launcher_start_ns,
+                    CASE WHEN r.rid IS NOT NULL THEN r.end_ns WHEN g.launcher_kind IN ('runtime', 'graph') THEN NULL
+                         ELSE g.launcher_end_ns END AS launcher_end_ns,
+                    CASE WHEN r.rid IS NOT NULL THEN (1::BIGINT << 60) + r.rid ELSE (3::BIGINT << 60) + g.gop_id END AS inst
+                FROM {L.gops} g LEFT JOIN inn USING (gop_id) LEFT JOIN _proj_rng r USING (rid)
+                LEFT JOIN kernels k ON k.rowid * 2 = g.gop_id""")
+        # Without an op tree each GPU op is classified by its own name.
+        _categorise(cur, "_ops_base", ("name", "is_comm", "op", "whole_graph"), kernel_category)
+        src = "_ops_base_cat"
+    # Launch delays. A GPU op that started before its call returned (the host was inside a synchronous call: a pageable
+    # copy, a launch that blocked), or before the previous op on its stream ended, has a negative difference, which is
+    # no delay: it is left out (delay_excluded).
+    cur.execute(f"""CREATE TABLE {kept.names['frame']} AS
+        SELECT b.gop_id, b.op, b.device_id, b.stream_id, b.start_ns, b.end_ns, b.dur_ns, b.name, b.is_comm, b.launcher_id,
+               b.launcher_kind, b.launcher_name, b.launcher_start_ns, b.launcher_end_ns, b.input_dims, b.input_types, b.inst,
+               b.category, CASE WHEN b.bad THEN NULL ELSE b.launch END AS launch_delay_ns,
+               CASE WHEN b.bad THEN NULL ELSE b.qf END AS queue_free_delay_ns, b.bad AS delay_excluded, b.in_graph,
+               CASE WHEN b.in_graph THEN b.dur_ns ELSE 0 END AS graph_dur_ns
+        FROM (SELECT *, coalesce(launch < 0, false) OR coalesce(qf < 0, false) AS bad FROM {src}) b""")
+    for t in ("_ops_base", "_ops_ic", "_ops_ic_cat", "_ops_base_cat", "_ops_graph"):
+        cur.execute(f"DROP TABLE IF EXISTS temp.main.{t}")
+    return Frame(table=kept.names["frame"], subtree=L.subtree if has_ops else None, attribution=attribution, keep=(kept, L))
 
 
-def _instance_ids(g: pd.DataFrame) -> np.ndarray:
-    """One integer per launcher instance, numbered in order of first appearance: the cpu_op (cpu_ops.rowid), the
-    range (rid), the launching call (pid, thread, start: a graph launch owns all its GPU ops), else the GPU op
-    itself. Built arithmetically: class in the top bits, the id below (ids are row numbers, far below 2^60)."""
-    kind = g["launcher_kind"].to_numpy()
-    call = np.isin(kind, ["runtime", "graph"])
-    calls = np.zeros(len(g), dtype=np.int64)
-    if call.any():
-        calls[call] = g.loc[call].groupby(["pid", "call_tid", "call_start_ns"], sort=False, dropna=False).ngroup().to_numpy()
-    key = np.where(kind == "cpu_op", g["launcher_id"].to_numpy(dtype=np.int64),
-                   np.where(kind == "range", (1 << 60) + g["rid"].fillna(0).to_numpy().astype(np.int64),
-                            np.where(call, (2 << 60) + calls, (3 << 60) + g["gop_id"].to_numpy(dtype=np.int64))))
-    return pd.factorize(key)[0]
-
-
-def _per_distinct(cols: list[np.ndarray], fn) -> np.ndarray:
-    """fn(*values) for every row of `cols`, called once per distinct combination (categories repeat: a few hundred
-    distinct ops or kernel names among millions of rows) and mapped back by integer codes."""
-    codes, uniques = zip(*(pd.factorize(c, use_na_sentinel=False) for c in cols))
-    key = np.zeros(len(cols[0]), dtype=np.int64)
-    for c, u in zip(codes, uniques):
-        key = key * len(u) + c
-    combo, first, back = np.unique(key, return_index=True, return_inverse=True)
-    values = np.array([fn(*(col[i] for col in cols)) for i in first], dtype=object)
-    return values[back]
-
-
-def _op_categories(g: pd.DataFrame) -> np.ndarray:
-    """Category of every GPU op's launcher instance (op_category of its name, the name of its first GPU op by
-    (start, id) and whether all its GPU ops are communication), per GPU op."""
-    inst = g["inst"].to_numpy()
-    order = np.lexsort((g["gop_id"].to_numpy(), g["start_ns"].to_numpy()))
-    first = order[np.unique(inst[order], return_index=True)[1]]  # per instance (0..n-1), its earliest GPU op
-    all_comm = np.bincount(inst, weights=~g["is_comm"].to_numpy(dtype=bool), minlength=len(first)) == 0
-    kind = g["launcher_kind"].to_numpy(dtype=object)[first]
-
-    def cat(name, first_kernel, comm, kd):
-        return "unattributed" if kd == "unattributed" else kd if kd in ("runtime", "graph") else op_category(name, first_kernel, comm)
-    cats = _per_distinct([g["launcher_name"].to_numpy(dtype=object)[first], g["name"].to_numpy(dtype=object)[first],
-                          all_comm, kind], cat)
-    return cats[inst]
-
-
-def _kernel_categories(g: pd.DataFrame) -> np.ndarray:
-    return _per_distinct([g["name"].to_numpy(dtype=object), g["is_comm"].to_numpy(dtype=bool), g["op"].to_numpy(dtype=object),
-                          g["whole_graph"].to_numpy(dtype=bool)], kernel_category)
-
-
-def _delays(g: pd.DataFrame) -> None:
-    """launch_delay_ns, queue_free_delay_ns (NA where not measurable) and delay_excluded per GPU op.
-
-    Integer arithmetic: Kineto traces before 2024 hold absolute epoch ns (~1.6e18), past the 2^53 up to which
-    float64 keeps every integer, so a float difference is off by up to 256 ns. A GPU op that starts before its
-    call returned (the host was inside a synchronous call: a pageable copy, a launch that blocked), or before
-    the previous op on its stream ended, has a negative difference, which is no delay: it is left out."""
-    start, call_end = g["start_ns"].astype("Int64"), g["call_end_ns"].astype("Int64")
-    prev_end = g["prev_end_ns"].astype("Int64")
-    launch = start - call_end
-    queue_free = start - call_end.mask((prev_end > call_end).fillna(False), prev_end)
-    bad = (launch < 0).fillna(False) | (queue_free < 0).fillna(False)
-    g["delay_excluded"] = bad.to_numpy(dtype=bool)
-    g["launch_delay_ns"] = launch.mask(bad)
-    g["queue_free_delay_ns"] = queue_free.mask(bad)
+def _categorise(cur, table: str, cols: tuple[str, ...], fn) -> None:
+    """Temp table <table>_cat: `table` with a column category = fn(*cols), fn called once per distinct combination of
+    `cols` (a few hundred distinct ops or kernel names among millions of rows)."""
+    c = ", ".join(cols)
+    cur.execute(f"CREATE OR REPLACE TEMP TABLE {table}_d AS SELECT row_number() OVER () AS combo, * FROM (SELECT DISTINCT {c} FROM {table})")
+    combos = cur.execute(f"SELECT combo, {c} FROM {table}_d").fetchall()
+    values = ", ".join(f"({r[0]}, {quote_literal(fn(*r[1:]))})" for r in combos) or "(NULL, NULL)"
+    match = " AND ".join(f"t.{x} IS NOT DISTINCT FROM d.{x}" for x in cols)
+    cur.execute(f"""CREATE OR REPLACE TEMP TABLE {table}_cat AS
+        SELECT t.*, v.category FROM {table} t JOIN {table}_d d ON {match} JOIN (VALUES {values}) v(combo, category) USING (combo)""")
+    cur.execute(f"DROP TABLE temp.main.{table}_d")
 
 
 def ops_summary(
@@ -437,212 +466,252 @@ def ops_summary(
         raise ProfileError(f"group_by must be 'name', 'shapes', 'category' or 'kernels', not {group_by!r}.")
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 500))
-    g, sub, attribution = selected_frame(trace, device, start_ns, end_ns)
-    totals = _totals(g, graph_kernel_count(trace) > 0)
-    if name_contains:
-        g = g[g["launcher_name"].str.contains(name_contains, case=False, regex=False)]
-        if g.empty:
-            raise ProfileError(f"no launcher name contains {name_contains!r} in the selection; call ops_summary without it to see the names.")
+    g = selected_frame(trace, device, start_ns, end_ns)
     filters = {"device": device, "include_unlinked": include_unlinked, "name_contains": name_contains}
-    if group_by == "kernels":
-        rows, rem_n, rem_t = _kernel_rows(g, totals, include_unlinked, limit)
-    else:
-        if not include_unlinked:
-            g = g[g["launcher_kind"] != "unattributed"]
-        inst = _instances(g, sub)
-        if group_by == "name":
-            rows, rem_n, rem_t = _name_rows(g, inst, totals, limit)
-        elif group_by == "category":
-            rows, rem_n, rem_t = _category_rows(g, inst, totals, attribution, limit)
+    with call_cursor(trace) as cur:
+        totals = _totals(cur, g, graph_kernel_count(trace) > 0)
+        if name_contains:
+            g = g.narrow(f"launcher_name {CONTAINS_SQL}", [contains_pattern(name_contains)])
+            if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM {g.sql})", g.params).fetchone()[0]:
+                raise ProfileError(f"no launcher name contains {name_contains!r} in the selection; call ops_summary without it to see the names.")
+        if group_by == "kernels":
+            rows, rem_n, rem_t = _kernel_rows(cur, g, totals, include_unlinked, limit)
         else:
-            rows, rem_n, rem_t = _shape_rows(g, inst, totals, limit)
+            if not include_unlinked:
+                g = g.narrow("launcher_kind <> 'unattributed'")
+            instances(cur, g, subtree=group_by != "category")
+            if group_by == "name":
+                rows, rem_n, rem_t = _name_rows(cur, g, totals, limit)
+            elif group_by == "category":
+                rows, rem_n, rem_t = _category_rows(cur, g, totals, limit)
+            else:
+                rows, rem_n, rem_t = _shape_rows(cur, g, totals, limit)
     truncated = rem_n > 0
     return OpsSummaryResult(
         data_issues=data_issue_notes(trace, ALL_TABLES),
-        trace=str(trace.path), group_by=group_by, attribution=attribution, window=window, filters=filters,
+        trace=str(trace.path), group_by=group_by, attribution=g.frame.attribution, window=window, filters=filters,
         totals=totals, rows=rows, truncated=truncated, remainder_rows=rem_n, remainder_direct_ns=rem_t,
         hint=(f"{rem_n} more rows beyond limit={limit}; raise limit (max 500) or filter with name_contains/device/time window"
               if truncated else None))
 
 
-def _totals(g: pd.DataFrame, graphs: bool) -> Totals:
-    busy = union_ns(g["device_id"].to_numpy(), g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-    span = g.groupby("device_id").agg(lo=("start_ns", "min"), hi=("end_ns", "max"))
-    per, cat, kind = _per_instance_category(g)
-    categorised = per[kind != "unattributed"]
-    other = int(per[cat == "other"].sum())
-    un = g[g["launcher_kind"] == "unattributed"]
-    un_t = int(union_ns(np.zeros(len(un), dtype=np.int64), un["start_ns"].to_numpy(), un["end_ns"].to_numpy()).sum()) if len(un) else 0
-    return Totals(gpu_ops=len(g), attributed_kernel_time_ns=0, unattributed_gpu_ops=len(un), unattributed_time_ns=un_t,
-                  runtime_launched_gpu_ops=int(g["launcher_kind"].isin(["runtime", "graph"]).sum()),
-                  comm_gpu_ops=int(g["is_comm"].sum()), gpu_busy_ns=int(busy.sum()),
-                  gpu_span_ns=int((span["hi"] - span["lo"]).sum()),
-                  summed_kernel_time_ns=int(g.loc[g["op"] == "kernel", "dur_ns"].sum()),
-                  delay_excluded_gpu_ops=int(g["delay_excluded"].sum()), other_category_direct_ns=other,
-                  graph_kernels=int(g["in_graph"].sum()) if graphs else None,
-                  graph_kernel_time_ns=int(g["graph_dur_ns"].sum()) if graphs else None,
-                  other_category_pct_of_categorised_gpu_time=pct(other, int(categorised.sum()), 4))
+def busy_by_device(cur, g: Selection) -> int:
+    """Σ over devices of the union of the selection's GPU ops, ns."""
+    return sum(u.busy_ns for u in unions_on(cur, f"SELECT device_id, start_ns, end_ns FROM {g.sql}", g.params, ("device_id",)).values())
 
 
-def _per_instance_category(g: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per (launcher instance, category) present in `g`: |union of its GPU ops|, the category and the launcher kind.
-    The key is integer: instance * number of categories + category code."""
-    codes, cats = pd.factorize(g["category"])
-    key = g["inst"].to_numpy(dtype=np.int64) * len(cats) + codes
-    per = union_ns(key, g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-    first = np.unique(key, return_index=True)[1]  # same order as per's index (sorted keys)
-    return per.to_numpy(), np.asarray(cats, dtype=object)[codes[first]], g["launcher_kind"].to_numpy(dtype=object)[first]
+# Instance class 3 is one GPU op (no launching call, or no range around its call): its union is its length, and the
+# window functions of a union would sort millions of one-row partitions for nothing.
+ONE_OP = "inst >= (3::BIGINT << 60)"
 
 
-def _instances(g: pd.DataFrame, sub: pd.DataFrame) -> pd.DataFrame:
-    """One row per launcher instance: name, kind, category, direct/subtree time, host duration, op count."""
-    ids = g["inst"].to_numpy()
-    direct = union_ns(ids, g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
-    # The launcher columns are the same on every GPU op of an instance (category too where there is an op tree;
-    # without one an instance is a range, and it takes the category of its first GPU op in frame order).
-    uniq, first, counts = np.unique(ids, return_index=True, return_counts=True)
-    cols = {"name": "launcher_name", "kind": "launcher_kind", "category": "category", "launcher_id": "launcher_id",
-            "lstart": "launcher_start_ns", "lend": "launcher_end_ns", "input_dims": "input_dims", "input_types": "input_types"}
-    inst = g[list(cols.values())].iloc[first].rename(columns={c: k for k, c in cols.items()})  # dtypes kept
-    inst.index = pd.Index(uniq, name="inst")
-    inst["gpu_ops"] = counts
-    inst["direct_ns"] = direct.to_numpy(dtype=np.int64)
-    inst["subtree_ns"] = inst["direct_ns"]
-    ops = inst[inst["kind"] == "cpu_op"]
-    if len(ops) and len(sub):
-        pairs = sub[sub["op_id"].isin(ops["launcher_id"])].merge(g[["gop_id", "start_ns", "end_ns"]], on="gop_id")
-        st = union_ns(pairs["op_id"].to_numpy(), pairs["start_ns"].to_numpy(), pairs["end_ns"].to_numpy())
-        inst.loc[ops.index, "subtree_ns"] = st.reindex(ops["launcher_id"]).fillna(0).astype("int64").to_numpy()
-    inst["cpu_ns"] = inst["lend"] - inst["lstart"]
-    inst["attributed"] = inst["kind"] != "unattributed"
-    return inst
+def union_per_instance(g: Selection, partition: str) -> tuple[str, list]:
+    """SQL and parameters: per `partition` (inst first, then columns fixed within an instance or splitting it), busy_ns =
+    the length of the union of its selected GPU ops (partitions of zero-length ops only: 0 or absent)."""
+    union = union_stats_sql(f"SELECT {partition}, start_ns, end_ns FROM {g.sql} WHERE NOT {ONE_OP}", partition)
+    return (f"SELECT {partition}, busy_ns FROM ({union}) "
+            f"UNION ALL SELECT {partition}, greatest(end_ns - start_ns, 0) FROM {g.sql} WHERE {ONE_OP}", g.params + g.params)
 
 
-def _pcts(direct: pd.Series, attributed: pd.Series) -> tuple[list, list]:
-    denom = float(direct[attributed].sum())
-    out, cum, run = [], [], 0.0
-    for d, a in zip(direct, attributed):
-        if not a:
-            out.append(None)
-            cum.append(None)
-            continue
-        run += float(d)
-        out.append(pct(d, denom, 4))
-        cum.append(pct(run, denom, 4))
-    return out, cum
+def _totals(cur, g: Selection, graphs: bool) -> Totals:
+    a = cursor_dicts(cur, f"""
+        SELECT count(*) AS n, count(*) FILTER (WHERE launcher_kind = 'unattributed') AS un,
+               count(*) FILTER (WHERE launcher_kind IN ('runtime', 'graph')) AS rt, count(*) FILTER (WHERE is_comm) AS comm,
+               coalesce(sum(dur_ns) FILTER (WHERE op = 'kernel'), 0)::BIGINT AS kt, count(*) FILTER (WHERE delay_excluded) AS dx,
+               count(*) FILTER (WHERE in_graph) AS gk, coalesce(sum(graph_dur_ns), 0)::BIGINT AS gns
+        FROM {g.sql}""", g.params)[0]
+    span = cur.execute(f"SELECT coalesce(sum(hi - lo), 0)::BIGINT FROM (SELECT max(end_ns) AS hi, min(start_ns) AS lo FROM {g.sql} "
+                       "WHERE device_id IS NOT NULL GROUP BY device_id)", g.params).fetchone()[0]
+    un_t = sum(u.busy_ns for u in unions_on(cur, f"SELECT 0 AS k, start_ns, end_ns FROM {g.sql} WHERE launcher_kind = 'unattributed'",
+                                             g.params, ("k",)).values())
+    # Σ per (launcher instance, category) of the union of its GPU ops in that category
+    per, params = union_per_instance(g, "inst, category, launcher_kind")
+    other, categorised = cur.execute(f"""
+        SELECT coalesce(sum(busy_ns) FILTER (WHERE category = 'other'), 0)::BIGINT,
+               coalesce(sum(busy_ns) FILTER (WHERE launcher_kind <> 'unattributed'), 0)::BIGINT
+        FROM ({per})""", params).fetchone()
+    return Totals(gpu_ops=a["n"], attributed_kernel_time_ns=0, unattributed_gpu_ops=a["un"], unattributed_time_ns=un_t,
+                  runtime_launched_gpu_ops=a["rt"], comm_gpu_ops=a["comm"], gpu_busy_ns=busy_by_device(cur, g),
+                  gpu_span_ns=int(span), summed_kernel_time_ns=int(a["kt"]), delay_excluded_gpu_ops=a["dx"],
+                  other_category_direct_ns=int(other), graph_kernels=a["gk"] if graphs else None,
+                  graph_kernel_time_ns=int(a["gns"]) if graphs else None,
+                  other_category_pct_of_categorised_gpu_time=pct(int(other), int(categorised), 4))
 
 
-def _nn(v):
-    return None if v is None or (isinstance(v, float) and np.isnan(v)) else v
+def instances(cur, g: Selection, subtree: bool = True) -> None:
+    """Temp table _ops_inst of `cur`: one row per launcher instance in the selection: inst, name, kind, category,
+    launcher_id, lstart, lend, input_dims, input_types (all of its first GPU op by (start, id): the same on every GPU op
+    of an instance where there is an op tree; without one an instance is a range, and it takes the category of its
+    first GPU op), gpu_ops, direct_ns (|union| of its GPU ops), subtree_ns (cpu_ops with `subtree`: |union| of the
+    selected GPU ops launched inside it; else direct_ns), cpu_ns (host duration), attributed."""
+    direct, params = union_per_instance(g, "inst")
+    cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_inst0 AS
+        SELECT inst, f.name AS name, f.kind AS kind, f.category AS category, f.launcher_id AS launcher_id, f.lstart AS lstart,
+               f.lend AS lend, f.input_dims AS input_dims, f.input_types AS input_types, gpu_ops,
+               coalesce(u.busy_ns, 0)::BIGINT AS direct_ns
+        FROM (SELECT inst, count(*) AS gpu_ops,
+                     arg_min({{'name': launcher_name, 'kind': launcher_kind, 'category': category, 'launcher_id': launcher_id,
+                               'lstart': launcher_start_ns, 'lend': launcher_end_ns, 'input_dims': input_dims,
+                               'input_types': input_types}}, (start_ns, gop_id)) AS f
+              FROM {g.sql} WHERE NOT {ONE_OP} GROUP BY inst) i
+        LEFT JOIN ({direct}) u USING (inst)
+        UNION ALL
+        SELECT inst, launcher_name, launcher_kind, category, launcher_id, launcher_start_ns, launcher_end_ns, input_dims,
+               input_types, 1, greatest(end_ns - start_ns, 0) FROM {g.sql} WHERE {ONE_OP}""", g.params + params + g.params)
+    sub = g.frame.subtree if subtree else None
+    if sub is None:
+        subtree_ns = "i.direct_ns"
+    else:
+        pairs = (f"SELECT p.op_id, s.start_ns, s.end_ns FROM {sub} p JOIN {g.sql} s USING (gop_id) "
+                 "WHERE p.op_id IN (SELECT launcher_id FROM _ops_inst0 WHERE kind = 'cpu_op')")
+        cur.execute(f"CREATE OR REPLACE TEMP TABLE _ops_sub AS SELECT op_id, busy_ns FROM ({union_stats_sql(pairs, 'op_id')})", g.params)
+        subtree_ns = "CASE WHEN i.kind = 'cpu_op' THEN coalesce((SELECT s.busy_ns FROM _ops_sub s WHERE s.op_id = i.launcher_id), 0) ELSE i.direct_ns END"
+    cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_inst AS
+        SELECT i.*, ({subtree_ns})::BIGINT AS subtree_ns, i.lend - i.lstart AS cpu_ns, i.kind <> 'unattributed' AS attributed
+        FROM _ops_inst0 i""")
+    cur.execute("DROP TABLE temp.main._ops_inst0")
 
 
-def _finish(df: pd.DataFrame, limit: int, value: str = "direct_ns") -> tuple[pd.DataFrame, int, int]:
-    shown, rest = df.iloc[:limit], df.iloc[limit:]
-    return shown, len(rest), int(rest[value].sum())
+def _ranked(cur, grouped: str, params: list, order: str, limit: int, value: str = "direct_ns",
+            attributed: str | None = "attributed") -> tuple[list[dict], int, int, int]:
+    """The first `limit` rows of `grouped` in `order`, each with cum_attr (running Σ `value` over the attributed rows so
+    far); the rows beyond the limit (count, Σ value) and Σ value of the attributed rows."""
+    att = attributed or "true"
+    cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_rows AS
+        SELECT *, row_number() OVER (ORDER BY {order}) AS pos,
+               sum(CASE WHEN {att} THEN {value} ELSE 0 END) OVER (ORDER BY {order} ROWS UNBOUNDED PRECEDING) AS cum_attr
+        FROM ({grouped})""", params)
+    shown = cursor_dicts(cur, f"SELECT * FROM _ops_rows WHERE pos <= {int(limit)} ORDER BY pos")
+    rem_n, rem_t, total = cur.execute(f"""SELECT count(*) FILTER (WHERE pos > {int(limit)}),
+        coalesce(sum({value}) FILTER (WHERE pos > {int(limit)}), 0)::BIGINT,
+        coalesce(sum({value}) FILTER (WHERE {att}), 0)::BIGINT FROM _ops_rows""").fetchone()
+    return shown, int(rem_n), int(rem_t), int(total)
 
 
-def _name_rows(g, inst, totals, limit):
-    delays = g.groupby(["launcher_name", "launcher_kind"]).agg(
-        n_ops=("gop_id", "size"), ld=("launch_delay_ns", "median"), qf=("queue_free_delay_ns", "median"),
-        excluded=("delay_excluded", "sum"), gops=("in_graph", "sum"), gns=("graph_dur_ns", "sum"))
-    # sorted set of categories per row, from the distinct (name, kind, category) triples (a few per name)
-    trip = g[["launcher_name", "launcher_kind", "category"]].drop_duplicates().sort_values("category", kind="stable")
-    delays["cats"] = trip.groupby(["launcher_name", "launcher_kind"])["category"].agg(list)
-    df = inst.groupby(["name", "kind"]).agg(
-        count=("direct_ns", "size"), direct_ns=("direct_ns", "sum"), subtree_ns=("subtree_ns", "sum"),
-        cpu_ns=("cpu_ns", "sum"), cpu_n=("cpu_ns", "count"),
-        attributed=("attributed", "first"))
-    df = df.join(delays.rename_axis(["name", "kind"]))
-    df = df.reset_index().sort_values(["direct_ns", "name"], ascending=[False, True], kind="stable")
-    totals.attributed_kernel_time_ns = int(df.loc[df["attributed"], "direct_ns"].sum())
-    p, c = _pcts(df["direct_ns"], df["attributed"])
-    df["p"], df["c"] = p, c
-    shown, rem_n, rem_t = _finish(df, limit)
+def _pcts(r: dict, denom: int) -> tuple[float | None, float | None]:
+    """TraceLens Percentage and Cumulative Percentage of an attributed row (None for '<unattributed>')."""
+    if not r["attributed"]:
+        return None, None
+    return pct(r["direct_ns"], float(denom), 4), pct(r["cum_attr"], float(denom), 4)
+
+
+def _round(x: float, digits: int) -> float:
+    """numpy's rounding (half to even of x * 10^digits), which the host time means have always used (not Python's
+    round, which rounds the exact binary value: 14646.45 gives 14646.5 there, 14646.4 here)."""
+    return float(np.round(x, digits))
+
+
+def _nf(v) -> float | None:
+    return None if v is None else float(v)
+
+
+def _name_rows(cur, g, totals, limit):
+    grouped = f"""
+        SELECT i.*, d.* EXCLUDE (name, kind) FROM (
+            SELECT name, kind, count(*) AS count, sum(direct_ns)::BIGINT AS direct_ns, sum(subtree_ns)::BIGINT AS subtree_ns,
+                   sum(cpu_ns)::BIGINT AS cpu_ns, count(cpu_ns) AS cpu_n, bool_or(attributed) AS attributed
+            FROM _ops_inst WHERE name IS NOT NULL GROUP BY name, kind) i
+        JOIN (SELECT launcher_name AS name, launcher_kind AS kind, count(*) AS n_ops, median(launch_delay_ns) AS ld,
+                     median(queue_free_delay_ns) AS qf, count(*) FILTER (WHERE delay_excluded) AS excluded,
+                     count(*) FILTER (WHERE in_graph) AS gops, sum(graph_dur_ns)::BIGINT AS gns,
+                     list_sort(list(DISTINCT category)) AS cats
+              FROM {g.sql} WHERE launcher_name IS NOT NULL GROUP BY ALL) d USING (name, kind)"""
+    shown, rem_n, rem_t, denom = _ranked(cur, grouped, g.params, "direct_ns DESC, name, kind", limit)
+    totals.attributed_kernel_time_ns = denom
     graphs = totals.graph_kernels is not None
-    rows = [OpRow(
-        name=clip_name(r.name), launcher_kind=r.kind, count=int(r.count), gpu_op_count=int(r.n_ops),
-        total_direct_kernel_time_ns=int(r.direct_ns), total_direct_kernel_time_ms=round(r.direct_ns / 1e6, 6),
-        total_subtree_kernel_time_ns=int(r.subtree_ns), total_subtree_kernel_time_ms=round(r.subtree_ns / 1e6, 6),
-        categories=list(r.cats), pct_of_attributed_kernel_time=_nn(r.p), cumulative_pct=_nn(r.c),
-        pct_of_gpu_busy=pct(r.direct_ns, totals.gpu_busy_ns, 4), pct_of_gpu_span=pct(r.direct_ns, totals.gpu_span_ns, 4),
-        cpu_time_ns=int(r.cpu_ns) if r.cpu_n else None, cpu_time_mean_ns=round(r.cpu_ns / r.cpu_n, 1) if r.cpu_n else None,
-        launch_delay_median_ns=None if pd.isna(r.ld) else float(r.ld),
-        queue_free_delay_median_ns=None if pd.isna(r.qf) else float(r.qf), delay_excluded_gpu_ops=int(r.excluded),
-        graph_gpu_ops=int(r.gops) if graphs else None, graph_kernel_time_ns=int(r.gns) if graphs else None,
-    ) for r in shown.itertuples()]
-    return rows, rem_n, rem_t
-
-
-def _category_rows(g, inst, totals, attribution, limit):
-    if attribution == "cpu_op":
-        df = inst.groupby("category").agg(count=("direct_ns", "size"), direct_ns=("direct_ns", "sum"),
-                                          attributed=("attributed", "first"))
-    else:  # no op tree: each GPU op is classified by its kernel name; direct = union per (range instance, category)
-        u, cat, kind = _per_instance_category(g)
-        per = pd.DataFrame({"category": cat, "direct_ns": u, "attributed": kind != "unattributed"})
-        df = per.groupby("category").agg(direct_ns=("direct_ns", "sum"), attributed=("attributed", "any"))
-        df["count"] = g.groupby("category").size()
-    df = df.reset_index().sort_values(["direct_ns", "category"], ascending=[False, True], kind="stable")
-    totals.attributed_kernel_time_ns = int(df.loc[df["attributed"], "direct_ns"].sum())
-    p, c = _pcts(df["direct_ns"], df["attributed"])
-    df["p"], df["c"] = p, c
-    shown, rem_n, rem_t = _finish(df, limit)
-    return [CategoryRow(category=r.category, count=int(r.count), total_direct_kernel_time_ns=int(r.direct_ns),
-                        total_direct_kernel_time_ms=round(r.direct_ns / 1e6, 6), pct_of_attributed_kernel_time=_nn(r.p),
-                        cumulative_pct=_nn(r.c), pct_of_gpu_busy=pct(r.direct_ns, totals.gpu_busy_ns, 4),
-                        pct_of_gpu_span=pct(r.direct_ns, totals.gpu_span_ns, 4)) for r in shown.itertuples()], rem_n, rem_t
-
-
-def _shape_rows(g, inst, totals, limit):
-    inst = inst.copy()
-    inst["dims"] = inst["input_dims"].fillna("")
-    inst["types"] = inst["input_types"].fillna("")
-    keys = ["name", "category", "dims", "types"]
-    df = inst.reset_index().groupby(keys).agg(
-        count=("direct_ns", "size"), direct_ns=("direct_ns", "sum"), mean=("direct_ns", "mean"),
-        median=("direct_ns", "median"), std=("direct_ns", "std"), mn=("direct_ns", "min"), mx=("direct_ns", "max"),
-        subtree_ns=("subtree_ns", "sum"), attributed=("attributed", "first"), insts=("inst", list))
-    df = df.reset_index().sort_values(["direct_ns", "name"], ascending=[False, True], kind="stable")
-    totals.attributed_kernel_time_ns = int(df.loc[df["attributed"], "direct_ns"].sum())
-    p, c = _pcts(df["direct_ns"], df["attributed"])
-    df["p"], df["c"] = p, c
-    shown, rem_n, rem_t = _finish(df, limit)
-    # The GPU ops of every shown row in one join (a per-row isin over all ops is quadratic: seconds on big traces).
-    shown = shown.reset_index(drop=True)
-    members = shown[["insts"]].explode("insts").reset_index().rename(columns={"index": "row", "insts": "inst"})
-    members["inst"] = members["inst"].astype(g["inst"].dtype)
-    ks = (g.merge(members, on="inst").groupby(["row", "name", "stream_id"], dropna=False)
-          .agg(count=("dur_ns", "size"), total=("dur_ns", "sum"), first=("start_ns", "min")).reset_index()
-          .sort_values(["row", "first", "name"], kind="stable"))
-    by_row: dict[int, list] = {}
-    for k in ks.itertuples():
-        if len(by_row.setdefault(k.row, [])) < 12:
-            by_row[k.row].append({"name": clip_name(k.name, 96), "stream": None if pd.isna(k.stream_id) else int(k.stream_id),
-                                  "count": int(k.count), "total_ns": int(k.total), "mean_ns": round(k.total / k.count, 1)})
     rows = []
-    for r in shown.itertuples():
-        kernels = by_row.get(r.Index, [])
-        rows.append(ShapeRow(name=clip_name(r.name), category=r.category, input_dims=r.dims or None, input_types=r.types or None,
-                             count=int(r.count), direct_total_ns=int(r.direct_ns), direct_mean_ns=round(float(r.mean), 1),
-                             direct_median_ns=float(r.median), direct_std_ns=None if pd.isna(r.std) else round(float(r.std), 1),
-                             direct_min_ns=int(r.mn), direct_max_ns=int(r.mx), subtree_total_ns=int(r.subtree_ns),
-                             pct_of_attributed_kernel_time=_nn(r.p), cumulative_pct=_nn(r.c), kernels=kernels))
+    for r in shown:
+        p, c = _pcts(r, denom)
+        d, n = r["direct_ns"], r["cpu_n"]
+        rows.append(OpRow(
+            name=clip_name(r["name"]), launcher_kind=r["kind"], count=r["count"], gpu_op_count=r["n_ops"],
+            total_direct_kernel_time_ns=d, total_direct_kernel_time_ms=round(d / 1e6, 6),
+            total_subtree_kernel_time_ns=r["subtree_ns"], total_subtree_kernel_time_ms=round(r["subtree_ns"] / 1e6, 6),
+            categories=list(r["cats"]), pct_of_attributed_kernel_time=p, cumulative_pct=c,
+            pct_of_gpu_busy=pct(d, totals.gpu_busy_ns, 4), pct_of_gpu_span=pct(d, totals.gpu_span_ns, 4),
+            cpu_time_ns=int(r["cpu_ns"]) if n else None, cpu_time_mean_ns=_round(r["cpu_ns"] / n, 1) if n else None,
+            launch_delay_median_ns=_nf(r["ld"]), queue_free_delay_median_ns=_nf(r["qf"]), delay_excluded_gpu_ops=r["excluded"],
+            graph_gpu_ops=r["gops"] if graphs else None, graph_kernel_time_ns=r["gns"] if graphs else None))
     return rows, rem_n, rem_t
 
 
-def _kernel_rows(g, totals, include_unlinked, limit):
-    k = g[g["op"] == "kernel"]
-    denom = int(k["dur_ns"].sum())
+def _category_rows(cur, g, totals, limit):
+    if g.frame.attribution == "cpu_op":
+        grouped = """SELECT category, count(*) AS count, sum(direct_ns)::BIGINT AS direct_ns, bool_or(attributed) AS attributed
+                     FROM _ops_inst GROUP BY category"""
+        params = []
+    else:  # no op tree: each GPU op is classified by its kernel name; direct = union per (range instance, category)
+        per, per_params = union_per_instance(g, "inst, category")
+        grouped = f"""
+            SELECT category, count AS count, direct_ns, attributed FROM (
+                SELECT k.category, sum(coalesce(u.busy_ns, 0))::BIGINT AS direct_ns, bool_or(k.attributed) AS attributed
+                FROM (SELECT inst, category, bool_or(launcher_kind <> 'unattributed') AS attributed FROM {g.sql} GROUP BY ALL) k
+                LEFT JOIN ({per}) u USING (inst, category) GROUP BY k.category)
+            JOIN (SELECT category, count(*) AS count FROM {g.sql} GROUP BY category) USING (category)"""
+        params = g.params + per_params + g.params
+    shown, rem_n, rem_t, denom = _ranked(cur, grouped, params, "direct_ns DESC, category", limit)
+    totals.attributed_kernel_time_ns = denom
+    rows = []
+    for r in shown:
+        p, c = _pcts(r, denom)
+        d = r["direct_ns"]
+        rows.append(CategoryRow(category=r["category"], count=r["count"], total_direct_kernel_time_ns=d,
+                                total_direct_kernel_time_ms=round(d / 1e6, 6), pct_of_attributed_kernel_time=p, cumulative_pct=c,
+                                pct_of_gpu_busy=pct(d, totals.gpu_busy_ns, 4), pct_of_gpu_span=pct(d, totals.gpu_span_ns, 4)))
+    return rows, rem_n, rem_t
+
+
+def _shape_rows(cur, g, totals, limit):
+    grouped = """
+        SELECT name, category, coalesce(input_dims, '') AS dims, coalesce(input_types, '') AS types, count(*) AS count,
+               sum(direct_ns)::BIGINT AS direct_ns, avg(direct_ns) AS mean, median(direct_ns) AS median,
+               stddev_samp(direct_ns) AS std, min(direct_ns) AS mn, max(direct_ns) AS mx, sum(subtree_ns)::BIGINT AS subtree_ns,
+               bool_or(attributed) AS attributed
+        FROM _ops_inst WHERE name IS NOT NULL GROUP BY ALL"""
+    shown, rem_n, rem_t, denom = _ranked(cur, grouped, [], "direct_ns DESC, name, category, dims, types", limit)
+    totals.attributed_kernel_time_ns = denom
+    # The GPU ops of every shown row in one join: per (row, kernel name, stream) count, Σ duration and first start.
+    ks = cursor_dicts(cur, f"""
+        SELECT pos, name, stream_id, count, total FROM (
+            SELECT r.pos, s.name, s.stream_id, count(*) AS count, sum(s.dur_ns)::BIGINT AS total, min(s.start_ns) AS first,
+                   row_number() OVER (PARTITION BY r.pos ORDER BY min(s.start_ns), s.name, s.stream_id NULLS LAST) AS k
+            FROM (SELECT * FROM _ops_rows WHERE pos <= {int(limit)}) r
+            JOIN _ops_inst i ON i.name = r.name AND i.category = r.category AND coalesce(i.input_dims, '') = r.dims
+                             AND coalesce(i.input_types, '') = r.types
+            JOIN {g.sql} s USING (inst)
+            GROUP BY r.pos, s.name, s.stream_id)
+        WHERE k <= 12 ORDER BY pos, k""", g.params)
+    by_row: dict[int, list] = {}
+    for k in ks:
+        by_row.setdefault(k["pos"], []).append({"name": clip_name(k["name"], 96), "stream": k["stream_id"], "count": k["count"],
+                                                "total_ns": k["total"], "mean_ns": round(k["total"] / k["count"], 1)})
+    rows = []
+    for r in shown:
+        p, c = _pcts(r, denom)
+        rows.append(ShapeRow(name=clip_name(r["name"]), category=r["category"], input_dims=r["dims"] or None,
+                             input_types=r["types"] or None, count=r["count"], direct_total_ns=r["direct_ns"],
+                             direct_mean_ns=round(float(r["mean"]), 1), direct_median_ns=float(r["median"]),
+                             direct_std_ns=None if r["std"] is None else round(float(r["std"]), 1),
+                             direct_min_ns=r["mn"], direct_max_ns=r["mx"], subtree_total_ns=r["subtree_ns"],
+                             pct_of_attributed_kernel_time=p, cumulative_pct=c, kernels=by_row.get(r["pos"], [])))
+    return rows, rem_n, rem_t
+
+
+def _kernel_rows(cur, g, totals, include_unlinked, limit):
+    k = g.narrow("op = 'kernel'")
+    denom = int(cur.execute(f"SELECT coalesce(sum(dur_ns), 0)::BIGINT FROM {k.sql}", k.params).fetchone()[0])
     if not include_unlinked:
-        k = k[k["launcher_kind"] != "unattributed"]
-    df = k.groupby(["category", "launcher_name", "name", "stream_id", "device_id"], dropna=False).agg(
-        count=("dur_ns", "size"), total=("dur_ns", "sum"), mean=("dur_ns", "mean"), mn=("dur_ns", "min"),
-        mx=("dur_ns", "max"), gn=("in_graph", "sum")).reset_index().sort_values(["total", "launcher_name"], ascending=[False, True], kind="stable")
-    shown, rem_n, rem_t = _finish(df, limit, "total")
-    return [KernelRow(parent_category=r.category, parent_op=clip_name(r.launcher_name), kernel_name=clip_name(r.name),
-                      stream_id=None if pd.isna(r.stream_id) else int(r.stream_id), device_id=int(r.device_id),
-                      count=int(r.count), total_ns=int(r.total), mean_ns=round(float(r.mean), 1), min_ns=int(r.mn),
-                      max_ns=int(r.mx), pct_of_kernel_time=pct(r.total, denom, 4),
-                      pct_of_gpu_span=pct(r.total, totals.gpu_span_ns, 4),
-                      in_graph_count=int(r.gn) if totals.graph_kernels is not None else None)
-            for r in shown.itertuples()], rem_n, rem_t
+        k = k.narrow("launcher_kind <> 'unattributed'")
+    grouped = f"""
+        SELECT category, launcher_name, name, stream_id, device_id, count(*) AS count, sum(dur_ns)::BIGINT AS total,
+               avg(dur_ns) AS mean, min(dur_ns) AS mn, max(dur_ns) AS mx, count(*) FILTER (WHERE in_graph) AS gn
+        FROM {k.sql} GROUP BY ALL"""
+    shown, rem_n, rem_t, _ = _ranked(
+        cur, grouped, k.params, "total DESC, launcher_name NULLS LAST, category NULLS LAST, name NULLS LAST, "
+        "stream_id NULLS LAST, device_id NULLS LAST", limit, value="total", attributed=None)
+    graphs = totals.graph_kernels is not None
+    return [KernelRow(parent_category=r["category"], parent_op=clip_name(r["launcher_name"]), kernel_name=clip_name(r["name"]),
+                      stream_id=r["stream_id"], device_id=r["device_id"], count=r["count"], total_ns=r["total"],
+                      mean_ns=round(float(r["mean"]), 1), min_ns=r["mn"], max_ns=r["mx"], pct_of_kernel_time=pct(r["total"], denom, 4),
+                      pct_of_gpu_span=pct(r["total"], totals.gpu_span_ns, 4), in_graph_count=r["gn"] if graphs else None)
+            for r in shown], rem_n, rem_t

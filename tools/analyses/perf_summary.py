@@ -32,11 +32,11 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
-from ..model.trace import Trace
+from ..model.trace import Trace, cursor_dicts
 from ..perf_models import model_for
-from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
-from .ops_summary import _instances, selected_frame
-from .op_tree import union_ns
+from .common import (ALL_TABLES, CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct,
+                     resolve_selection, ToolResult)
+from .ops_summary import busy_by_device, call_cursor, instances, selected_frame
 from .requirements import require
 
 MB = 1_000_000  # 10^6 bytes
@@ -103,18 +103,6 @@ def _r(x: float | None, digits: int = 6) -> float | None:
     return float(f"{x:.{digits}g}")
 
 
-def _concrete(trace: Trace) -> pd.DataFrame:
-    """concrete_inputs (conc) and input_strides (strides) by cpu_ops rowid, '' where absent; memoized."""
-    def compute() -> pd.DataFrame:
-        cur = trace.con.cursor()
-        try:
-            return cur.execute("SELECT rowid, coalesce(concrete_inputs, '') AS conc, coalesce(input_strides, '') AS strides "
-                               "FROM cpu_ops WHERE category = 'cpu_op'").df().set_index("rowid")
-        finally:
-            cur.close()
-    return trace.memo(("perf_summary.concrete",), compute)
-
-
 def perf_summary(
     trace: Trace,
     *,
@@ -129,33 +117,36 @@ def perf_summary(
             "from you) or ops_summary / top_kernels for time only.")
     _, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 500))
-    g, sub, _ = selected_frame(trace, device, start_ns, end_ns)
-    other = g[g["launcher_kind"] != "cpu_op"]
-    other_t = int(union_ns(other["device_id"].to_numpy(), other["start_ns"].to_numpy(), other["end_ns"].to_numpy()).sum()) if len(other) else 0
-    g = g[g["launcher_kind"] == "cpu_op"]
-    if g.empty:
-        raise ProfileError("no GPU op in the selection was launched from inside a PyTorch cpu_op; ops_summary shows "
-                           "what launched them.")
-    inst = _instances(g, sub.iloc[:0])  # subtree time is not needed
-    if category:
-        inst = inst[inst["category"].str.lower() == category.lower()]
-        if inst.empty:
-            cats = sorted(set(_instances(g, sub.iloc[:0])["category"]))
-            raise ProfileError(f"no op of category {category!r} in the selection; categories present: {cats}.")
-    if name_contains:
-        inst = inst[inst["name"].str.contains(name_contains, case=False, regex=False)]
-        if inst.empty:
-            raise ProfileError(f"no op name contains {name_contains!r} in the selection; call perf_summary without it to see the names.")
-    conc = _concrete(trace)
-    inst = inst.copy()
-    ci = conc.reindex(inst["launcher_id"].to_numpy())  # one lookup for all instances
-    inst["conc"] = ci["conc"].fillna("").to_numpy()
-    inst["strides"] = ci["strides"].fillna("").to_numpy()
-    inst["dims"] = inst["input_dims"].fillna("")
-    inst["types"] = inst["input_types"].fillna("")
-    df = inst.groupby(["name", "category", "dims", "types", "conc", "strides"]).agg(
-        count=("direct_ns", "size"), total=("direct_ns", "sum")).reset_index()
-    df = df.sort_values(["total", "name"], ascending=[False, True], kind="stable").reset_index(drop=True)
+    g = selected_frame(trace, device, start_ns, end_ns)
+    with call_cursor(trace) as cur:
+        other = g.narrow("launcher_kind <> 'cpu_op'")
+        other_n = cur.execute(f"SELECT count(*) FROM {other.sql}", other.params).fetchone()[0]
+        other_t = busy_by_device(cur, other) if other_n else 0
+        g = g.narrow("launcher_kind = 'cpu_op'")
+        if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM {g.sql})", g.params).fetchone()[0]:
+            raise ProfileError("no GPU op in the selection was launched from inside a PyTorch cpu_op; ops_summary shows "
+                               "what launched them.")
+        instances(cur, g, subtree=False)
+        conds, params = ["name IS NOT NULL"], []
+        if category:
+            conds.append("lower(category) = lower(?)")
+            params.append(category)
+            if not cur.execute("SELECT EXISTS (SELECT 1 FROM _ops_inst WHERE lower(category) = lower(?))", [category]).fetchone()[0]:
+                cats = [r[0] for r in cur.execute("SELECT DISTINCT category FROM _ops_inst ORDER BY 1").fetchall()]
+                raise ProfileError(f"no op of category {category!r} in the selection; categories present: {cats}.")
+        if name_contains:
+            conds.append(f"name {CONTAINS_SQL}")
+            params.append(contains_pattern(name_contains))
+            if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM _ops_inst WHERE {' AND '.join(conds)})", params).fetchone()[0]:
+                raise ProfileError(f"no op name contains {name_contains!r} in the selection; call perf_summary without it to see the names.")
+        # Signatures: name, category, shapes, dtypes, scalar inputs and strides (cpu_ops columns of the launcher)
+        df = pd.DataFrame(cursor_dicts(cur, f"""
+            SELECT i.name, i.category, coalesce(i.input_dims, '') AS dims, coalesce(i.input_types, '') AS types,
+                   coalesce(c.concrete_inputs, '') AS conc, coalesce(c.input_strides, '') AS strides, count(*) AS count,
+                   sum(i.direct_ns)::BIGINT AS total
+            FROM (SELECT * FROM _ops_inst WHERE {' AND '.join(conds)}) i LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
+            GROUP BY ALL ORDER BY total DESC, name, category, dims, types, conc, strides""", params),
+            columns=["name", "category", "dims", "types", "conc", "strides", "count", "total"])
     attributed = int(df["total"].sum())
 
     rows: list[PerfRow] = []
@@ -203,7 +194,7 @@ def perf_summary(
         modelled_achieved_tflops_per_s=_r(mod_flops / (mod_t * 1e-9) / 1e12) if mod_t else None,
         unmodelled_signatures=un_sigs, unmodelled_ops=un_calls, unmodelled_time_ns=un_t,
         unmodelled_names=[n for n, _ in sorted(un_names.items(), key=lambda kv: (-kv[1], kv[0]))][:25],
-        not_op_attributed_gpu_ops=len(other), not_op_attributed_time_ns=other_t)
+        not_op_attributed_gpu_ops=int(other_n), not_op_attributed_time_ns=int(other_t))
     truncated = len(rest) > 0
     return PerfSummaryResult(
         data_issues=data_issue_notes(trace, ALL_TABLES),

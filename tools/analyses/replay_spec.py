@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
-from ..model.trace import Trace
+from ..model.trace import Trace, cursor_dicts
 from .call_stack import parse_json, resolve_op_name
 from .common import ALL_TABLES, clip_name, data_issue_notes, data_issues_field, ToolResult
 from .op_tree import launchers
@@ -176,47 +175,62 @@ def replay_spec(trace: Trace, *, op: str, shapes_index: int = 0, limit: int = 10
     limit = max(1, min(int(limit), 100))
     names = [r[0] for r in trace.sql("SELECT DISTINCT name FROM cpu_ops WHERE category = 'cpu_op' ORDER BY 1")]
     name = resolve_op_name(names, op)
-    calls = pd.DataFrame(trace.sql_dicts(
-        """SELECT rowid AS op_id, start_ns, dur_ns, coalesce(input_dims, '') AS dims, coalesce(input_types, '') AS types,
-                  coalesce(input_strides, '') AS strides, coalesce(concrete_inputs, '') AS concrete
-           FROM cpu_ops WHERE category = 'cpu_op' AND name = ? ORDER BY start_ns, rowid""", [name]))
-    calls["call_index"] = np.arange(len(calls))
     L = launchers(trace)
-    pairs = L.subtree[L.subtree["op_id"].isin(calls["op_id"])].merge(
-        L.gops[["gop_id", "op", "name", "dur_ns", "device_id", "call_start_ns", "start_ns"]], on="gop_id")
-    kt = pairs[pairs["op"] == "kernel"].groupby("op_id")["dur_ns"].sum()
-    calls["kt"] = calls["op_id"].map(kt).fillna(0).astype("int64")
-    keys = ["dims", "types", "strides", "concrete"]
-    sig = calls.groupby(keys, sort=False).agg(calls=("op_id", "size"), kt=("kt", "sum"), first=("start_ns", "min")).reset_index()
-    sig = sig.sort_values(["kt", "calls", "first"], ascending=[False, False, True], kind="stable").reset_index(drop=True)
-    n = len(sig)
-    if not -n <= int(shapes_index) < n:
-        raise ProfileError(f"shapes_index {shapes_index} is out of range: {name!r} has {n} distinct signatures (0..{n - 1}).")
-    si = int(shapes_index) % n
-    s = sig.iloc[si]
-    mine = calls[(calls[keys] == s[keys]).all(axis=1)]
-    inputs = _inputs(parse_json(s["dims"] or None), parse_json(s["types"] or None), parse_json(s["strides"] or None),
-                     parse_json(s["concrete"] or None))
-    p = pairs[pairs["op_id"].isin(mine["op_id"])]
-    kinfo = pd.DataFrame(trace.sql_dicts(
-        "SELECT rowid * 2 AS gop_id, grid_x, grid_y, grid_z, block_x, block_y, block_z FROM kernels"))
-    p = p.merge(kinfo, on="gop_id", how="left") if len(p) else p
+    cur = trace.con.cursor()
+    try:
+        # The op's calls, each with the summed duration of the kernels launched inside it (op_tree subtree pairs).
+        cur.execute(f"""CREATE OR REPLACE TEMP TABLE _rs_calls AS
+            SELECT c.*, row_number() OVER (ORDER BY c.start_ns, c.op_id) - 1 AS call_index,
+                   coalesce(k.kt, 0)::BIGINT AS kt
+            FROM (SELECT rowid AS op_id, start_ns, dur_ns, coalesce(input_dims, '') AS dims, coalesce(input_types, '') AS types,
+                         coalesce(input_strides, '') AS strides, coalesce(concrete_inputs, '') AS concrete
+                  FROM cpu_ops WHERE category = 'cpu_op' AND name = ?) c
+            LEFT JOIN (SELECT p.op_id, sum(g.dur_ns) AS kt FROM {L.subtree} p JOIN {L.gops} g USING (gop_id)
+                       WHERE g.op = 'kernel' AND p.op_id IN (SELECT rowid FROM cpu_ops WHERE category = 'cpu_op' AND name = ?)
+                       GROUP BY p.op_id) k USING (op_id)""", [name, name])
+        keys = ["dims", "types", "strides", "concrete"]
+        sig = pd.DataFrame(cursor_dicts(cur, """
+            SELECT dims, types, strides, concrete, count(*) AS calls, sum(kt)::BIGINT AS kt, min(start_ns) AS first
+            FROM _rs_calls GROUP BY ALL ORDER BY kt DESC, calls DESC, first, min(call_index)"""),
+            columns=keys + ["calls", "kt", "first"])
+        n = len(sig)
+        if not -n <= int(shapes_index) < n:
+            raise ProfileError(f"shapes_index {shapes_index} is out of range: {name!r} has {n} distinct signatures (0..{n - 1}).")
+        si = int(shapes_index) % n
+        s = sig.iloc[si]
+        mine_sql = "SELECT * FROM _rs_calls WHERE dims = ? AND types = ? AND strides = ? AND concrete = ?"
+        mp = [s[k] for k in keys]
+        mine = pd.DataFrame(cursor_dicts(cur, mine_sql + " ORDER BY call_index", mp),
+                            columns=["op_id", "start_ns", "dur_ns"] + keys + ["call_index", "kt"])
+        inputs = _inputs(parse_json(s["dims"] or None), parse_json(s["types"] or None), parse_json(s["strides"] or None),
+                         parse_json(s["concrete"] or None))
+        # The GPU ops launched inside these calls, per name in order of first appearance (call, launch, start), with the
+        # most frequent launch configuration (smallest of equals) of the kernels.
+        cur.execute(f"""CREATE OR REPLACE TEMP TABLE _rs_ops AS
+            SELECT g.gop_id, g.op, g.name, g.dur_ns, g.device_id, p.op_id, g.call_start_ns, g.start_ns
+            FROM {L.subtree} p JOIN {L.gops} g USING (gop_id) WHERE p.op_id IN (SELECT op_id FROM ({mine_sql}))""", mp)
+        kern = cursor_dicts(cur, """
+            SELECT o.name, arg_min(o.op, (o.op_id, o.call_start_ns, o.start_ns)) AS op, count(*) AS n, avg(o.dur_ns) AS mean,
+                   sum(o.dur_ns)::BIGINT AS total, min((o.op_id, o.call_start_ns, o.start_ns)) AS first,
+                   (SELECT [c.grid_x, c.grid_y, c.grid_z, c.block_x, c.block_y, c.block_z] FROM _rs_ops q JOIN kernels c ON c.rowid * 2 = q.gop_id
+                    WHERE q.name = o.name AND q.op = 'kernel' AND c.grid_x IS NOT NULL AND c.grid_y IS NOT NULL AND c.grid_z IS NOT NULL
+                          AND c.block_x IS NOT NULL AND c.block_y IS NOT NULL AND c.block_z IS NOT NULL
+                    GROUP BY ALL ORDER BY count(*) DESC, 1 LIMIT 1) AS cfg
+            FROM _rs_ops o GROUP BY o.name ORDER BY first""")
+        dev_row = cur.execute("SELECT device_id FROM _rs_ops GROUP BY 1 ORDER BY count(*) DESC, 1 LIMIT 1").fetchall()
+    finally:
+        cur.close()
     kernels = []
-    if len(p):
-        order = p.sort_values(["op_id", "call_start_ns", "start_ns"]).drop_duplicates("name")["name"].tolist()
-        for kname in order:
-            g = p[p["name"] == kname]
-            cfg = None
-            if g["op"].iloc[0] == "kernel":
-                c = g.groupby(["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"]).size()
-                cfg = c.idxmax() if len(c) else None
-            kernels.append(ReplayKernel(
-                name=clip_name(kname, 200), op=str(g["op"].iloc[0]), calls_per_op_call=round(len(g) / len(mine), 3),
-                mean_ns=round(float(g["dur_ns"].mean()), 1), total_ns=int(g["dur_ns"].sum()),
-                grid=None if cfg is None else [int(x) for x in cfg[:3]], block=None if cfg is None else [int(x) for x in cfg[3:]]))
+    for k in kern:
+        cfg = k["cfg"] if k["op"] == "kernel" else None
+        kernels.append(ReplayKernel(
+            name=clip_name(k["name"], 200), op=str(k["op"]), calls_per_op_call=round(k["n"] / len(mine), 3),
+            mean_ns=round(float(k["mean"]), 1), total_ns=int(k["total"]),
+            grid=None if cfg is None else [int(x) for x in cfg[:3]], block=None if cfg is None else [int(x) for x in cfg[3:]]))
+    p = dev_row
     dev = None
     if len(p):
-        d = int(p["device_id"].mode().iloc[0])
+        d = int(p[0][0])
         r = trace.sql("SELECT name FROM devices WHERE device_id = ?", [d])
         dev = r[0][0] if r else None
     else:
