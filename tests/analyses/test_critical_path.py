@@ -125,6 +125,17 @@ def test_step_and_window_choices(opened):
     assert win.iteration is None and win.window.start_ns == ws and win.path_ns == 415 * US
     with pytest.raises(ProfileError, match="steps 0..2"):
         critical_path(t, step=7)
+    # a window inside the capture where nothing runs: the longest gap between the host calls and GPU ops
+    spans = sorted(t.sql("SELECT start_ns, end_ns FROM api_calls UNION ALL SELECT start_ns, end_ns FROM kernels "
+                         "UNION ALL SELECT start_ns, end_ns FROM memops"))
+    reach, gaps = spans[0][1], []
+    for s0, e0 in spans[1:]:
+        if s0 > reach:
+            gaps.append((s0 - reach, reach, s0))
+        reach = max(reach, e0)
+    _, lo, hi = max(gaps)
+    with pytest.raises(ProfileError, match="no API call or GPU operation starts or runs in the window.*widen the window"):
+        critical_path(t, start_ns=lo + 1, end_ns=hi - 1)
     with pytest.raises(ProfileError, match="not both"):
         critical_path(t, step=1, start_ns=ws)
     with pytest.raises(ProfileError, match="speedup must be a positive"):
