@@ -52,7 +52,7 @@ def timeline_ops_sql(trace: Trace, where: str, lo: int, hi: int, include_unlinke
             SELECT name, CASE WHEN {comm} THEN {COMM} WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY}
                               ELSE {COMP} END AS name_cls
             FROM (SELECT DISTINCT name FROM kernels)),
-        ops AS NOT MATERIALIZED (
+        ops AS (
             SELECT device_id, pid, tid, stream_id, correlation_id, launched, name, short_name, collective,
                    greatest(start_ns, {lo}) AS start_ns, least(end_ns, {hi}) AS end_ns,
                    CASE WHEN whole_graph THEN {GRAPH} ELSE name_cls END AS cls
