@@ -8,7 +8,7 @@ import pytest
 
 from conftest import FORMATS, needs_data, real_files, scenario_cases
 from gpuscope.fixtures.scenarios_critical_path import EVENT_SCENARIOS, SCENARIOS, STEP, T0
-from gpuscope.tools.analyses.critical_path import KINDS, critical_path
+from gpuscope.tools.analyses.critical_path import KINDS, build, critical_path
 from gpuscope.tools.model.errors import ProfileError
 
 US = 1_000
@@ -125,6 +125,17 @@ def test_step_and_window_choices(opened):
     assert win.iteration is None and win.window.start_ns == ws and win.path_ns == 415 * US
     with pytest.raises(ProfileError, match="steps 0..2"):
         critical_path(t, step=7)
+    # a window inside the capture where nothing runs: the longest gap between the host calls and GPU ops
+    spans = sorted(t.sql("SELECT start_ns, end_ns FROM api_calls UNION ALL SELECT start_ns, end_ns FROM kernels "
+                         "UNION ALL SELECT start_ns, end_ns FROM memops"))
+    reach, gaps = spans[0][1], []
+    for s0, e0 in spans[1:]:
+        if s0 > reach:
+            gaps.append((s0 - reach, reach, s0))
+        reach = max(reach, e0)
+    _, lo, hi = max(gaps)
+    with pytest.raises(ProfileError, match="no API call or GPU operation starts or runs in the window.*widen the window"):
+        critical_path(t, start_ns=lo + 1, end_ns=hi - 1)
     with pytest.raises(ProfileError, match="not both"):
         critical_path(t, step=1, start_ns=ws)
     with pytest.raises(ProfileError, match="speedup must be a positive"):
@@ -132,6 +143,27 @@ def test_step_and_window_choices(opened):
     with pytest.raises(ProfileError, match="exactly one of"):
         critical_path(t, what_if=[{"speedup": 2.0}])
 
+
+
+@pytest.mark.parametrize("buckets", [1, 3, 4096])
+def test_node_cap_moves_the_window_end_to_the_first_start_past_it(opened, monkeypatch, buckets):
+    """build._cut against a plain running count over the profile's events (3 nodes per API call, 1 per GPU op, by
+    start): the new end is the first start where the count passes MAX_NODES, whatever the number of time slices."""
+    t = opened("cp_cross_stream", "nsys")
+    starts = {tb: [r[0] for r in t.sql(f"SELECT start_ns FROM {tb}")] for tb in ("api_calls", "kernels", "memops")}
+    events = sorted([(s, 3) for s in starts["api_calls"]] + [(s, 1) for s in starts["kernels"] + starts["memops"]])
+    ws, we = events[0][0], events[-1][0] + 1
+    total = sum(w for _, w in events)
+    monkeypatch.setattr(build, "BUCKETS", buckets)
+    for cap in (1, 2, 3, 4, total // 2, total - 1, total):
+        monkeypatch.setattr(build, "MAX_NODES", cap)
+        upto, want = 0, None
+        for s, w in events:
+            upto += w
+            if upto > cap:
+                want = s
+                break
+        assert build._cut([t], [(0, None, ws, we, None)]) == ({} if want is None else {0: want}), cap
 
 
 def test_a_substring_with_glob_characters_says_it_was_matched_literally(opened):

@@ -231,9 +231,9 @@ def test_first_call_reads_the_ops_twice(write_profile, monkeypatch):
     monkeypatch.setattr(Trace, "sql", counting)
     try:
         first = gpu_timeline(trace)
-        reads = [q for q in seen if "FROM kernels WHERE" in q]
+        reads = [q for q in seen if "FROM kernels JOIN named" in q]
         assert first.all_devices is not None and len(reads) == 3, [" ".join(q.split())[:120] for q in reads]
         seen.clear()
-        assert gpu_timeline(trace) == first and not [q for q in seen if "FROM kernels WHERE" in q]
+        assert gpu_timeline(trace) == first and not [q for q in seen if "FROM kernels JOIN named" in q]
     finally:
         trace.close()

@@ -46,13 +46,17 @@ def timeline_ops_sql(trace: Trace, where: str, lo: int, hi: int, include_unlinke
     `collective` (comm_patterns.collective_index_sql) and an `owner` partition (the device's only process, or each process when several share the device)."""
     comm = is_comm_sql("name", patterns)
     linked = "" if include_unlinked else " AND launched"
+    # A kernel's class follows from its name: the patterns run once per distinct name (a profile has few), not per kernel.
     return f"""
-        WITH ops AS (
+        WITH named AS (
+            SELECT name, CASE WHEN {comm} THEN {COMM} WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY}
+                              ELSE {COMP} END AS name_cls
+            FROM (SELECT DISTINCT name FROM kernels)),
+        ops AS (
             SELECT device_id, pid, tid, stream_id, correlation_id, launched, name, short_name, collective,
                    greatest(start_ns, {lo}) AS start_ns, least(end_ns, {hi}) AS end_ns,
-                   CASE WHEN whole_graph THEN {GRAPH} WHEN {comm} THEN {COMM}
-                        WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY} ELSE {COMP} END AS cls
-            FROM kernels WHERE {where}{linked}
+                   CASE WHEN whole_graph THEN {GRAPH} ELSE name_cls END AS cls
+            FROM kernels JOIN named USING (name) WHERE {where}{linked}
             UNION ALL
             SELECT device_id, pid, tid, stream_id, correlation_id, launched,
                    CASE WHEN op = 'set' THEN 'memset' ELSE 'memcpy ' || kind END, CASE WHEN op = 'set' THEN 'memset' ELSE 'memcpy ' || kind END,

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, ToolResult
-from .intervals import unions
+from .containment import temp_tables
 from .requirements import require
 from .stacked import merged_sql
 
@@ -119,14 +119,13 @@ def stream_summary(
         what = "kernels, copies or sets" if include_memops else "kernels"
         raise ProfileError(f"no GPU activity ({what}) in the selection (device/time window), so there are no streams to "
                            "summarise. trace_info shows what the profile holds." + skipped_note(trace, ("kernels", "memops")))
-    per_stream = unions(trace, acts, acts_params, ("device_id", "stream_id", "owner"))
-    sweeps = trace.memo(("stream_summary.sweep", acts, tuple(acts_params)), lambda: _sweeps(trace, acts, acts_params))
+    sweeps, per_stream = trace.memo(("stream_summary.sweep", acts, tuple(acts_params)), lambda: _sweeps(trace, acts, acts_params))
     names = dict(trace.sql("SELECT device_id, name FROM devices"))
     devices, rows, truncated = [], [], False
     for dev in sorted({r["device_id"] for r in stats}):
         dev_stats = [r for r in stats if r["device_id"] == dev]
         us = {k: u for k, u in per_stream.items() if k[0] == dev}
-        stream_busy = sum(u.busy_ns for u in us.values())
+        stream_busy = sum(u[0] for u in us.values())
         sweep = sweeps.get(dev)
         busy = sweep["busy_ns"] if sweep else 0
         span = sweep["span_ns"] if sweep else 0
@@ -138,11 +137,11 @@ def stream_summary(
         stream_rows = []
         for r in dev_stats:
             u = us.get((dev, r["stream_id"], r["owner"]))
-            b = u.busy_ns if u else 0
+            b = u[0] if u else 0
             stream_rows.append(StreamRow(
                 device_id=dev, stream_id=r["stream_id"], pid=r["owner"], kernel_count=r["kernels"], copy_count=r["copies"],
                 set_count=r["sets"], kernel_work_ns=int(r["kernel_work"]), memop_work_ns=int(r["memop_work"]), busy_ns=b,
-                first_ns=u.first_ns if u else None, last_ns=u.last_ns if u else None,
+                first_ns=u[1] if u else None, last_ns=u[2] if u else None,
                 pct_of_device_gpu_span=pct(b, span), pct_of_device_busy=pct(b, busy),
             ))
         stream_rows.sort(key=lambda s: (-s.busy_ns, -(s.kernel_count + s.copy_count + s.set_count),
@@ -175,13 +174,22 @@ def stream_summary(
     )
 
 
-def _sweeps(trace: Trace, acts: str, params: list) -> dict[int, dict]:
-    """Per device, a sweep over the streams' busy intervals (stacked.merged_sql: disjoint within a stream): +1 at a
-    start, -1 at an end, ends before starts at equal times so touching intervals of two streams are not concurrent.
-    In SQL: only the per-level times and the bounds of the first period at the top level come back."""
-    rows = trace.sql(f"""
-        WITH m AS ({merged_sql(acts, "device_id, stream_id, owner")}),
-        ev AS (SELECT device_id, start_ns AS t, 1 AS d FROM m UNION ALL SELECT device_id, end_ns, -1 FROM m),
+def _sweeps(trace: Trace, acts: str, params: list) -> tuple[dict[int, dict], dict[tuple, tuple[int, int, int]]]:
+    """(per device, a sweep over the streams' busy intervals; per stream (device, stream, owner), its busy ns, first
+    and last ns), from one pass over the streams' merged intervals (stacked.merged_sql: disjoint within a stream), so
+    each stream's union is computed once. The sweep: +1 at a start, -1 at an end, ends before starts at equal times so
+    touching intervals of two streams are not concurrent. In SQL: only the per-level times and the bounds of the first
+    period at the top level come back."""
+    cur = trace.con.cursor()
+    try:
+        # The merged intervals feed the per-stream figures and the sweep's two event lists: a temp table, made once
+        # (a CTE named twice would be materialized anyway, and a cursor's temp table serves both statements).
+        with temp_tables(cur, f"WITH m AS ({merged_sql(acts, 'device_id, stream_id, owner')})", {"_m": "m"}, params):
+            streams = {(d, s, o): (int(busy), int(first), int(last)) for d, s, o, busy, first, last in cur.execute(
+                "SELECT device_id, stream_id, owner, sum(end_ns - start_ns)::BIGINT, min(start_ns), max(end_ns) FROM _m GROUP BY ALL")
+                .fetchall()}
+            rows = cur.execute("""
+        WITH ev AS (SELECT device_id, start_ns AS t, 1 AS d FROM _m UNION ALL SELECT device_id, end_ns, -1 FROM _m),
         lv AS (SELECT device_id, t, sum(d) OVER w AS level, lead(t) OVER w - t AS seg   -- streams busy on [t, t + seg)
                FROM ev WINDOW w AS (PARTITION BY device_id ORDER BY t, d ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)),
         tops AS (SELECT device_id, min(t) AS first_ns, max(t) AS last_ns, max(level) FILTER (WHERE seg > 0) AS top
@@ -194,7 +202,9 @@ def _sweeps(trace: Trace, acts: str, params: list) -> dict[int, dict]:
         me AS (SELECT device_id, min(t) AS max_end FROM lv JOIN tops USING (device_id) JOIN mx USING (device_id)
                WHERE seg > 0 AND level < top AND t > max_start GROUP BY ALL)
         SELECT device_id, first_ns, last_ns, top, max_start, coalesce(max_end, last_ns), hist
-        FROM tops LEFT JOIN mx USING (device_id) LEFT JOIN me USING (device_id) LEFT JOIN hist USING (device_id)""", params)
+        FROM tops LEFT JOIN mx USING (device_id) LEFT JOIN me USING (device_id) LEFT JOIN hist USING (device_id)""").fetchall()
+    finally:
+        cur.close()
     out = {}
     for dev, first, last, top, max_start, max_end, levels in rows:
         hist = [0] * (int(top) + 1)
@@ -202,4 +212,4 @@ def _sweeps(trace: Trace, acts: str, params: list) -> dict[int, dict]:
             hist[int(level)] = int(ns)
         out[dev] = {"first_ns": int(first), "last_ns": int(last), "span_ns": int(last - first), "busy_ns": sum(hist[1:]),
                     "hist": hist, "max_start_ns": int(max_start), "max_end_ns": int(max_end)}
-    return out
+    return out, streams

@@ -132,6 +132,9 @@ def critical_path(
         ((ws, we, main_tid, pid),), choice, note, source = choose_windows([trace], [(0, pid)], step, marker, start_ns, end_ns)
         g, = rank_graphs([trace], [(0, pid, ws, we, main_tid)])
         traces = [trace]
+    if not len(g.src):  # only the window start: no host call or GPU op in the window
+        raise ProfileError(f"no API call or GPU operation starts or runs in the window [{ws}, {g.we}) ns, so there is no path "
+                           "to follow; widen the window or pick a step (trace_info gives the capture span).")
     base = g.evaluate(g.d)
     path = g.path(base)
     path_ns = int(base.F[path.end])  # graph times are relative to the window start

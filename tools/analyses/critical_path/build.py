@@ -20,6 +20,7 @@ RECORD_RE = r"^(cuda|cu|hip)EventRecord"
 WAIT_EVENT_RE = r"^(cuda|cu|hip)StreamWaitEvent$"
 EVENT_SYNC_RE = r"^(cuda|cu|hip)EventSynchronize$"
 ASYNC_ISSUE_RE = r"^(cuda|cu|hip)(Memcpy|Memset)[A-Za-z0-9]*Async$"
+BUCKETS = 4096  # time slices of a window in _cut
 
 
 def rank_graphs(traces: list[Trace], ranks: list[tuple]) -> list["RankGraph"]:
@@ -47,19 +48,25 @@ def rank_graphs(traces: list[Trace], ranks: list[tuple]) -> list["RankGraph"]:
 
 def _cut(traces: list[Trace], ranks: list[tuple]) -> dict[int, int]:
     """{rank: window end moved earlier} for the ranks whose graph could pass MAX_NODES: an API call makes at most 3 host
-    nodes (gap, entry, return) and the GPU op it launches (even one starting after the window), an op 1."""
+    nodes (gap, entry, return) and the GPU op it launches (even one starting after the window), an op 1.
+
+    The new end is the earliest start t with more than MAX_NODES nodes starting at or before t. Found without sorting
+    every event: their node counts are summed into BUCKETS equal time slices of the window (an aggregate), and only the
+    events of the slice where the running count passes MAX_NODES are sorted."""
     win = values([(r, part, pid, ws, we) for r, (part, pid, ws, we, _) in enumerate(ranks)],
                  ("BIGINT", "BIGINT", "BIGINT", "BIGINT", "BIGINT"))
-    parts = [f"""SELECT w.r, x.start_ns, {nodes} AS w FROM ({stack(traces, table, 'pid, start_ns')}) x
+    parts = [f"""SELECT w.r, x.start_ns, (x.start_ns - w.ws) // w.width AS b, {nodes} AS w FROM ({stack(traces, table, 'pid, start_ns')}) x
                  JOIN win w ON x.part = w.part AND x.start_ns >= w.ws AND x.start_ns < w.we AND (w.pid IS NULL OR x.pid = w.pid)"""
              for table, nodes in (("api_calls", 3), ("kernels", 1), ("memops", 1))]
     rows = run(traces, f"""
-        WITH win(r, part, pid, ws, we) AS ({win}),
-        e AS ({" UNION ALL ".join(parts)}),
-        big AS (SELECT r FROM e GROUP BY r HAVING sum(w) > {MAX_NODES})
+        WITH win AS (SELECT r, part, pid, ws, we, (we - ws) // {BUCKETS} + 1 AS width FROM ({win}) v(r, part, pid, ws, we)),
+        e AS NOT MATERIALIZED ({" UNION ALL ".join(parts)}),
+        slices AS (SELECT r, b, sum(sum(w)) OVER (PARTITION BY r ORDER BY b ROWS UNBOUNDED PRECEDING) AS upto, sum(w) AS n
+                   FROM e GROUP BY r, b),
+        passing AS (SELECT r, min(b) AS b, arg_min(upto - n, b) AS before FROM slices WHERE upto > {MAX_NODES} GROUP BY r)
         SELECT r, min(start_ns) FILTER (WHERE nodes > {MAX_NODES}) FROM (
-            SELECT r, start_ns, sum(w) OVER (PARTITION BY r ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS nodes
-            FROM e WHERE r IN (SELECT r FROM big)) GROUP BY r""")
+            SELECT e.r, e.start_ns, p.before + sum(e.w) OVER (PARTITION BY e.r ORDER BY e.start_ns ROWS UNBOUNDED PRECEDING) AS nodes
+            FROM e JOIN passing p ON p.r = e.r AND p.b = e.b) GROUP BY r""")
     return {int(r): int(end) for r, end in rows}
 
 
