@@ -233,8 +233,12 @@ def test_many_ranges_projected(tmp_path, captured, fmt):
         stack = A.call_stack(trace, kernel="gemm")
         assert [lv.name for lv in stack.chain if lv.kind in ("range", "annotation")] == ["step_0", "opt"]
         # ops_summary's ranges (without CPU operators): the innermost range of each kernel's launching call
-        inner = projection.innermost_ranges(trace)
-        assert inner["range_name"].value_counts().to_dict() == {n: len(s.kernels) // 4 for n in ("layer_0", "layer_1", "layer_2", "opt")}
+        cur = trace.con.cursor()
+        with projection.tables(cur, trace):
+            inner = dict(cur.execute(f"SELECT r.name, count(*) FROM ({projection.INNERMOST}) JOIN _proj_rng r USING (rid) "
+                                     "GROUP BY r.name").fetchall())
+        cur.close()
+        assert inner == {n: len(s.kernels) // 4 for n in ("layer_0", "layer_1", "layer_2", "opt")}
         if fmt == "nsys":  # attributed to those ranges (Kineto's cpu_ops are the launchers there)
             ops = A.ops_summary(trace, limit=10)
             assert {r.name: r.count for r in ops.rows} == {n: len(s.kernels) // 4 for n in ("layer_0", "layer_1", "layer_2", "opt")}

@@ -55,7 +55,7 @@ from .common import (ALL_TABLES, CONTAINS_SQL, Window, clip_name, contains_patte
 from .graph_summary import GRAPH_KERNELS_CTE, graph_kernel_count
 from .intervals import unions_on
 from .op_tree import Kept, launchers
-from .projection import tables as projection_tables
+from .projection import INNERMOST, tables as projection_tables
 from .requirements import require
 from .stacked import union_stats_sql
 
@@ -406,7 +406,7 @@ def _build_frame(trace: Trace) -> Frame:
         attribution = "range"
         with projection_tables(cur, trace):
             cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_base AS
-                WITH inn AS (SELECT op_id AS gop_id, max(rid) AS rid FROM _proj_prj GROUP BY op_id)
+                WITH inn AS ({INNERMOST})
                 SELECT {common},
                     CASE WHEN r.rid IS NOT NULL THEN 'range' WHEN g.launcher_kind IN ('runtime', 'graph') THEN 'kernel'
                          WHEN g.launcher_kind = 'unlinked' THEN 'unattributed' ELSE g.launcher_kind END AS launcher_kind,

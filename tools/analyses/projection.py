@@ -30,7 +30,6 @@ from typing import Iterator
 
 import duckdb
 import numpy as np
-import pandas as pd
 
 from ..model.job import XT_COLUMNS
 from ..model.trace import Trace
@@ -139,17 +138,9 @@ def tables(cur: duckdb.DuckDBPyConnection, trace: Trace, want: tuple[str, ...] =
             yield
 
 
-def innermost_ranges(trace: Trace) -> pd.DataFrame:
-    """Per projected GPU op, the innermost range it belongs to (the largest rid: on one thread an enclosing range has a
-    smaller one): gop_id (gop.op_id), rid, range_name, range_start_ns, range_end_ns."""
-    cur = trace.con.cursor()
-    try:
-        with tables(cur, trace):
-            return cur.execute("""
-                SELECT inn.op_id AS gop_id, inn.rid, r.name AS range_name, r.start_ns AS range_start_ns, r.end_ns AS range_end_ns
-                FROM (SELECT op_id, max(rid) AS rid FROM _proj_prj GROUP BY op_id) inn JOIN _proj_rng r USING (rid)""").df()
-    finally:
-        cur.close()
+# Per projected GPU op (gop_id = gop.op_id), the rid of the innermost range it belongs to (the largest: on one thread an
+# enclosing range has a smaller one), over the temp tables of `tables`.
+INNERMOST = "SELECT op_id AS gop_id, max(rid) AS rid FROM _proj_prj GROUP BY op_id"
 
 
 def projection_absent_reason(trace: Trace) -> str | None:
