@@ -285,15 +285,9 @@ def test_vectorised_evaluation_refuses_a_cycle():
 # -- jobs: collectives linked across ranks (fixtures/scenarios_job.py with deps=True; figures from its constants) ----
 
 def _job_folder(tmp_path, n: int, straggler: int) -> str:
-    from gpuscope.fixtures.scenarios_job import PID0, job
-    from gpuscope.fixtures.writers import kineto
+    from gpuscope.fixtures.scenarios_job import job, write_job
 
-    folder = tmp_path / "run"
-    folder.mkdir()
-    s = job(n, straggler, 3, deps=True)
-    for r in range(n):
-        kineto.write(s, folder / f"rank{r:03d}.pt.trace.json", pid=PID0 + r)
-    return str(folder)
+    return write_job(job(n, straggler, 3, deps=True), "kineto", tmp_path)[0]
 
 
 @pytest.mark.parametrize("n,straggler", [(2, 1), (4, 2), (8, 5)])
@@ -548,20 +542,9 @@ def _tp_job(tmp_path, fmt: str):
     """4 ranks, TP groups {0, 1} and {2, 3}, rank 2's gemm twice as slow (fixtures/scenarios_job.py, tp_groups=2):
     Kineto one file per rank (process group 'tp<g>' in the NCCL kernels' args), Nsight one file with every rank (NCCL
     payload communicator per group), or Kineto with the process group removed from the args (name order)."""
-    from gpuscope.fixtures.scenarios_job import PID0, job
-    from gpuscope.fixtures.writers import kineto, nsys
+    from gpuscope.fixtures.scenarios_job import job, write_job
 
-    s = job(4, 2, 3, deps=True, slow=(2, 2), tp_groups=2, nccl_ranges=fmt == "nsys")
-    if fmt == "nsys":
-        return [str(nsys.write(s, tmp_path / "job.sqlite"))]
-    if fmt == "kineto_no_group":
-        s.options["kineto_args"] = {k: {a: v for a, v in args.items() if a != "Process Group Name"}
-                                    for k, args in s.options["kineto_args"].items()}
-    folder = tmp_path / "run"
-    folder.mkdir()
-    for r in range(4):
-        kineto.write(s, folder / f"rank{r:03d}.pt.trace.json", pid=PID0 + r)
-    return [str(folder)]
+    return write_job(job(4, 2, 3, deps=True, slow=(2, 2), tp_groups=2, nccl_ranges=fmt == "nsys"), fmt, tmp_path)
 
 
 @pytest.mark.parametrize("fmt", ["kineto", "nsys", "kineto_no_group"])

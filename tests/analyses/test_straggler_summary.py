@@ -12,7 +12,7 @@ from conftest import DATA
 from gpuscope.fixtures.catalog import NCCL
 from gpuscope.fixtures.scenarios_comm_groups import KINDS, communicator, tp_dp_job
 from gpuscope.fixtures.scenarios_comm_groups import expected as tp_dp_expected
-from gpuscope.fixtures.scenarios_job import PID0, TAIL_US, US, compute_us, expected, job
+from gpuscope.fixtures.scenarios_job import PID0, TAIL_US, US, compute_us, expected, job, write_job
 from gpuscope.fixtures.writers import kineto, nsys
 from gpuscope.server.app import server
 from gpuscope.tools import analyses as A
@@ -137,17 +137,7 @@ def _tp_dp(tmp_path, fmt: str) -> list[str]:
     """fixtures/scenarios_comm_groups.py's job: Kineto one file per rank (process group in the NCCL kernels' args),
     Nsight one file with every rank (NCCL payloads), or either without its communicators (Kineto args without the
     process group, Nsight without NCCL ranges)."""
-    s = tp_dp_job(8, 4, 5, STEPS, nccl_ranges=fmt == "nsys")
-    if fmt.startswith("nsys"):
-        return [str(nsys.write(s, tmp_path / "job.sqlite"))]
-    if fmt == "kineto_no_group":
-        s.options["kineto_args"] = {k: {a: v for a, v in args.items() if a != "Process Group Name"}
-                                    for k, args in s.options["kineto_args"].items()}
-    folder = tmp_path / "run"
-    folder.mkdir()
-    for r in range(8):
-        kineto.write(s, folder / f"rank{r}.pt.trace.json", pid=PID0 + r)
-    return [str(folder)]
+    return write_job(tp_dp_job(8, 4, 5, STEPS, nccl_ranges=fmt == "nsys"), fmt, tmp_path)
 
 
 def _recorded(fmt: str) -> dict[str, str]:
