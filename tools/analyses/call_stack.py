@@ -388,12 +388,11 @@ def _launched_ns(trace: Trace, calls: pd.DataFrame) -> np.ndarray:
                  c AS (SELECT pid, tid, t, sum(d) OVER (PARTITION BY pid, tid ORDER BY t) AS cum FROM t),
                  hi AS (SELECT q.i, coalesce(c.cum, 0) AS cum FROM _cs_calls q ASOF LEFT JOIN c ON c.pid = q.pid AND c.tid = q.tid AND c.t < q.e),
                  lo AS (SELECT q.i, coalesce(c.cum, 0) AS cum FROM _cs_calls q ASOF LEFT JOIN c ON c.pid = q.pid AND c.tid = q.tid AND c.t < q.s)
-            SELECT hi.i, (hi.cum - lo.cum)::BIGINT FROM hi JOIN lo USING (i) ORDER BY hi.i""").fetchall()
+            SELECT hi.i, (hi.cum - lo.cum)::BIGINT AS ns FROM hi JOIN lo USING (i)""").fetchnumpy()
     finally:
         cur.close()
     out = np.zeros(len(calls), dtype=np.int64)
-    for i, v in got:
-        out[i] = v
+    out[np.asarray(got["i"], dtype=np.int64)] = np.asarray(got["ns"], dtype=np.int64)
     return out
 
 

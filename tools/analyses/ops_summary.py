@@ -262,7 +262,8 @@ class KernelRow(BaseModel):
 
 class Totals(BaseModel):
     gpu_ops: int = Field(description="GPU ops in the selection")
-    attributed_kernel_time_ns: int = Field(description="Σ direct time of all attributed rows (Percentage denominator), ns")
+    attributed_kernel_time_ns: int | None = Field(description="Σ direct time of all attributed rows (Percentage denominator), "
+                                                  "ns; null for group_by='kernels', whose rows share summed_kernel_time_ns")
     unattributed_gpu_ops: int = Field(description="GPU ops without a launching call in the profile")
     unattributed_time_ns: int = Field(description="|union| of those GPU ops, ns")
     runtime_launched_gpu_ops: int = Field(description="GPU ops whose launching call has no enclosing cpu_op/range")
@@ -530,7 +531,7 @@ def _totals(cur, g: Selection, graphs: bool) -> Totals:
         SELECT coalesce(sum(busy_ns) FILTER (WHERE category = 'other'), 0)::BIGINT,
                coalesce(sum(busy_ns) FILTER (WHERE launcher_kind <> 'unattributed'), 0)::BIGINT
         FROM ({per})""", params).fetchone()
-    return Totals(gpu_ops=a["n"], attributed_kernel_time_ns=0, unattributed_gpu_ops=a["un"], unattributed_time_ns=un_t,
+    return Totals(gpu_ops=a["n"], attributed_kernel_time_ns=None, unattributed_gpu_ops=a["un"], unattributed_time_ns=un_t,
                   runtime_launched_gpu_ops=a["rt"], comm_gpu_ops=a["comm"], gpu_busy_ns=busy_by_device(cur, g),
                   gpu_span_ns=int(span), summed_kernel_time_ns=int(a["kt"]), delay_excluded_gpu_ops=a["dx"],
                   other_category_direct_ns=int(other), graph_kernels=a["gk"] if graphs else None,
