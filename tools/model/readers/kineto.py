@@ -156,7 +156,7 @@ def preview(con, path: Path, names: bool = True, streams: bool = True) -> None:
         _kernels(con)
         if not con.execute("SELECT count(*) FROM kernels").fetchone()[0]:
             raise NoPreview("no kernels")
-        _api_calls(con)
+        _api_calls(con, event_ids=False)
         _issues(con, cat, ("kernels",))
         _devices(con, top)
         span, _ = _capture(con)
@@ -312,7 +312,9 @@ def _check_nesting(con, path: Path) -> None:
 
 def _deep_sql(x: str) -> str:
     """True for args text that may nest deeper than MAX_NESTING (_check_nesting measures those)."""
-    return f"CASE WHEN strlen({x}) > {MAX_NESTING} THEN length({x}) - length(translate({x}, '[{{', '')) > {MAX_NESTING} ELSE false END"
+    # '[' and '{' are one byte each: counting bytes (strlen, replace) counts them without decoding UTF-8 (length, translate)
+    return (f"CASE WHEN strlen({x}) > {MAX_NESTING} "
+            f"THEN strlen({x}) - strlen(replace(replace({x}, '[', ''), '{{', '')) > {MAX_NESTING} ELSE false END")
 
 
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
@@ -1054,8 +1056,12 @@ def _kernels(con) -> None:
         )
 
 
-def _api_calls(con) -> None:
-    """api_calls from kin_rt, with the event ids Kineto's cuda_sync records give."""
+def _api_calls(con, event_ids: bool = True) -> None:
+    """api_calls from kin_rt, with the event ids Kineto's cuda_sync records give (NULL without `event_ids`: the
+    preview's one question reads none)."""
+    if not event_ids:
+        con.execute(f"""INSERT INTO api_calls SELECT {_API_CALL_COLUMNS}, NULL FROM kin_rt WHERE name IS NOT NULL ORDER BY idx""")
+        return
     i = _int_sql
     # Event ids. Kineto names no CUDA event handle on the calls, but its 'cuda_sync' records (GPU track, args.correlation
     # = the waiting call's) name the correlation id of the cudaEventRecord that recorded the awaited event. That id
@@ -1076,12 +1082,16 @@ def _api_calls(con) -> None:
            WHERE r.name LIKE '%EventRecord%' AND r.corr IN (SELECT event_id FROM kin_evid)"""
     )
     con.execute(
-        """INSERT INTO api_calls
-           SELECT pid, tid, ts, ts + dur, dur, CASE WHEN contains(name, '_v') THEN regexp_replace(name, '_v\\d+$', '') ELSE name END,
-                  CASE WHEN name LIKE 'hip%' THEN 'hip' WHEN name LIKE 'hsa%' THEN 'hsa' ELSE cat END, corr, ext, e.event_id
-           FROM kin_rt LEFT JOIN (SELECT idx, min(event_id) AS event_id FROM kin_evid GROUP BY idx) e USING (idx)
-           WHERE name IS NOT NULL ORDER BY idx"""
+        f"""INSERT INTO api_calls
+            SELECT {_API_CALL_COLUMNS}, e.event_id
+            FROM kin_rt LEFT JOIN (SELECT idx, min(event_id) AS event_id FROM kin_evid GROUP BY idx) e USING (idx)
+            WHERE name IS NOT NULL ORDER BY idx"""
     )
+
+
+# api_calls' columns but the event id, from kin_rt
+_API_CALL_COLUMNS = """pid, tid, ts, ts + dur, dur, CASE WHEN contains(name, '_v') THEN regexp_replace(name, '_v\\d+$', '') ELSE name END,
+                  CASE WHEN name LIKE 'hip%' THEN 'hip' WHEN name LIKE 'hsa%' THEN 'hsa' ELSE cat END, corr, ext"""
 
 
 # c10::DeviceType of a '[memory]' event: 0 is host memory, every other type (1 CUDA, 6 HIP, 12 XPU, ...) a device's.
