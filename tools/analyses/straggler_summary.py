@@ -1,15 +1,14 @@
 """straggler_summary: per collective, which rank arrived last and by how much; the slowest rank's own work.
 
-A collective instance is the k-th kernel of one (communicator, kernel name) on each rank that is a member of that
-communicator, where the profiles record every communication kernel's communicator (kernels.communicator: Nsight, the
-NCCL NVTX payload's communicator id; Kineto, the kernel args' 'Process Group Name'); a member is a rank with kernels of
-that communicator, so a tensor-parallel all-reduce is compared across its tensor-parallel group only, never with the
-data-parallel all-reduces that run the same kernel. NCCL requires every member of a communicator to issue its
-collectives in the same order, which is what makes the k-th kernel of a communicator one instance on every member.
-Where some communication kernel records none (rocpd/rpd never do; Nsight without NCCL payloads, Kineto without the
-args), the instance is the k-th kernel of one name on each rank with communication kernels, which pairs kernels of
-different communicators that share a name: `collective_match` says which rule ran and a note says why. Ranks are
-numbered as in rank_summary (a process of a profile, by the profile or in input order).
+A collective instance follows the one rule critical_path's job join uses too (collectives.py, where the reasons are):
+where the profiles record every collective kernel's communicator (kernels.communicator: Nsight, the NCCL NVTX
+payload's communicator id; Kineto, the kernel args' 'Process Group Name'), the k-th kernel of one (communicator,
+kernel name) on each rank that is a member of that communicator (a rank with kernels of it), so a tensor-parallel
+all-reduce is compared across its tensor-parallel group only, never with the data-parallel all-reduces that run the
+same kernel. Where some collective kernel records none (rocpd/rpd never do; Nsight without NCCL payloads, Kineto
+without the args), the k-th kernel of one name on each rank with collective kernels, which pairs kernels of different
+communicators that share a name: `collective_match` says which rule ran and a note says why. Ranks are numbered as
+in rank_summary (a process of a profile, by the profile or in input order).
 
 Point-to-point kernels (Send, Recv, SendRecv: the operation the profile records, kernels.collective, else the kernel
 name) are never compared: a transfer joins two ranks whose pairing the profile does not record, not every member of
