@@ -597,3 +597,39 @@ def test_job_collectives_match_by_communicator_not_by_name(tmp_path, fmt):
         assert _split(r) == {"cpu": (step + late - 22 - last_b - 7 - 10) * US, "launch_overhead": 22 * US,
                              "gpu_compute": last_b * US, "sync_wait": 17 * US}
         assert w.path_ns == (step + late - last_b // 2) * US == 1_486 * US
+
+
+# -- one collective rule for critical_path and straggler_summary: TP {0-3} {4-7}, DP pairs, straggler rank 5 ---------
+
+@pytest.mark.parametrize("fmt", ["kineto", "nsys"])
+def test_job_with_one_communicator_unrecorded_matches_every_collective_by_name_as_straggler_summary(tmp_path, fmt):
+    """fixtures/scenarios_comm_groups.tp_dp_job with the DP all-reduces' communicator unrecorded (Kineto args without
+    'Process Group Name', Nsight launch without NCCL range), the TP ones' recorded. The rule both job tools share
+    (collectives.py) then matches every all-reduce by name order, since a kernel without its communicator would
+    shift its communicator's count: 3 instances of the 8 ranks in the step, where the per-kernel rule critical_path
+    ran before joined 4 TP instances by communicator and 1 DP instance by name. Group 1's second TP all-reduce then
+    starts after group 0's ended, so group 0's 4 transfer parts are clamped. straggler_summary on the same job agrees.
+    Figures from the generator (fixtures/scenarios_comm_groups.joined), exact ns."""
+    from gpuscope.fixtures.scenarios_comm_groups import KINDS, joined, tp_dp_job
+    from gpuscope.fixtures.scenarios_job import write_job
+    from gpuscope.tools.analyses import straggler_summary
+    from gpuscope.tools.model import job as jobs
+    from gpuscope.tools.model.cache import leases
+
+    steps = 3
+    paths = write_job(tp_dp_job(8, 4, 5, steps, nccl_ranges=fmt == "nsys", unrecorded=("dp",)), fmt, tmp_path)
+    with leases():
+        job = jobs.open_job(paths)
+        r = critical_path(job)
+        s = straggler_summary(job)
+    i = r.iteration.index
+    want = joined(8, 4, 5, i, by_name=KINDS)
+    assert r.collectives.model_dump() == {
+        "ranks_with_comm": 8, "collective_match": "name_order", "comm_kernels": 3 * 8, "p2p_kernels": 0,
+        "comm_kernels_with_communicator": 2 * 8, "instances_by_communicator": 0, "instances_by_name_order": 3,
+        "unlinked": 0, **want}
+    assert want["clamped_transfers"] == 4 and r.graph.edges["collective"] == want["edges"] == 2 * 3 * 8
+    old = joined(8, 4, 5, i, by_name=("dp",))  # the per-kernel rule: 4 TP instances by communicator, DP by name
+    assert (old["instances"], old["clamped_transfers"]) == (5, 0) and old["wait_ns"] != want["wait_ns"]
+    assert r.path_ns == r.window_span_ns
+    assert (s.collective_match, s.collectives_compared, s.collectives_skipped) == ("name_order", 3 * steps, 0)

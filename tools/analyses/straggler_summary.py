@@ -1,15 +1,14 @@
 """straggler_summary: per collective, which rank arrived last and by how much; the slowest rank's own work.
 
-A collective instance is the k-th kernel of one (communicator, kernel name) on each rank that is a member of that
-communicator, where the profiles record every communication kernel's communicator (kernels.communicator: Nsight, the
-NCCL NVTX payload's communicator id; Kineto, the kernel args' 'Process Group Name'); a member is a rank with kernels of
-that communicator, so a tensor-parallel all-reduce is compared across its tensor-parallel group only, never with the
-data-parallel all-reduces that run the same kernel. NCCL requires every member of a communicator to issue its
-collectives in the same order, which is what makes the k-th kernel of a communicator one instance on every member.
-Where some communication kernel records none (rocpd/rpd never do; Nsight without NCCL payloads, Kineto without the
-args), the instance is the k-th kernel of one name on each rank with communication kernels, which pairs kernels of
-different communicators that share a name: `collective_match` says which rule ran and a note says why. Ranks are
-numbered as in rank_summary (a process of a profile, by the profile or in input order).
+A collective instance follows the one rule critical_path's job join uses too (collectives.py, where the reasons are):
+where the profiles record every collective kernel's communicator (kernels.communicator: Nsight, the NCCL NVTX
+payload's communicator id; Kineto, the kernel args' 'Process Group Name'), the k-th kernel of one (communicator,
+kernel name) on each rank that is a member of that communicator (a rank with kernels of it), so a tensor-parallel
+all-reduce is compared across its tensor-parallel group only, never with the data-parallel all-reduces that run the
+same kernel. Where some collective kernel records none (rocpd/rpd never do; Nsight without NCCL payloads, Kineto
+without the args), the k-th kernel of one name on each rank with collective kernels, which pairs kernels of different
+communicators that share a name: `collective_match` says which rule ran and a note says why. Ranks are numbered as
+in rank_summary (a process of a profile, by the profile or in input order).
 
 Point-to-point kernels (Send, Recv, SendRecv: the operation the profile records, kernels.collective, else the kernel
 name) are never compared: a transfer joins two ranks whose pairing the profile does not record, not every member of
@@ -47,7 +46,8 @@ from pydantic import BaseModel, Field
 
 from ..model.detect import FORMAT_NAMES
 from ..model.trace import Trace
-from .comm_patterns import COLLECTIVES, POINT_TO_POINT, collective_index_sql, is_comm_sql
+from .collectives import instances_sql, match_rule
+from .comm_patterns import is_comm_sql
 from .comm_patterns import comm_patterns as active_patterns
 from .common import ToolResult, data_issue_notes, data_issues_field, pct, whole_graph_job_note
 from .rank_summary import job_ranks
@@ -55,7 +55,6 @@ from .intervals import unions_on
 from .stacked import cursor, run, stack, whole_graph_cols
 
 MAX_LIMIT = 1024
-P2P_INDEXES = ", ".join(str(i) for i, (label, _) in enumerate(COLLECTIVES) if label in POINT_TO_POINT)
 # Where each format records a communication kernel's communicator, for the note when one does not
 COMMUNICATOR_SOURCE = {
     "nsys": "Nsight records it from NCCL's NVTX payloads (NCCL 2.19 or later, exported with --include-blobs=true), "
@@ -152,42 +151,18 @@ DEFINITIONS = (
 
 
 def _instances_sql(traces: list[Trace], units, comm_patterns: list[str] | None) -> str:
-    """CTEs (WITH ...) numbering the job's collective kernels into instances (the rule of the module docstring):
-      kinds  per distinct (name, recorded operation): point-to-point or not (the regexes run once per pair);
-      kr    communication kernels per rank (rank, part, name, communicator, start_ns, dur_ns, p2p);
-      rule  one row: kernels (collective ones), missing (of those, without a communicator), by_comm (none missing),
-            ranks (with collective kernels), p2p_kernels, parts (profiles holding the kernels without a communicator);
-      n     collective kernels with their instance key (comm: the communicator under by_comm, else NULL; name; seq);
-      members  ranks per key communicator (all ranks with collective kernels under name order);
-      inst  per (comm, name, seq): ranks holding it, members of its communicator, shortest and longest duration;
-            complete: every member holds it, and they are two at least;
+    """CTEs (WITH ...): the job's communication kernels per rank numbered into instances by collectives.instances_sql
+    (kinds, kr, rule, n, members, inst: the rule of that module), then
       full_inst  the instances compared; w  per rank and instance compared: its duration, its wait and whether it
             was the shortest."""
     rows_sql = ", ".join(f"({u.order}, {'NULL' if u.pid is None else int(u.pid)}, {str(u.whole or u.pid is None).upper()}, "
                          f"{int(u.rank)})" for u in units)
-    comm = stack(traces, "kernels", "pid, name, start_ns, dur_ns, communicator, collective",
+    comm = stack(traces, "kernels", "rowid AS tie, pid, name, start_ns, dur_ns, communicator, collective",
                  is_comm_sql("name", comm_patterns))
     return f"""
         WITH units(part, pid, whole, rank) AS (VALUES {rows_sql}),
-        k AS ({comm}),
-        kinds AS (SELECT name, collective, {collective_index_sql('name', 'collective')} IN ({P2P_INDEXES}) AS p2p
-                  FROM (SELECT DISTINCT name, collective FROM k)),
-        kr AS (SELECT u.rank, k.part, k.name, k.communicator, k.start_ns, k.dur_ns, t.p2p FROM k JOIN units u
-               ON k.part = u.part AND (u.whole OR k.pid = u.pid)
-               JOIN kinds t ON k.name = t.name AND k.collective IS NOT DISTINCT FROM t.collective),
-        rule AS (SELECT count(*) FILTER (WHERE NOT p2p) AS kernels,
-                        count(*) FILTER (WHERE NOT p2p AND communicator IS NULL) AS missing,
-                        kernels > 0 AND missing = 0 AS by_comm, count(DISTINCT rank) FILTER (WHERE NOT p2p) AS ranks,
-                        count(*) FILTER (WHERE p2p) AS p2p_kernels,
-                        list(DISTINCT part ORDER BY part) FILTER (WHERE NOT p2p AND communicator IS NULL) AS parts FROM kr),
-        keyed AS (SELECT kr.rank, CASE WHEN rule.by_comm THEN kr.communicator END AS comm, kr.name, kr.start_ns, kr.dur_ns
-                  FROM kr, rule WHERE NOT kr.p2p),
-        n AS (SELECT rank, comm, name, dur_ns, row_number() OVER (PARTITION BY rank, comm, name ORDER BY start_ns, dur_ns) AS seq
-              FROM keyed),
-        members AS (SELECT comm, count(DISTINCT rank) AS ranks FROM n GROUP BY comm),
-        inst AS (SELECT n.comm, n.name, n.seq, count(*) AS ranks, any_value(m.ranks) AS members, min(n.dur_ns) AS mn,
-                        max(n.dur_ns) AS mx, count(*) = any_value(m.ranks) AND count(*) > 1 AS complete
-                 FROM n JOIN members m ON n.comm IS NOT DISTINCT FROM m.comm GROUP BY n.comm, n.name, n.seq),
+        {instances_sql(f"SELECT u.rank, k.part, k.name, k.collective, k.communicator, k.start_ns, k.dur_ns, k.tie "
+                       f"FROM ({comm}) k JOIN units u ON k.part = u.part AND (u.whole OR k.pid = u.pid)")},
         full_inst AS (SELECT * FROM inst WHERE complete),
         w AS (SELECT n.rank, n.comm, n.name, n.seq, n.dur_ns, n.dur_ns - f.mn AS wait_ns, n.dur_ns = f.mn AS shortest
               FROM n JOIN full_inst f ON n.comm IS NOT DISTINCT FROM f.comm AND n.name = f.name AND n.seq = f.seq)"""
@@ -205,14 +180,15 @@ def straggler_summary(traces: list[Trace], *, comm_patterns: list[str] | None = 
         FROM w GROUP BY name, comm, seq ORDER BY max(dur_ns) - min(dur_ns) DESC, name, comm NULLS FIRST, seq""")
     counts = run(traces, base + f"""
         SELECT rule.ranks, i.compared, i.missing_on_some, i.single, rule.p2p_kernels, rule.by_comm, rule.kernels,
-               rule.missing, rule.parts, {whole_graph_cols(traces)}
+               rule.missing, (SELECT list(DISTINCT part ORDER BY part) FROM kr WHERE NOT p2p AND communicator IS NULL),
+               {whole_graph_cols(traces)}
         FROM rule, (SELECT count(*) FILTER (WHERE complete) AS compared,
                            count(*) FILTER (WHERE NOT complete AND members > 1) AS missing_on_some,
                            count(*) FILTER (WHERE members = 1) AS single FROM inst) i""")
     ranks_with_comm, compared, missing_on_some, single, p2p, by_comm, kernels, no_comm, parts, *whole_cols = counts[0]
     ranks_with_comm, compared, p2p = int(ranks_with_comm or 0), int(compared or 0), int(p2p or 0)
     skipped = int(missing_on_some or 0) + int(single or 0)
-    match = "none" if not kernels else "communicator" if by_comm else "name_order"
+    match = match_rule(kernels, by_comm)
     lasts = {}
     for _, _, _, _, last, *_ in colls:
         lasts[last] = lasts.get(last, 0) + 1

@@ -24,11 +24,14 @@ same-stream order and CUDA event syncs, longest path through one ProfilerStep). 
     graph is re-evaluated (never by subtracting); a waiting call then returns when its
     awaited op ends, so host work after it moves too. Delays and host durations stay as measured.
   * Job (several ranks; HTA has no cross-rank path): each rank's graph over the same step, on one timeline (clocks
-    assumed aligned), joined at the collectives: the k-th communication kernel of one communicator on each rank holding
-    it is one instance (the communicator as the profile records it, kernels.communicator: Nsight NCCL payloads, Kineto
-    'Process Group Name'; where it is not recorded, the k-th kernel of one name on each rank with communication kernels,
-    and the result says so: collectives.collective_match). Point-to-point kernels (Send, Recv, SendRecv:
-    comm_patterns.POINT_TO_POINT, from the recorded operation kernels.collective, else the kernel name) are never joined: a pipeline stage sends to one neighbour and receives from another, and the peer is not recorded, so
+    assumed aligned), joined at the collectives. Instances follow the one rule straggler_summary uses too
+    (collectives.py): where every collective kernel records its communicator (kernels.communicator: Nsight NCCL
+    payloads, Kineto 'Process Group Name'), the k-th kernel of one (communicator, kernel name) on each rank holding that
+    communicator; where some kernel records none, the k-th kernel of one name on each rank with collective kernels,
+    for every kernel (a kernel without its communicator would shift the order of its communicator's later kernels),
+    and the result says which: collectives.collective_match. Point-to-point kernels (Send, Recv, SendRecv:
+    comm_patterns.POINT_TO_POINT, from the recorded operation kernels.collective, else the kernel name) are never
+    joined: a pipeline stage sends to one neighbour and receives from another, and the peer is not recorded, so
     they stay on their stream with their measured duration (collectives.p2p_kernels). Each rank's kernel is split into its arrival (start, 0 ns) and its transfer part
     [the instance's last arrival, its end]; every arrival is an edge to the instance's barrier node (0 ns), the barrier
     an edge to every transfer part: 2 edges per rank, not one per pair of ranks. The path therefore runs through the
@@ -89,11 +92,13 @@ JOB_ASSUMPTIONS = [
     *ASSUMPTIONS[:-1],
     "job (several ranks): each rank's graph is built as for one profile over the same step (the index chosen on the "
     "first rank, or the caller's start_ns/end_ns on every rank), on one timeline: the ranks' clocks are assumed aligned",
-    "a collective instance = the k-th communication kernel of one communicator on each rank holding that communicator "
-    "in the window, where the profile records it (kernels.communicator; Nsight: the NCCL payload's communicator id of the "
-    "call that launched the kernel; Kineto: the kernel's 'Process Group Name'); otherwise the k-th communication kernel of one name on each "
-    "rank with such kernels (collectives.collective_match says which; by name order, collectives of different "
-    "communicators under one kernel name are joined wrongly). Instances missing on a rank, or held by one rank of the "
+    "a collective instance (the rule straggler_summary uses too) = the k-th kernel of one (communicator, kernel name) on "
+    "each rank holding that communicator in the window, where every collective kernel records its communicator "
+    "(kernels.communicator; Nsight: the NCCL payload's communicator id of the call that launched the kernel; Kineto: the "
+    "kernel's 'Process Group Name'); where some kernel records none, the k-th kernel of one name on each rank with "
+    "collective kernels, for every kernel, since a kernel left out of its communicator's count would shift the order of "
+    "the later ones (collectives.collective_match says which; by name order, collectives of different communicators "
+    "under one kernel name are joined wrongly). Instances missing on a rank, or held by one rank of the "
     "job, are left unlinked. On each rank its kernel is split into the arrival (its start, 0 ns) and the transfer part "
     "[the instance's last arrival, its end]; every arrival is an edge to the instance's barrier (0 ns, at the last "
     "arrival) and the barrier to every transfer part, so the path runs through the last-arriving rank and the others' waits [arrival, last arrival] "

@@ -9,8 +9,9 @@ import pandas as pd
 
 from ...model.errors import ProfileError
 from ...model.trace import Trace
-from ..comm_patterns import POINT_TO_POINT, collective_label
+from ..collectives import KIND_LABELS, instances_sql, match_rule
 from ..requirements import require
+from ..stacked import frame
 from .build import RankGraph, rank_graphs
 from .graph import COLL, KINDS, STREAM, Graph
 from .lanes import FIN, START, Lanes
@@ -33,11 +34,11 @@ def job_graph(traces: list[Trace], step, marker, pid, start_ns, end_ns):
     scopes = [(u.order, None if (u.whole or u.pid is None) else int(u.pid)) for u in units]
     spans, choice, note, source = choose_windows(traces, scopes, step, marker, start_ns, end_ns)
     graphs: list[Graph] = rank_graphs(traces, [(part, p, ws, we, tid) for (part, _), (ws, we, tid, p) in zip(scopes, spans)])
-    g, base, job = _join(graphs, units)
+    g, base, job = _join(traces, graphs, units)
     return g, base, choice, note + f"; the same window on each of {len(units)} ranks (clocks assumed aligned)", source, job
 
 
-def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
+def _join(traces: list[Trace], graphs: list[Graph], units) -> tuple[Graph, int, dict]:
     base = min(g.base for g in graphs)
     P = np.cumsum([0] + [g.n - 1 for g in graphs])  # node i > 0 of rank graph r -> i + P[r]; every root -> 0
     LP = np.cumsum([0] + [len(g.lane_names) - 1 for g in graphs])
@@ -71,15 +72,10 @@ def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
     rank_of = np.concatenate([np.full(len(g.gop_nodes), u.rank) for u, g in zip(units, graphs)])
 
     comm = gops["is_comm"].fillna(False).to_numpy(dtype=bool)
-    # point-to-point kernels stay whole on their rank's stream (communication, measured duration): the rank they send
-    # to or receive from is not recorded, and a barrier over the communicator's ranks would join the wrong ones
-    names = gops["name"].astype(str)
-    kind = _collective(gops["collective"], names)
-    p2p = comm & kind.isin(POINT_TO_POINT).to_numpy(dtype=bool)
-    comm = comm & ~p2p
-    inst, links = _instances(pd.DataFrame({"rank": rank_of, "node": gop_nodes, "name": names.to_numpy(),
-                                           "kind": kind.to_numpy(dtype=object), "comm": gops["communicator"].to_numpy(dtype=object),
-                                           "S": S[gop_nodes], "E": E[gop_nodes]})[comm])
+    inst, links = _instances(traces, pd.DataFrame({
+        "rank": rank_of[comm], "node": gop_nodes[comm], "name": gops["name"].astype(str).to_numpy()[comm],
+        "collective": _text(gops["collective"])[comm], "communicator": _text(gops["communicator"])[comm],
+        "start_ns": S[gop_nodes[comm]], "dur_ns": d[gop_nodes[comm]]}))
     K = inst["node"].to_numpy(dtype=np.int64)
     of = inst["inst"].to_numpy(dtype=np.int64)
     nb = int(of.max()) + 1 if len(of) else 0
@@ -139,43 +135,38 @@ def _join(graphs: list[Graph], units) -> tuple[Graph, int, dict]:
     m.eval = Lanes(n, seq, head, src, dst, typ, anc, w, chain, delay)
     ranks = [JobRank(rank=u.rank, trace=u.trace.path.name, pid=u.pid, window_start_ns=g.base, nodes=g.n - 1)
              for u, g in zip(units, graphs)]
-    links = CollectiveLinks(**links, p2p_kernels=int(p2p.sum()), edges=2 * len(K), wait_ns=wait, clamped_transfers=clamped)
+    links = CollectiveLinks(**links, edges=2 * len(K), wait_ns=wait, clamped_transfers=clamped)
     return m, base, {"ranks": ranks, "collectives": links}
 
 
 
-def _instances(comm: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    """The linked collective kernels (rank, node, kind, S, ...; the caller leaves point-to-point ones out) with their
-    instance number `inst` and barrier label, sorted by instance then rank, and the counts for CollectiveLinks. A kernel
-    whose communicator the profile records (kernels.communicator) is the k-th of that communicator on its rank, and its instance
-    takes the ranks holding that communicator in the window; any other is the k-th of its name on its rank, and its
-    instance takes every rank with such kernels (name order: ranks of different communicators can be mixed up)."""
-    comm = comm.sort_values(["rank", "S", "E", "node"], kind="stable")
-    by_comm = comm["comm"].notna().to_numpy()
-    comm = comm.assign(by_comm=by_comm, key=np.where(by_comm, "communicator " + comm["comm"].astype(str), comm["name"]))
-    comm["k"] = comm.groupby(["rank", "by_comm", "key"]).cumcount()
-    members = comm.groupby(["by_comm", "key"])["rank"].transform("nunique").to_numpy()
-    named = int(comm.loc[~by_comm, "rank"].nunique())
-    need = np.where(by_comm, members, named)
-    size = comm.groupby(["by_comm", "key", "k"])["rank"].transform("size").to_numpy()
-    linked = comm[(size == need) & (need > 1)]
-    linked = linked.assign(inst=linked.groupby(["by_comm", "key", "k"]).ngroup()).sort_values(["inst", "rank"], kind="stable")
-    linked["barrier"] = ("collective barrier " + linked["kind"] + np.where(linked["by_comm"], " " + linked["key"], " (name order)")
-                         + " #" + (linked["k"] + 1).astype(str))
-    groups = comm.drop_duplicates(["by_comm", "key", "k"])
-    first = linked.drop_duplicates("inst")
-    n_comm, n_name = int(first["by_comm"].sum()), int((~first["by_comm"]).sum())
-    rule = ("communicator" if by_comm.all() else "name_order" if not by_comm.any() else "communicator+name_order") if len(comm) else "none"
-    return linked, {"ranks_with_comm": int(comm["rank"].nunique()), "collective_match": rule, "comm_kernels": len(comm),
-                    "comm_kernels_with_communicator": int(by_comm.sum()), "instances": n_comm + n_name,
-                    "instances_by_communicator": n_comm, "instances_by_name_order": n_name, "unlinked": len(groups) - n_comm - n_name}
+def _instances(traces: list[Trace], comm: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """The communication kernels of the rank graphs (rank, node, name, collective, communicator, start_ns, dur_ns on
+    the job's timeline) numbered into instances by the shared rule (collectives.instances_sql; point-to-point kernels
+    are counted, never linked): the linked kernels (node, rank, S, inst, barrier label), sorted by instance then rank,
+    and the counts for CollectiveLinks. Two statements over the window's kernels, a DataFrame."""
+    cte = "WITH " + instances_sql("SELECT rank, name::VARCHAR AS name, collective::VARCHAR AS collective, "
+                                  "communicator::VARCHAR AS communicator, start_ns, dur_ns, node AS tie FROM cp_comm")
+    linked = frame(traces, cte + """
+        SELECT n.tie AS node, n.rank, n.start_ns AS S, n.coll, n.comm, n.seq,
+               dense_rank() OVER (ORDER BY n.comm NULLS FIRST, n.name, n.seq) - 1 AS inst
+        FROM n JOIN inst i ON n.comm IS NOT DISTINCT FROM i.comm AND n.name = i.name AND n.seq = i.seq
+        WHERE i.complete ORDER BY inst, n.rank""", frames={"cp_comm": comm})
+    (ranks, kernels, by_comm, missing, p2p, complete, incomplete), = frame(traces, cte + """
+        SELECT rule.ranks, rule.kernels, rule.by_comm, rule.missing, rule.p2p_kernels,
+               (SELECT count(*) FILTER (WHERE complete) FROM inst), (SELECT count(*) FILTER (WHERE NOT complete) FROM inst)
+        FROM rule""", frames={"cp_comm": comm}).itertuples(index=False)
+    kind = np.asarray(KIND_LABELS, dtype=object)[linked["coll"].to_numpy(dtype=np.int64)]
+    key = np.where(linked["comm"].isna(), " (name order)", " communicator " + linked["comm"].astype(str))
+    linked["barrier"] = "collective barrier " + kind + key + " #" + linked["seq"].astype(str)
+    by_comm, complete = bool(by_comm), int(complete)
+    return linked, {"ranks_with_comm": int(ranks), "collective_match": match_rule(int(kernels), by_comm),
+                    "comm_kernels": int(kernels), "p2p_kernels": int(p2p),
+                    "comm_kernels_with_communicator": int(kernels) - int(missing), "instances": complete,
+                    "instances_by_communicator": complete if by_comm else 0,
+                    "instances_by_name_order": 0 if by_comm else complete, "unlinked": int(incomplete)}
 
 
-def _collective(op: pd.Series, name: pd.Series) -> pd.Series:
-    """Per GPU op, the collective type of a communication kernel (comm_patterns.collective_label: its recorded
-    operation, kernels.collective, else its name; 'collective' when neither names one), worked out once per distinct
-    (operation, name)."""
-    pairs = pd.DataFrame({"op": op.fillna("").astype(str).to_numpy(), "name": name.to_numpy()})
-    known = pairs.drop_duplicates()
-    known = known.assign(kind=[collective_label(o, n) or "collective" for o, n in zip(known["op"], known["name"])])
-    return pairs.merge(known, on=["op", "name"], how="left")["kind"]
+def _text(col: pd.Series) -> np.ndarray:
+    """A text column of the rank graphs' ops as objects, NULL as None (how DuckDB reads a missing value)."""
+    return col.astype(object).where(col.notna(), None).to_numpy(dtype=object)

@@ -115,12 +115,15 @@ class JobRank(BaseModel):
 
 class CollectiveLinks(BaseModel):
     ranks_with_comm: int = Field(description="ranks with collective kernels in their window (point-to-point ones not counted)")
-    collective_match: str = Field(description="how a kernel was matched to its instance: 'communicator' (every communication "
-                                              "kernel's communicator is recorded: Nsight NCCL payload, Kineto 'Process Group "
-                                              "Name'; the k-th kernel of a communicator on each rank holding it), 'name_order' "
-                                              "(none recorded: the k-th kernel of a name on each rank with communication "
-                                              "kernels, which joins kernels of different communicators running under one name), "
-                                              "'communicator+name_order' (some of each) or 'none' (no communication kernels)")
+    collective_match: str = Field(description="how kernels were matched into instances, the rule straggler_summary uses "
+                                              "(collectives.py): 'communicator' (every collective kernel's communicator is "
+                                              "recorded: Nsight NCCL payload, Kineto 'Process Group Name'; the k-th kernel of a "
+                                              "(communicator, kernel name) on each rank holding that communicator), 'name_order' "
+                                              "(some kernel records none: the k-th kernel of a name on each rank with collective "
+                                              "kernels, which joins kernels of different communicators running under one name) "
+                                              "or 'none' (no collective kernel). No mix of the two: a kernel without its "
+                                              "communicator would shift the order of that communicator's later kernels; "
+                                              "'communicator+name_order' is no longer reported")
     comm_kernels: int = Field(description="collective kernels in the ranks' windows (every communication kernel but the "
                                           "point-to-point ones, p2p_kernels)")
     p2p_kernels: int = Field(description="point-to-point kernels (Send, Recv, SendRecv: the recorded operation, "
@@ -129,10 +132,12 @@ class CollectiveLinks(BaseModel):
                                          "as communication with its measured duration")
     comm_kernels_with_communicator: int = Field(description="of comm_kernels, those whose communicator the profile records")
     instances: int = Field(description="collective instances linked across ranks (one barrier node each)")
-    instances_by_communicator: int = Field(description="of instances, matched by (communicator, sequence number on the rank)")
-    instances_by_name_order: int = Field(description="of instances, matched by (kernel name, sequence number on the rank)")
+    instances_by_communicator: int = Field(description="of instances, matched by (communicator, kernel name, sequence number "
+                                                       "on the rank): all of them under collective_match 'communicator', else 0")
+    instances_by_name_order: int = Field(description="of instances, matched by (kernel name, sequence number on the rank): "
+                                                     "all of them under collective_match 'name_order', else 0")
     unlinked: int = Field(description="instances missing on some rank of their communicator (or, by name order, on some rank "
-                                      "with communication kernels), or held by one rank of the job: each rank's kernel stays whole")
+                                      "with collective kernels), or held by one rank of the job: each rank's kernel stays whole")
     edges: int = Field(description="collective edges added: each linked kernel's arrival -> its instance's barrier and the "
                                    "barrier -> its transfer part (2 per rank and instance)")
     wait_ns: int = Field(description="measured collective wait summed over ranks and instances: last arrival - the "
