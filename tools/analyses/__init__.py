@@ -13,7 +13,7 @@
     comm_summary    NCCL/RCCL/MPI communication and overlap      comm_summary.py (comm_patterns.py)
     comm_job_summary  a job's communication per rank and collective  comm_job.py (stacked.py)
     rank_summary    per-rank comparison, imbalance, straggler    rank_summary.py
-    straggler_summary  per collective: who arrived last, skew     straggler_summary.py (tools/model/job.py)
+    straggler_summary  per collective: who arrived last, skew     straggler_summary.py (collectives.py, tools/model/job.py)
     ops_summary     GPU time per launching operator (TraceLens)  ops_summary.py (op_tree.py)
     perf_summary    FLOPs, bytes, TFLOP/s, TB/s per op signature perf_summary.py (tools/perf_models)
     roofline        bound, % of roof, headroom, impact table     roofline.py (tools/hardware)
@@ -24,7 +24,7 @@
     replay_spec     reproducer description of an op signature    replay_spec.py
     marker_summary  NVTX/rocTX/annotation ranges + GPU projection marker_summary.py (projection.py)
     iterations      repeated steps, warm-up vs steady state      iterations.py
-    critical_path   step-bounding chain (a job: across ranks)    critical_path/ (a package: one module per part)
+    critical_path   step-bounding chain (a job: across ranks)    critical_path/ (a package: one module per part; collectives.py)
     memory_timeline device memory over time, peak, never freed   memory_timeline.py
     sql_query       read-only SQL; list_tables, describe_table   sql_query.py
 
