@@ -402,23 +402,36 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
             FROM ops),
         -- the launching call of a (process, correlation id): a launch-named non-HSA call first, then the first by
-        -- (start, end, name) as the model pairs them (an aggregate: a window over one-call partitions cost twice as much)
+        -- (start, end, name) as the model pairs them. Only the ids shared by several calls are chosen among (an
+        -- aggregate: a window over one-call partitions cost twice as much); choosing for every id took twice the CPU
+        -- of finding the shared ones and passing the others through.
+        shared AS (SELECT pid, correlation_id FROM api_calls WHERE correlation_id IS NOT NULL GROUP BY ALL HAVING count(*) > 1),
         calls AS (
+            SELECT pid, correlation_id, start_ns, end_ns, name
+            FROM api_calls a ANTI JOIN shared s ON s.pid IS NOT DISTINCT FROM a.pid AND s.correlation_id = a.correlation_id
+            WHERE correlation_id IS NOT NULL
+            UNION ALL
             SELECT pid, correlation_id, c.start_ns, c.end_ns, c.name
             FROM (SELECT pid, correlation_id, arg_min(struct_pack(start_ns, end_ns, name),
                                                       (api = 'hsa', NOT regexp_matches(name, '{LAUNCH_RE}'), start_ns, end_ns, name)) AS c
-                  FROM api_calls WHERE correlation_id IS NOT NULL GROUP BY pid, correlation_id)),
-        per_call AS (SELECT pid, correlation_id, count(*) AS n FROM kernels WHERE launched GROUP BY ALL),
+                  FROM api_calls a SEMI JOIN shared s ON s.pid IS NOT DISTINCT FROM a.pid AND s.correlation_id = a.correlation_id
+                  GROUP BY pid, correlation_id)),
+        -- kernels per launching call, kept for the calls that launched several (graph launches): a linked kernel not
+        -- among them is its call's only kernel, and the join probes a small table instead of one row per call
+        per_call AS (SELECT pid, correlation_id, count(*) AS n FROM kernels WHERE launched GROUP BY ALL HAVING count(*) > 1),
         k AS (
             SELECT k.device_id, k.p, k.pid, k.stream_id, k.start_ns, k.end_ns, k.correlation_id, k.prev_end,
-                   c.start_ns AS c_start, c.end_ns AS c_end, c.name AS c_name, coalesce(pc.n, 0) AS call_kernels
+                   c.start_ns AS c_start, c.end_ns AS c_end, c.name AS c_name,
+                   CASE WHEN c.end_ns IS NOT NULL THEN coalesce(pc.n, 1) END AS call_kernels
             FROM seq k
             LEFT JOIN calls c ON c.pid IS NOT DISTINCT FROM k.pid  -- launched as a key: a hash join (see _blocking_sql)
                              AND c.correlation_id = CASE WHEN k.launched THEN k.correlation_id END
             LEFT JOIN per_call pc ON pc.pid IS NOT DISTINCT FROM k.pid AND pc.correlation_id = k.correlation_id
             WHERE k.is_kernel = 1 AND {where}),
+        -- only what _launch_rows_sql reads goes into the temp table (the call's and predecessor's times do not)
         kk AS (
-            SELECT *, c_end IS NOT NULL AS linked,
+            SELECT device_id, p, pid, stream_id, start_ns, end_ns, correlation_id, c_name, call_kernels,
+                   c_end IS NOT NULL AS linked, c_end - c_start AS api_ns,
                    CASE WHEN c_end IS NOT NULL THEN greatest(0, coalesce(prev_end, c_end) - c_end) END AS queue_ns,
                    CASE WHEN c_end IS NOT NULL AND start_ns >= greatest(c_end, coalesce(prev_end, c_end))
                         THEN start_ns - greatest(c_end, coalesce(prev_end, c_end)) END AS latency_ns,
@@ -476,10 +489,13 @@ def _launch_rows_sql(keys: str) -> str:
                        count(tiny) AS single, count(*) FILTER (WHERE tiny) AS tiny,
                        min(start_ns) AS first, max(end_ns) AS last
                 FROM _kk GROUP BY {keys}),
+            -- one row per launch call of the row: a call that launched one kernel is that kernel's row; only the calls
+            -- that launched several (graph launches) are grouped (grouping every call took most of the statement)
             c AS (
-                SELECT {keys}, pid AS cpid, correlation_id, any_value(c_end - c_start) AS api_ns, any_value(c_name) AS c_name,
-                       any_value(call_kernels) AS n
-                FROM _kk WHERE linked GROUP BY {keys}, pid, correlation_id),
+                SELECT {keys}, api_ns, c_name, call_kernels AS n FROM _kk WHERE linked AND call_kernels = 1
+                UNION ALL
+                SELECT {keys}, any_value(api_ns), any_value(c_name), any_value(call_kernels)
+                FROM _kk WHERE linked AND call_kernels > 1 GROUP BY {keys}, pid, correlation_id),
             cs AS (
                 SELECT {keys}, count(*) AS calls, quantile_cont(api_ns, [0.5, 0.9]) AS a_q, avg(api_ns) AS a_avg,
                        max(api_ns) AS a_max, count(*) FILTER (WHERE n > 1) AS graphs
