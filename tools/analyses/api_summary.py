@@ -496,8 +496,9 @@ def _launch_rows_sql(keys: str) -> str:
                        min(start_ns) AS first, max(end_ns) AS last
                 FROM _kk GROUP BY {keys}),
             -- one row per launch call of the row: a call that launched one kernel is that kernel's row; only the calls
-            -- that launched several (graph launches) are grouped (grouping every call took most of the statement)
-            c AS (
+            -- that launched several (graph launches) are grouped (grouping every call took most of the statement).
+            -- Read twice but not materialized: at 10 M kernels the copy spilled, and scanning _kk twice costs less.
+            c AS NOT MATERIALIZED (
                 SELECT {keys}, api_ns, c_name, call_kernels AS n FROM _kk WHERE linked AND call_kernels = 1
                 UNION ALL
                 SELECT {keys}, any_value(api_ns), any_value(c_name), any_value(call_kernels)
