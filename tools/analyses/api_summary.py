@@ -270,23 +270,29 @@ def _clip(lo: int | None, hi: int | None, alias: str = "") -> tuple[str, str]:
             f"greatest({p}start_ns, {int(lo)}) AS start_ns, least({p}end_ns, {int(hi)}) AS end_ns")
 
 
-def _blocking_sql(pid_sql: str, lo: int | None, hi: int | None, spin_min_calls: int, spin_max_gap_ns: int) -> str:
+def _blocking_sql(pid: int | None, lo: int | None, hi: int | None, spin_min_calls: int, spin_max_gap_ns: int) -> str:
     """Blocking intervals: pid, tid, category code, label, start_ns, end_ns (clipped to the window)."""
     overlap, clipped = _clip(lo, hi)
     cat = {c: i for i, c in enumerate(CATEGORIES)}
+    # The calls it reads, with their rules, in each of its three scans (the pid an int: a literal, not one parameter
+    # per scan).
+    of_pid, c_of_pid = ("TRUE", "TRUE") if pid is None else (f"pid = {int(pid)}", f"c.pid = {int(pid)}")
+    calls, where = "api_calls c JOIN rules r ON r.name = c.name", f"{c_of_pid} AND c.api <> 'hsa'"
     # The name rules are evaluated once per distinct name, and the spin-loop windows (over every call of a thread, as
-    # any other call between two queries ends a run) run only on the threads that made a query call.
+    # any other call between two queries ends a run) run only on the threads that made a query call. Each part scans
+    # the calls with its own rule as a filter: the calls with their rules as one CTE were materialized, every call
+    # with every column, to find the few that block.
     return f"""
-        WITH calls AS (SELECT * FROM api_calls WHERE {pid_sql} AND api <> 'hsa'),
-        rules AS (
+        WITH rules AS (
             SELECT name, regexp_matches(name, '{SYNC_RE}') AS sync, regexp_matches(name, '{COPY_RE}') AS copy,
                    name LIKE '%Async%' AS async, regexp_matches(name, '{QUERY_RE}') AS q
-            FROM (SELECT DISTINCT name FROM calls)),
-        a AS (SELECT calls.*, rules.sync, rules.copy, rules.async, rules.q FROM calls JOIN rules USING (name)),
+            FROM (SELECT DISTINCT name FROM api_calls WHERE {of_pid} AND api <> 'hsa')),
         host_side AS (
             SELECT pid, correlation_id,
                    bool_or(src_kind = 'Pageable' OR dst_kind = 'Pageable') AS pageable
             FROM memops WHERE op = 'copy' AND correlation_id IS NOT NULL GROUP BY ALL),
+        a AS (SELECT c.pid, c.tid, c.name, c.start_ns, c.end_ns, c.correlation_id, r.sync, r.copy, r.async
+              FROM {calls} WHERE {where} AND (r.sync OR r.copy)),
         direct AS (
             SELECT a.pid, a.tid, CASE WHEN a.sync THEN {cat['synchronize']} WHEN NOT a.async THEN {cat['blocking_copy']}
                                       ELSE {cat['pageable_async_copy']} END AS category,
@@ -296,11 +302,11 @@ def _blocking_sql(pid_sql: str, lo: int | None, hi: int | None, spin_min_calls: 
             FROM a LEFT JOIN host_side h ON h.pid IS NOT DISTINCT FROM a.pid AND h.correlation_id =
                  CASE WHEN a.copy AND a.async THEN a.correlation_id END
             WHERE a.sync OR (a.copy AND (NOT a.async OR coalesce(h.pageable, false)))),
-        querying AS (SELECT DISTINCT pid, tid FROM a WHERE q),
+        querying AS (SELECT DISTINCT c.pid, c.tid FROM {calls} WHERE {where} AND r.q),
         seq AS (
-            SELECT a.pid, a.tid, a.name, a.start_ns, a.end_ns, a.q, lag(a.q) OVER w AS prev_q, lag(a.end_ns) OVER w AS prev_end
-            FROM a JOIN querying t ON t.pid IS NOT DISTINCT FROM a.pid AND t.tid IS NOT DISTINCT FROM a.tid
-            WINDOW w AS (PARTITION BY a.pid, a.tid ORDER BY a.start_ns, a.end_ns)),
+            SELECT c.pid, c.tid, c.name, c.start_ns, c.end_ns, r.q, lag(r.q) OVER w AS prev_q, lag(c.end_ns) OVER w AS prev_end
+            FROM {calls} JOIN querying t ON t.pid IS NOT DISTINCT FROM c.pid AND t.tid IS NOT DISTINCT FROM c.tid WHERE {where}
+            WINDOW w AS (PARTITION BY c.pid, c.tid ORDER BY c.start_ns, c.end_ns)),
         runs AS (
             SELECT *, sum(CASE WHEN q AND prev_q AND start_ns - prev_end <= {int(spin_max_gap_ns)} THEN 0 ELSE 1 END)
                       OVER (PARTITION BY pid, tid ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS run
@@ -325,8 +331,8 @@ def _blocked(trace: Trace, pid_sql: str, pid_params: list, lo, hi, window: Windo
     # four partitions: made once, as a temp table of one cursor.
     cur = trace.con.cursor()
     try:
-        with temp_tables(cur, f"WITH blk AS ({_blocking_sql(pid_sql, lo, hi, spin_min_calls, spin_max_gap_ns)})",
-                         {"_blk": "blk"}, pid_params):
+        with temp_tables(cur, f"WITH blk AS ({_blocking_sql(pid_params[0] if pid_params else None, lo, hi, spin_min_calls, spin_max_gap_ns)})",
+                         {"_blk": "blk"}):
             blk = "SELECT * FROM _blk"
             per_thread = unions_on(cur, blk, [], ("pid", "tid"))
             per_cat = unions_on(cur, blk, [], ("pid", "tid", "category"))
@@ -402,23 +408,36 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
             FROM ops),
         -- the launching call of a (process, correlation id): a launch-named non-HSA call first, then the first by
-        -- (start, end, name) as the model pairs them (an aggregate: a window over one-call partitions cost twice as much)
+        -- (start, end, name) as the model pairs them. Only the ids shared by several calls are chosen among (an
+        -- aggregate: a window over one-call partitions cost twice as much); choosing for every id took twice the CPU
+        -- of finding the shared ones and passing the others through.
+        shared AS (SELECT pid, correlation_id FROM api_calls WHERE correlation_id IS NOT NULL GROUP BY ALL HAVING count(*) > 1),
         calls AS (
+            SELECT pid, correlation_id, start_ns, end_ns, name
+            FROM api_calls a ANTI JOIN shared s ON s.pid IS NOT DISTINCT FROM a.pid AND s.correlation_id = a.correlation_id
+            WHERE correlation_id IS NOT NULL
+            UNION ALL
             SELECT pid, correlation_id, c.start_ns, c.end_ns, c.name
             FROM (SELECT pid, correlation_id, arg_min(struct_pack(start_ns, end_ns, name),
                                                       (api = 'hsa', NOT regexp_matches(name, '{LAUNCH_RE}'), start_ns, end_ns, name)) AS c
-                  FROM api_calls WHERE correlation_id IS NOT NULL GROUP BY pid, correlation_id)),
-        per_call AS (SELECT pid, correlation_id, count(*) AS n FROM kernels WHERE launched GROUP BY ALL),
+                  FROM api_calls a SEMI JOIN shared s ON s.pid IS NOT DISTINCT FROM a.pid AND s.correlation_id = a.correlation_id
+                  GROUP BY pid, correlation_id)),
+        -- kernels per launching call, kept for the calls that launched several (graph launches): a linked kernel not
+        -- among them is its call's only kernel, and the join probes a small table instead of one row per call
+        per_call AS (SELECT pid, correlation_id, count(*) AS n FROM kernels WHERE launched GROUP BY ALL HAVING count(*) > 1),
         k AS (
             SELECT k.device_id, k.p, k.pid, k.stream_id, k.start_ns, k.end_ns, k.correlation_id, k.prev_end,
-                   c.start_ns AS c_start, c.end_ns AS c_end, c.name AS c_name, coalesce(pc.n, 0) AS call_kernels
+                   c.start_ns AS c_start, c.end_ns AS c_end, c.name AS c_name,
+                   CASE WHEN c.end_ns IS NOT NULL THEN coalesce(pc.n, 1) END AS call_kernels
             FROM seq k
             LEFT JOIN calls c ON c.pid IS NOT DISTINCT FROM k.pid  -- launched as a key: a hash join (see _blocking_sql)
                              AND c.correlation_id = CASE WHEN k.launched THEN k.correlation_id END
             LEFT JOIN per_call pc ON pc.pid IS NOT DISTINCT FROM k.pid AND pc.correlation_id = k.correlation_id
             WHERE k.is_kernel = 1 AND {where}),
+        -- only what _launch_rows_sql reads goes into the temp table (the call's and predecessor's times do not)
         kk AS (
-            SELECT *, c_end IS NOT NULL AS linked,
+            SELECT device_id, p, pid, stream_id, start_ns, end_ns, correlation_id, c_name, call_kernels,
+                   c_end IS NOT NULL AS linked, c_end - c_start AS api_ns,
                    CASE WHEN c_end IS NOT NULL THEN greatest(0, coalesce(prev_end, c_end) - c_end) END AS queue_ns,
                    CASE WHEN c_end IS NOT NULL AND start_ns >= greatest(c_end, coalesce(prev_end, c_end))
                         THEN start_ns - greatest(c_end, coalesce(prev_end, c_end)) END AS latency_ns,
@@ -476,10 +495,14 @@ def _launch_rows_sql(keys: str) -> str:
                        count(tiny) AS single, count(*) FILTER (WHERE tiny) AS tiny,
                        min(start_ns) AS first, max(end_ns) AS last
                 FROM _kk GROUP BY {keys}),
-            c AS (
-                SELECT {keys}, pid AS cpid, correlation_id, any_value(c_end - c_start) AS api_ns, any_value(c_name) AS c_name,
-                       any_value(call_kernels) AS n
-                FROM _kk WHERE linked GROUP BY {keys}, pid, correlation_id),
+            -- one row per launch call of the row: a call that launched one kernel is that kernel's row; only the calls
+            -- that launched several (graph launches) are grouped (grouping every call took most of the statement).
+            -- Read twice but not materialized: at 10 M kernels the copy spilled, and scanning _kk twice costs less.
+            c AS NOT MATERIALIZED (
+                SELECT {keys}, api_ns, c_name, call_kernels AS n FROM _kk WHERE linked AND call_kernels = 1
+                UNION ALL
+                SELECT {keys}, any_value(api_ns), any_value(c_name), any_value(call_kernels)
+                FROM _kk WHERE linked AND call_kernels > 1 GROUP BY {keys}, pid, correlation_id),
             cs AS (
                 SELECT {keys}, count(*) AS calls, quantile_cont(api_ns, [0.5, 0.9]) AS a_q, avg(api_ns) AS a_avg,
                        max(api_ns) AS a_max, count(*) FILTER (WHERE n > 1) AS graphs
