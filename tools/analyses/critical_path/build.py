@@ -89,7 +89,11 @@ def _calls_sql(traces: list[Trace], win: str) -> str:
 
 def _gops_sql(traces: list[Trace], win: str) -> str:
     """Each rank's GPU ops running in its window or launched in it, with their launching call (the first of their
-    correlation id in the process)."""
+    correlation id in the process).
+
+    The launching call is looked up only for the ops that can be kept (`cand`: running in the window, or of a
+    correlation id with a call starting in it; a launch in the window is such a call, as the first call of its id
+    starts no later): grouping every API call of the profile by correlation id cost most of the tool's first call."""
     comm = is_comm_sql("g.name")
     kernels = stack(traces, "kernels", "'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, "
                                        "correlation_id, whole_graph, communicator, collective")
@@ -98,22 +102,29 @@ def _gops_sql(traces: list[Trace], win: str) -> str:
                                      "NULL, NULL")
     calls = stack(traces, "api_calls", "rowid AS cid, pid, tid, start_ns, end_ns, correlation_id",
                   "correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL")
+    def running(w: str) -> str:
+        return f"(g.start_ns >= {w}.ws AND g.start_ns < {w}.we) OR (g.start_ns < {w}.ws AND g.end_ns > {w}.ws)"
     return f"""
         WITH win(r, part, pid, ws, we) AS ({win}),
         g AS ({kernels} UNION ALL {memops}),
+        c AS ({calls}),
+        issued AS (SELECT DISTINCT c.part, c.pid, c.correlation_id FROM c JOIN win w ON c.part = w.part
+                   AND c.start_ns >= w.ws AND c.start_ns < w.we),
+        cand AS (SELECT w.r, w.ws, w.we, g.* FROM g JOIN win w ON g.part = w.part AND (w.pid IS NULL OR g.pid = w.pid)
+                 LEFT JOIN issued i ON i.part = g.part AND i.pid = g.pid AND i.correlation_id = g.correlation_id
+                 WHERE {running('w')} OR i.part IS NOT NULL),
         l AS (SELECT part, pid, correlation_id, arg_min(cid, (start_ns, end_ns, cid)) AS lcid, min(start_ns) AS call_start_ns,
                      arg_min(tid, (start_ns, end_ns, cid)) AS call_tid
-              FROM ({calls}) GROUP BY part, pid, correlation_id)
-        SELECT w.r, g.op, g.device_id, coalesce(g.stream_id, -1) AS stream_id, g.start_ns - w.ws AS start_ns,
-               g.end_ns - w.ws AS end_ns, g.name, coalesce(g.short_name, g.name) AS short_name, g.pid,
-               l.lcid IS NOT NULL AS linked, l.lcid, coalesce(l.call_start_ns - w.ws, g.start_ns - w.ws) AS call_start_ns,
+              FROM c SEMI JOIN (SELECT DISTINCT part, pid, correlation_id FROM cand) k USING (part, pid, correlation_id)
+              GROUP BY part, pid, correlation_id)
+        SELECT g.r, g.op, g.device_id, coalesce(g.stream_id, -1) AS stream_id, g.start_ns - g.ws AS start_ns,
+               g.end_ns - g.ws AS end_ns, g.name, coalesce(g.short_name, g.name) AS short_name, g.pid,
+               l.lcid IS NOT NULL AS linked, l.lcid, coalesce(l.call_start_ns - g.ws, g.start_ns - g.ws) AS call_start_ns,
                coalesce(l.call_tid, -1) AS call_tid, g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm,
                g.whole_graph AS is_whole, g.communicator, g.collective
-        FROM g JOIN win w ON g.part = w.part AND (w.pid IS NULL OR g.pid = w.pid)
-        LEFT JOIN l ON l.part = g.part AND l.pid = g.pid AND l.correlation_id = g.correlation_id
-        WHERE (g.start_ns >= w.ws AND g.start_ns < w.we) OR (g.start_ns < w.ws AND g.end_ns > w.ws)
-              OR (l.call_start_ns >= w.ws AND l.call_start_ns < w.we)
-        ORDER BY w.r, g.pid, g.device_id, stream_id, g.start_ns, g.end_ns, g.name"""
+        FROM cand g LEFT JOIN l ON l.part = g.part AND l.pid = g.pid AND l.correlation_id = g.correlation_id
+        WHERE {running('g')} OR (l.call_start_ns >= g.ws AND l.call_start_ns < g.we)
+        ORDER BY g.r, g.pid, g.device_id, stream_id, g.start_ns, g.end_ns, g.name"""
 
 
 def _gap_names(traces: list[Trace], graphs: list["RankGraph"], parts: list[int]) -> dict[int, dict[int, str]]:
