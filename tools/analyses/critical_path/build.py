@@ -42,7 +42,7 @@ def rank_graphs(traces: list[Trace], ranks: list[tuple]) -> list["RankGraph"]:
               for r, (part, pid, ws, we, tid) in enumerate(ranks)]
     names = _gap_names(traces, graphs, [part for part, *_ in ranks])
     for r, g in enumerate(graphs):
-        g.finish(names.get(r, {}))
+        g.finish(names.get(r, _NO_NAMES))
     return graphs
 
 
@@ -127,8 +127,8 @@ def _gops_sql(traces: list[Trace], win: str) -> str:
         ORDER BY g.r, g.pid, g.device_id, stream_id, g.start_ns, g.end_ns, g.name"""
 
 
-def _gap_names(traces: list[Trace], graphs: list["RankGraph"], parts: list[int]) -> dict[int, dict[int, str]]:
-    """{rank: {host row: name}}: the innermost CPU op (else annotation range) of the thread covering each gap's
+def _gap_names(traces: list[Trace], graphs: list["RankGraph"], parts: list[int]) -> dict[int, pd.Series]:
+    """{rank: names by host row}: the innermost CPU op (else annotation range) of the thread covering each gap's
     midpoint, for every rank's gaps in one statement."""
     probes = [g.gap_probes().assign(r=r, part=parts[r]) for r, g in enumerate(graphs)]
     probes = [p for p in probes if len(p)]
@@ -151,10 +151,7 @@ def _gap_names(traces: list[Trace], graphs: list["RankGraph"], parts: list[int])
               FROM ({ops} UNION ALL {ranges}) o JOIN _cp_thread th ON th.part = o.part AND th.pid = o.pid AND th.tid = o.tid) o
           ON o.ks <= p.kt AND p.kt < o.ke
         GROUP BY p.r, p.i""", frames={"_cp_probe": probe, "_cp_thread": threads})
-    out: dict[int, dict[int, str]] = {}
-    for r, i, name in zip(found["r"].tolist(), found["i"].tolist(), found["name"].tolist()):
-        out.setdefault(r, {})[i] = name
-    return out
+    return {int(r): pd.Series(g["name"].to_numpy(dtype=object), index=g["i"].to_numpy()) for r, g in found.groupby("r")}
 
 
 def _by_rank(df: pd.DataFrame, n: int) -> list[pd.DataFrame]:
@@ -176,6 +173,7 @@ def _by_rank(df: pd.DataFrame, n: int) -> list[pd.DataFrame]:
     return out
 
 
+_NO_NAMES = pd.Series(dtype=object)  # a rank none of whose host gaps is covered
 _NULLABLE = {"Int64": "int64", "Int32": "int32", "Int16": "int16", "Int8": "int8", "boolean": "bool"}
 
 
@@ -187,8 +185,7 @@ class RankGraph(Graph):
         self.trace, self.base, self.ws, self.pid = trace, ws, ws, pid
         self.truncated, self.we = truncated, we
         calls["outer_cid"] = calls["cid"].where(calls["outer"]).ffill().fillna(-1).astype("int64")
-        calls["sync"] = _has(calls["name"], SYNC_RE) | (
-            _has(calls["name"], COPY_RE) & ~calls["name"].str.contains("Async", regex=False))
+        calls["sync"] = _has(calls["name"], SYNC_RE) | (_has(calls["name"], COPY_RE) & ~_has(calls["name"], "Async"))
         self.ws, we = 0, we - ws
         self.main = (pid, main_tid) if main_tid is not None else self._busiest_thread(calls)
         # a step's thread runs until the step's end; a caller window ends with its last event
@@ -202,8 +199,8 @@ class RankGraph(Graph):
         return pd.DataFrame({"i": gaps.index, "pid": gaps["pid"].astype("int64"), "tid": gaps["tid"].astype("int64"),
                              "t": ((gaps["S"] + gaps["E"]) // 2).astype("int64") + self.base})
 
-    def finish(self, gap_names: dict[int, str]) -> None:
-        """Name the host gaps ({row: name of what covers its midpoint}) and build the graph."""
+    def finish(self, gap_names: pd.Series) -> None:
+        """Name the host gaps (by host row, the name of what covers its midpoint) and build the graph."""
         calls, gops, host, self.n_sync, waits = self._inputs
         del self._inputs
         self._name_gaps(host, gap_names)
@@ -264,16 +261,16 @@ class RankGraph(Graph):
         host[["S", "E", "pos", "cid"]] = host[["S", "E", "pos", "cid"]].astype("int64")
         return host, int(len(waits)), waits
 
-    def _name_gaps(self, host: pd.DataFrame, names: dict[int, str]) -> None:
+    def _name_gaps(self, host: pd.DataFrame, names: pd.Series) -> None:
         """Gap name = innermost CPU op (else annotation range) of the thread covering the gap's midpoint (`names`, by
         host row: rank_graphs reads them); kind."""
         gaps = host[host["role"] == "gap"]
         host["gkind"] = "cpu"
         if gaps.empty:
             return
-        host.loc[gaps.index, "name"] = [names.get(i, "<host: no op recorded>") for i in gaps.index]
+        host.loc[gaps.index, "name"] = names.reindex(gaps.index).fillna("<host: no op recorded>")
         main = (host["pid"] == (self.main[0] if self.main else None)) & (host["tid"] == (self.main[1] if self.main else None))
-        covered = host.index.isin(list(names))
+        covered = host.index.isin(names.index)
         host.loc[gaps.index[~(main.loc[gaps.index] | covered[gaps.index.to_numpy()])], "gkind"] = "idle_gap"
 
     # -- structure ----------------------------------------------------------------------------------------
@@ -298,8 +295,7 @@ class RankGraph(Graph):
         kind[0], name[0] = "idle_gap", "<window start>"
         role = host["role"].to_numpy()
         hn = host["name"].to_numpy()
-        launchy = _has(host["name"], LAUNCH_RE) | _has(host["name"], ASYNC_ISSUE_RE) | \
-            _has(host["name"], RECORD_RE) | _has(host["name"], WAIT_EVENT_RE)
+        launchy = _has(host["name"], LAUNCH_RE, ASYNC_ISSUE_RE, RECORD_RE, WAIT_EVENT_RE)
         kind[1:1 + nh] = np.where(role == "gap", host["gkind"].to_numpy(),
                                   np.where(role == "return", "sync_wait", np.where(launchy.to_numpy(), "launch_overhead", "cpu")))
         name[1:1 + nh] = hn
@@ -502,11 +498,13 @@ class RankGraph(Graph):
         return len(pairs), int(pairs["by_id"].sum()), int((~good).sum())
 
 
-def _has(series: pd.Series, rx: str) -> pd.Series:
-    """Regex search over a text column, run once per distinct name (a few hundred API names for millions of calls)."""
-    text = series.astype(str)
-    names = pd.Series(text.unique())
-    return text.isin(names[names.str.contains(re.sub(r"\((?!\?)", "(?:", rx), regex=True)])
+def _has(series: pd.Series, *rx: str) -> pd.Series:
+    """Whether any of the regexes finds a match in each value of a text column (as text), run once per distinct
+    value (a few hundred API names for millions of calls) and spread back by the values' codes."""
+    codes, distinct = pd.factorize(series, use_na_sentinel=False)
+    pattern = "|".join("(?:" + re.sub(r"\((?!\?)", "(?:", x) + ")" for x in rx)
+    hit = pd.Series(distinct).astype(str).str.contains(pattern, regex=True).to_numpy(dtype=bool)
+    return pd.Series(hit[codes], index=series.index)
 
 
 
