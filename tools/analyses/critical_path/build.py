@@ -107,15 +107,14 @@ def _gops_sql(traces: list[Trace], win: str) -> str:
     return f"""
         WITH win(r, part, pid, ws, we) AS ({win}),
         g AS ({kernels} UNION ALL {memops}),
-        c AS ({calls}),
-        issued AS (SELECT DISTINCT c.part, c.pid, c.correlation_id FROM c JOIN win w ON c.part = w.part
+        issued AS (SELECT DISTINCT c.part, c.pid, c.correlation_id FROM ({calls}) c JOIN win w ON c.part = w.part
                    AND c.start_ns >= w.ws AND c.start_ns < w.we),
         cand AS (SELECT w.r, w.ws, w.we, g.* FROM g JOIN win w ON g.part = w.part AND (w.pid IS NULL OR g.pid = w.pid)
                  LEFT JOIN issued i ON i.part = g.part AND i.pid = g.pid AND i.correlation_id = g.correlation_id
                  WHERE {running('w')} OR i.part IS NOT NULL),
         l AS (SELECT part, pid, correlation_id, arg_min(cid, (start_ns, end_ns, cid)) AS lcid, min(start_ns) AS call_start_ns,
                      arg_min(tid, (start_ns, end_ns, cid)) AS call_tid
-              FROM c SEMI JOIN (SELECT DISTINCT part, pid, correlation_id FROM cand) k USING (part, pid, correlation_id)
+              FROM ({calls}) c SEMI JOIN (SELECT DISTINCT part, pid, correlation_id FROM cand) k USING (part, pid, correlation_id)
               GROUP BY part, pid, correlation_id)
         SELECT g.r, g.op, g.device_id, coalesce(g.stream_id, -1) AS stream_id, g.start_ns - g.ws AS start_ns,
                g.end_ns - g.ws AS end_ns, g.name, coalesce(g.short_name, g.name) AS short_name, g.pid,
