@@ -289,19 +289,23 @@ class RankGraph(Graph):
         S[gi] = np.where(carried, ws, gops["start_ns"].to_numpy())
         E[gi] = gops["end_ns"].to_numpy()
         E[gi] = np.maximum(E[gi], S[gi])
-        kind = np.empty(n, dtype=object)
+        # kinds as their KINDS index, chosen with integer arrays (no string per node)
+        kc = {k: i for i, k in enumerate(KINDS)}
+        kcode = np.empty(n, dtype=np.int64)
         name = np.empty(n, dtype=object)
-        kind[0], name[0] = "idle_gap", "<window start>"
+        kcode[0], name[0] = kc["idle_gap"], "<window start>"
         role = host["role"].to_numpy()
         hn = host["name"].to_numpy()
         launchy = _has(host["name"], LAUNCH_RE, ASYNC_ISSUE_RE, RECORD_RE, WAIT_EVENT_RE)
-        kind[1:1 + nh] = np.where(role == "gap", host["gkind"].to_numpy(),
-                                  np.where(role == "return", "sync_wait", np.where(launchy.to_numpy(), "launch_overhead", "cpu")))
+        kcode[1:1 + nh] = np.where(role == "gap", np.where(host["gkind"].to_numpy() == "idle_gap", kc["idle_gap"], kc["cpu"]),
+                                   np.where(role == "return", kc["sync_wait"],
+                                            np.where(launchy.to_numpy(), kc["launch_overhead"], kc["cpu"])))
         name[1:1 + nh] = hn
         op = gops["op"].to_numpy()
         comm = gops["is_comm"].fillna(False).to_numpy(dtype=bool)
         whole = gops["is_whole"].fillna(False).to_numpy(dtype=bool)
-        kind[gi] = np.where(op == "kernel", np.where(whole, "graph_whole", np.where(comm, "communication", "gpu_compute")), "copy")
+        kcode[gi] = np.where(op == "kernel", np.where(whole, kc["graph_whole"], np.where(comm, kc["communication"], kc["gpu_compute"])),
+                             kc["copy"])
         name[gi] = gops["name"].to_numpy()
         # lanes: 0 the window start, then host threads, then GPU streams (each numbered in the order of its name)
         key, gpu_lanes = _lane_codes(pd.DataFrame({"pid": gops["pid"].astype("Int64"), "dev": gops["device_id"],
@@ -309,8 +313,7 @@ class RankGraph(Graph):
         nl = len(self.host_lanes)
         self.lane_names = ["window", *self.host_lanes, *gpu_lanes]
         self.lcode = np.concatenate(([0], 1 + host["lane"].to_numpy(dtype=np.int64), 1 + nl + key))
-        self.S_meas, self.E_meas, self.kind, self.name = S, E, kind, name
-        self.kcode = pd.Index(KINDS).get_indexer(kind)
+        self.S_meas, self.E_meas, self.name, self.kcode = S, E, name, kcode
         self.label = np.where(pd.isna(name) | (name == ""), "<host>", name)
         self.gops = gops
         self.d = (E - S).astype(np.int64)
