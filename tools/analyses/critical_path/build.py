@@ -91,9 +91,10 @@ def _gops_sql(traces: list[Trace], win: str) -> str:
     """Each rank's GPU ops running in its window or launched in it, with their launching call (the first of their
     correlation id in the process).
 
-    The launching call is looked up only for the ops that can be kept (`cand`: running in the window, or of a
-    correlation id with a call starting in it; a launch in the window is such a call, as the first call of its id
-    starts no later): grouping every API call of the profile by correlation id cost most of the tool's first call."""
+    The launching call is looked up only for the ops that can be kept (`cand`: running in the window, or with a call
+    of their correlation id starting in it, as the launching call of an op launched in the window does): grouping
+    every API call of the profile by correlation id cost most of the tool's first call, and ran out of DuckDB's
+    memory on a 10 M-kernel export."""
     comm = is_comm_sql("g.name")
     kernels = stack(traces, "kernels", "'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, "
                                        "correlation_id, whole_graph, communicator, collective")
