@@ -188,6 +188,25 @@ def test_no_api_calls_abstains(tmp_path):
     assert any(n.tool == "api_summary" for n in r.not_applicable)
 
 
+def test_busy_gpu_needs_no_api_summary(tmp_path):
+    """api_summary's figures only explain GPU idle time: on a GPU idle under IDLE_MIN_PCT of its span it is not run,
+    so a profile it would refuse (no API calls) gets no not_applicable entry for it, and no idle finding."""
+    s = SD.sync_bound()
+    s.api_calls, s.cpu_ops = [], []
+    t = s.kernels[0].start_ns
+    for k in s.kernels:  # back to back: no idle time at all
+        k.correlation_id = None
+        k.start_ns, k.end_ns, t = t, t + (k.end_ns - k.start_ns), t + (k.end_ns - k.start_ns)
+    tr = load_trace(nsys.write(s, tmp_path / "busy_noapi.sqlite"))
+    try:
+        r = diagnose(tr)
+    finally:
+        tr.close()
+    assert r.gpu_busy_ns == r.gpu_span_ns == sum(k.end_ns - k.start_ns for k in s.kernels)
+    assert not any(n.tool == "api_summary" for n in r.not_applicable)
+    assert not any("idle" in f.title for f in r.findings)
+
+
 def test_window_skips_roofline(traces):
     r = diagnose(traces["compute_bound"], start_ns=0, end_ns=10**12)
     assert any(n.tool == "roofline" for n in r.not_applicable)

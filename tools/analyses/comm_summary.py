@@ -160,15 +160,20 @@ def comm_summary(
     where, params = sel.where(time_mode="overlap")
     ops = timeline_ops_sql(trace, where, window.start_ns, window.end_ns, True, comm_patterns)
     p2 = params * 2
-    by_key = split_measures(trace, f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", p2, ("device_id", "owner"))
     coll = collective_index_sql("name")
     base = f"SELECT *, {coll} AS coll FROM ({ops}) WHERE cls = {COMM} AND end_ns > start_ns"
-    by_coll = unions(trace, f"SELECT device_id, owner, coll, start_ns, end_ns FROM ({base})", p2, ("device_id", "owner", "coll"))
-    names = dict(trace.sql("SELECT device_id, name FROM devices"))
-    ranks = dict(trace.sql("SELECT pid, rank FROM processes WHERE rank IS NOT NULL"))
     dev_rows = {(r[0], None if r[1] == NULL_KEY else r[1]): r[2:] for r in trace.sql(
         f"""SELECT device_id, coalesce(owner, {NULL_KEY}), count(*), count(*) FILTER (WHERE NOT launched), sum(end_ns - start_ns)::BIGINT
             FROM ({base}) GROUP BY ALL""", p2)}
+    # A device is reported when its communication time |COMM| is not 0, i.e. when it has a communication kernel of
+    # non-zero duration in the selection (a row of dev_rows). Without any, the unions over every GPU op (most of the
+    # first call's time) would give nothing to report: they are not computed.
+    by_key, by_coll = {}, {}
+    if dev_rows:
+        by_key = split_measures(trace, f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", p2, ("device_id", "owner"))
+        by_coll = unions(trace, f"SELECT device_id, owner, coll, start_ns, end_ns FROM ({base})", p2, ("device_id", "owner", "coll"))
+    names = dict(trace.sql("SELECT device_id, name FROM devices"))
+    ranks = dict(trace.sql("SELECT pid, rank FROM processes WHERE rank IS NOT NULL"))
     devices, totals = [], {}
     for key in sorted(by_key, key=lambda k: tuple(-1 if v is None else v for v in k)):
         sp = by_key[key]

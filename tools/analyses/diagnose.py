@@ -1,9 +1,11 @@
 """diagnose: a deterministic (rule-based, no LLM) first-pass diagnosis of one GPU of a profile.
 
 Runs the analyses that apply (gpu_timeline, api_summary, memcpy_summary, comm_summary, top_kernels,
-roofline), turns their figures into findings of one bottleneck class each, merges duplicates and
-ranks them by time at stake. Each finding names the tool and field behind every number, its share of
-the GPU span, Amdahl speedup bounds, a confidence with its reason, and the next measurement to take.
+roofline; api_summary only when the GPU idles for at least IDLE_MIN_PCT of its span, the only case a rule
+reads its figures, so not_applicable names it only then), turns their figures into findings of one
+bottleneck class each, merges duplicates and ranks them by time at stake. Each finding names the tool and
+field behind every number, its share of the GPU span, Amdahl speedup bounds, a confidence with its reason,
+and the next measurement to take.
 """
 
 from __future__ import annotations
@@ -195,7 +197,10 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
     denom = f"GPU span of device {dev} (gpu_timeline.timelines[].total_ns = {span} ns)"
     tl_field = f"timelines[device_id={dev}]"
 
-    api = run("api_summary", lambda: api_summary(trace, device=dev, start_ns=start_ns, end_ns=end_ns))
+    # api_summary's figures (blocked threads, launches) only explain GPU idle time: below IDLE_MIN_PCT no rule reads
+    # them, and its launch analysis (every kernel matched to its call) is most of a first call on a busy GPU.
+    idle_pct = main.idle_pct_of_total or 0.0
+    api = run("api_summary", lambda: api_summary(trace, device=dev, start_ns=start_ns, end_ns=end_ns)) if idle_pct >= IDLE_MIN_PCT else None
     mem = run("memcpy_summary", lambda: memcpy_summary(trace, device=dev, start_ns=start_ns, end_ns=end_ns)) if main.memcpy_ops else None
     if not main.memcpy_ops:
         na.append(NotApplicable(tool="memcpy_summary", reason="not applicable: no memory copies on the device in the window"))
@@ -222,7 +227,6 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
                               step=step, rows=rows or []))
 
     # -- idle: sync / launch overhead / host / undecidable --------------------------------------------
-    idle_pct = main.idle_pct_of_total or 0.0
     if idle_pct >= IDLE_MIN_PCT:
         ev = [_ev("gpu_timeline", f"{tl_field}.idle_ns", main.idle_ns), _ev("gpu_timeline", f"{tl_field}.idle_pct_of_total", idle_pct)]
         streams = [s for s in tl.streams if s.device_id == dev]

@@ -42,7 +42,7 @@ def rank_graphs(traces: list[Trace], ranks: list[tuple]) -> list["RankGraph"]:
               for r, (part, pid, ws, we, tid) in enumerate(ranks)]
     names = _gap_names(traces, graphs, [part for part, *_ in ranks])
     for r, g in enumerate(graphs):
-        g.finish(names.get(r, {}))
+        g.finish(names.get(r, _NO_NAMES))
     return graphs
 
 
@@ -89,7 +89,12 @@ def _calls_sql(traces: list[Trace], win: str) -> str:
 
 def _gops_sql(traces: list[Trace], win: str) -> str:
     """Each rank's GPU ops running in its window or launched in it, with their launching call (the first of their
-    correlation id in the process)."""
+    correlation id in the process).
+
+    The launching call is looked up only for the ops that can be kept (`cand`: running in the window, or with a call
+    of their correlation id starting in it, as the launching call of an op launched in the window does): grouping
+    every API call of the profile by correlation id cost most of the tool's first call, and ran out of DuckDB's
+    memory on a 10 M-kernel export."""
     comm = is_comm_sql("g.name")
     kernels = stack(traces, "kernels", "'kernel' AS op, device_id, stream_id, start_ns, end_ns, name, short_name, pid, "
                                        "correlation_id, whole_graph, communicator, collective")
@@ -98,26 +103,32 @@ def _gops_sql(traces: list[Trace], win: str) -> str:
                                      "NULL, NULL")
     calls = stack(traces, "api_calls", "rowid AS cid, pid, tid, start_ns, end_ns, correlation_id",
                   "correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL")
+    def running(w: str) -> str:
+        return f"(g.start_ns >= {w}.ws AND g.start_ns < {w}.we) OR (g.start_ns < {w}.ws AND g.end_ns > {w}.ws)"
     return f"""
         WITH win(r, part, pid, ws, we) AS ({win}),
         g AS ({kernels} UNION ALL {memops}),
+        issued AS (SELECT DISTINCT c.part, c.pid, c.correlation_id FROM ({calls}) c JOIN win w ON c.part = w.part
+                   AND c.start_ns >= w.ws AND c.start_ns < w.we),
+        cand AS (SELECT w.r, w.ws, w.we, g.* FROM g JOIN win w ON g.part = w.part AND (w.pid IS NULL OR g.pid = w.pid)
+                 LEFT JOIN issued i ON i.part = g.part AND i.pid = g.pid AND i.correlation_id = g.correlation_id
+                 WHERE {running('w')} OR i.part IS NOT NULL),
         l AS (SELECT part, pid, correlation_id, arg_min(cid, (start_ns, end_ns, cid)) AS lcid, min(start_ns) AS call_start_ns,
                      arg_min(tid, (start_ns, end_ns, cid)) AS call_tid
-              FROM ({calls}) GROUP BY part, pid, correlation_id)
-        SELECT w.r, g.op, g.device_id, coalesce(g.stream_id, -1) AS stream_id, g.start_ns - w.ws AS start_ns,
-               g.end_ns - w.ws AS end_ns, g.name, coalesce(g.short_name, g.name) AS short_name, g.pid,
-               l.lcid IS NOT NULL AS linked, l.lcid, coalesce(l.call_start_ns - w.ws, g.start_ns - w.ws) AS call_start_ns,
+              FROM ({calls}) c SEMI JOIN (SELECT DISTINCT part, pid, correlation_id FROM cand) k USING (part, pid, correlation_id)
+              GROUP BY part, pid, correlation_id)
+        SELECT g.r, g.op, g.device_id, coalesce(g.stream_id, -1) AS stream_id, g.start_ns - g.ws AS start_ns,
+               g.end_ns - g.ws AS end_ns, g.name, coalesce(g.short_name, g.name) AS short_name, g.pid,
+               l.lcid IS NOT NULL AS linked, l.lcid, coalesce(l.call_start_ns - g.ws, g.start_ns - g.ws) AS call_start_ns,
                coalesce(l.call_tid, -1) AS call_tid, g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm,
                g.whole_graph AS is_whole, g.communicator, g.collective
-        FROM g JOIN win w ON g.part = w.part AND (w.pid IS NULL OR g.pid = w.pid)
-        LEFT JOIN l ON l.part = g.part AND l.pid = g.pid AND l.correlation_id = g.correlation_id
-        WHERE (g.start_ns >= w.ws AND g.start_ns < w.we) OR (g.start_ns < w.ws AND g.end_ns > w.ws)
-              OR (l.call_start_ns >= w.ws AND l.call_start_ns < w.we)
-        ORDER BY w.r, g.pid, g.device_id, stream_id, g.start_ns, g.end_ns, g.name"""
+        FROM cand g LEFT JOIN l ON l.part = g.part AND l.pid = g.pid AND l.correlation_id = g.correlation_id
+        WHERE {running('g')} OR (l.call_start_ns >= g.ws AND l.call_start_ns < g.we)
+        ORDER BY g.r, g.pid, g.device_id, stream_id, g.start_ns, g.end_ns, g.name"""
 
 
-def _gap_names(traces: list[Trace], graphs: list["RankGraph"], parts: list[int]) -> dict[int, dict[int, str]]:
-    """{rank: {host row: name}}: the innermost CPU op (else annotation range) of the thread covering each gap's
+def _gap_names(traces: list[Trace], graphs: list["RankGraph"], parts: list[int]) -> dict[int, pd.Series]:
+    """{rank: names by host row}: the innermost CPU op (else annotation range) of the thread covering each gap's
     midpoint, for every rank's gaps in one statement."""
     probes = [g.gap_probes().assign(r=r, part=parts[r]) for r, g in enumerate(graphs)]
     probes = [p for p in probes if len(p)]
@@ -140,10 +151,7 @@ def _gap_names(traces: list[Trace], graphs: list["RankGraph"], parts: list[int])
               FROM ({ops} UNION ALL {ranges}) o JOIN _cp_thread th ON th.part = o.part AND th.pid = o.pid AND th.tid = o.tid) o
           ON o.ks <= p.kt AND p.kt < o.ke
         GROUP BY p.r, p.i""", frames={"_cp_probe": probe, "_cp_thread": threads})
-    out: dict[int, dict[int, str]] = {}
-    for r, i, name in zip(found["r"].tolist(), found["i"].tolist(), found["name"].tolist()):
-        out.setdefault(r, {})[i] = name
-    return out
+    return {int(r): pd.Series(g["name"].to_numpy(dtype=object), index=g["i"].to_numpy()) for r, g in found.groupby("r")}
 
 
 def _by_rank(df: pd.DataFrame, n: int) -> list[pd.DataFrame]:
@@ -165,6 +173,7 @@ def _by_rank(df: pd.DataFrame, n: int) -> list[pd.DataFrame]:
     return out
 
 
+_NO_NAMES = pd.Series(dtype=object)  # a rank none of whose host gaps is covered
 _NULLABLE = {"Int64": "int64", "Int32": "int32", "Int16": "int16", "Int8": "int8", "boolean": "bool"}
 
 
@@ -176,8 +185,7 @@ class RankGraph(Graph):
         self.trace, self.base, self.ws, self.pid = trace, ws, ws, pid
         self.truncated, self.we = truncated, we
         calls["outer_cid"] = calls["cid"].where(calls["outer"]).ffill().fillna(-1).astype("int64")
-        calls["sync"] = _has(calls["name"], SYNC_RE) | (
-            _has(calls["name"], COPY_RE) & ~calls["name"].str.contains("Async", regex=False))
+        calls["sync"] = _has(calls["name"], SYNC_RE) | (_has(calls["name"], COPY_RE) & ~_has(calls["name"], "Async"))
         self.ws, we = 0, we - ws
         self.main = (pid, main_tid) if main_tid is not None else self._busiest_thread(calls)
         # a step's thread runs until the step's end; a caller window ends with its last event
@@ -191,8 +199,8 @@ class RankGraph(Graph):
         return pd.DataFrame({"i": gaps.index, "pid": gaps["pid"].astype("int64"), "tid": gaps["tid"].astype("int64"),
                              "t": ((gaps["S"] + gaps["E"]) // 2).astype("int64") + self.base})
 
-    def finish(self, gap_names: dict[int, str]) -> None:
-        """Name the host gaps ({row: name of what covers its midpoint}) and build the graph."""
+    def finish(self, gap_names: pd.Series) -> None:
+        """Name the host gaps (by host row, the name of what covers its midpoint) and build the graph."""
         calls, gops, host, self.n_sync, waits = self._inputs
         del self._inputs
         self._name_gaps(host, gap_names)
@@ -253,16 +261,16 @@ class RankGraph(Graph):
         host[["S", "E", "pos", "cid"]] = host[["S", "E", "pos", "cid"]].astype("int64")
         return host, int(len(waits)), waits
 
-    def _name_gaps(self, host: pd.DataFrame, names: dict[int, str]) -> None:
+    def _name_gaps(self, host: pd.DataFrame, names: pd.Series) -> None:
         """Gap name = innermost CPU op (else annotation range) of the thread covering the gap's midpoint (`names`, by
         host row: rank_graphs reads them); kind."""
         gaps = host[host["role"] == "gap"]
         host["gkind"] = "cpu"
         if gaps.empty:
             return
-        host.loc[gaps.index, "name"] = [names.get(i, "<host: no op recorded>") for i in gaps.index]
+        host.loc[gaps.index, "name"] = names.reindex(gaps.index).fillna("<host: no op recorded>")
         main = (host["pid"] == (self.main[0] if self.main else None)) & (host["tid"] == (self.main[1] if self.main else None))
-        covered = host.index.isin(list(names))
+        covered = host.index.isin(names.index)
         host.loc[gaps.index[~(main.loc[gaps.index] | covered[gaps.index.to_numpy()])], "gkind"] = "idle_gap"
 
     # -- structure ----------------------------------------------------------------------------------------
@@ -282,20 +290,23 @@ class RankGraph(Graph):
         S[gi] = np.where(carried, ws, gops["start_ns"].to_numpy())
         E[gi] = gops["end_ns"].to_numpy()
         E[gi] = np.maximum(E[gi], S[gi])
-        kind = np.empty(n, dtype=object)
+        # kinds as their KINDS index, chosen with integer arrays (no string per node)
+        kc = {k: i for i, k in enumerate(KINDS)}
+        kcode = np.empty(n, dtype=np.int64)
         name = np.empty(n, dtype=object)
-        kind[0], name[0] = "idle_gap", "<window start>"
+        kcode[0], name[0] = kc["idle_gap"], "<window start>"
         role = host["role"].to_numpy()
         hn = host["name"].to_numpy()
-        launchy = _has(host["name"], LAUNCH_RE) | _has(host["name"], ASYNC_ISSUE_RE) | \
-            _has(host["name"], RECORD_RE) | _has(host["name"], WAIT_EVENT_RE)
-        kind[1:1 + nh] = np.where(role == "gap", host["gkind"].to_numpy(),
-                                  np.where(role == "return", "sync_wait", np.where(launchy.to_numpy(), "launch_overhead", "cpu")))
+        launchy = _has(host["name"], LAUNCH_RE, ASYNC_ISSUE_RE, RECORD_RE, WAIT_EVENT_RE)
+        kcode[1:1 + nh] = np.where(role == "gap", np.where(host["gkind"].to_numpy() == "idle_gap", kc["idle_gap"], kc["cpu"]),
+                                   np.where(role == "return", kc["sync_wait"],
+                                            np.where(launchy.to_numpy(), kc["launch_overhead"], kc["cpu"])))
         name[1:1 + nh] = hn
         op = gops["op"].to_numpy()
         comm = gops["is_comm"].fillna(False).to_numpy(dtype=bool)
         whole = gops["is_whole"].fillna(False).to_numpy(dtype=bool)
-        kind[gi] = np.where(op == "kernel", np.where(whole, "graph_whole", np.where(comm, "communication", "gpu_compute")), "copy")
+        kcode[gi] = np.where(op == "kernel", np.where(whole, kc["graph_whole"], np.where(comm, kc["communication"], kc["gpu_compute"])),
+                             kc["copy"])
         name[gi] = gops["name"].to_numpy()
         # lanes: 0 the window start, then host threads, then GPU streams (each numbered in the order of its name)
         key, gpu_lanes = _lane_codes(pd.DataFrame({"pid": gops["pid"].astype("Int64"), "dev": gops["device_id"],
@@ -303,8 +314,7 @@ class RankGraph(Graph):
         nl = len(self.host_lanes)
         self.lane_names = ["window", *self.host_lanes, *gpu_lanes]
         self.lcode = np.concatenate(([0], 1 + host["lane"].to_numpy(dtype=np.int64), 1 + nl + key))
-        self.S_meas, self.E_meas, self.kind, self.name = S, E, kind, name
-        self.kcode = pd.Index(KINDS).get_indexer(kind)
+        self.S_meas, self.E_meas, self.name, self.kcode = S, E, name, kcode
         self.label = np.where(pd.isna(name) | (name == ""), "<host>", name)
         self.gops = gops
         self.d = (E - S).astype(np.int64)
@@ -491,11 +501,13 @@ class RankGraph(Graph):
         return len(pairs), int(pairs["by_id"].sum()), int((~good).sum())
 
 
-def _has(series: pd.Series, rx: str) -> pd.Series:
-    """Regex search over a text column, run once per distinct name (a few hundred API names for millions of calls)."""
-    text = series.astype(str)
-    names = pd.Series(text.unique())
-    return text.isin(names[names.str.contains(re.sub(r"\((?!\?)", "(?:", rx), regex=True)])
+def _has(series: pd.Series, *rx: str) -> pd.Series:
+    """Whether any of the regexes finds a match in each value of a text column (as text), run once per distinct
+    value (a few hundred API names for millions of calls) and spread back by the values' codes."""
+    codes, distinct = pd.factorize(series, use_na_sentinel=False)
+    pattern = "|".join("(?:" + re.sub(r"\((?!\?)", "(?:", x) + ")" for x in rx)
+    hit = pd.Series(distinct).astype(str).str.contains(pattern, regex=True).to_numpy(dtype=bool)
+    return pd.Series(hit[codes], index=series.index)
 
 
 
