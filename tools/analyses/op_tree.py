@@ -64,10 +64,11 @@ def with_sql() -> str:
         FROM cpu_ops c JOIN thr ON thr.pid = c.pid AND thr.tid = c.tid
         WHERE c.category = 'cpu_op' AND c.name NOT IN ({", ".join(f"'{n}'" for n in PASS_THROUGH)})),
     launch AS (
-        SELECT pid, correlation_id, arg_min(tid, (start_ns, end_ns)) AS tid, min(start_ns) AS start_ns,
-               arg_min(end_ns, (start_ns, end_ns)) AS end_ns, arg_min(name, (start_ns, end_ns)) AS name
-        FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
-        GROUP BY pid, correlation_id),
+        SELECT pid, correlation_id, f.tid AS tid, start_ns, f.end_ns AS end_ns, f.name AS name FROM (
+            SELECT pid, correlation_id, min(start_ns) AS start_ns,
+                   arg_min({{'tid': tid, 'end_ns': end_ns, 'name': name}}, (start_ns, end_ns)) AS f
+            FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
+            GROUP BY pid, correlation_id)),
     gpu AS (
         SELECT rowid * 2 AS gop_id, 'kernel' AS op, device_id, stream_id, start_ns, end_ns, dur_ns, name,
                pid, correlation_id, launched, whole_graph FROM kernels
@@ -159,14 +160,14 @@ def _launchers_from_temp(cur, comm: str, gops: str, subtree: str) -> None:
                     ELSE '<unattributed>' END AS launcher_name,
                CASE WHEN i.launcher_id IS NOT NULL THEN c.start_ns ELSE g.call_start_ns END AS launcher_start_ns,
                CASE WHEN i.launcher_id IS NOT NULL THEN c.end_ns ELSE g.call_end_ns END AS launcher_end_ns,
-               c.input_dims, c.input_types,
-               lag(g.end_ns) OVER (PARTITION BY g.device_id, g.stream_id ORDER BY g.start_ns, g.end_ns, g.gop_id)
-                   AS prev_end_ns
+               c.input_dims, c.input_types, p.prev_end_ns
         FROM _tree_gop g
         LEFT JOIN (SELECT gop_id, arg_max(op_id, (start_ns, -dur_ns, op_id)) AS launcher_id FROM {subtree}
                    GROUP BY gop_id) i USING (gop_id)
         LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
-        ORDER BY g.start_ns, g.gop_id""")
+        -- The window sorts these five columns, not the wide rows (names) around them; no ORDER BY: every reader orders.
+        LEFT JOIN (SELECT gop_id, lag(end_ns) OVER (PARTITION BY device_id, stream_id ORDER BY start_ns, end_ns, gop_id)
+                          AS prev_end_ns FROM _tree_gop) p USING (gop_id)""")
 
 
 def node_parents(trace: Trace) -> pd.DataFrame:
