@@ -51,7 +51,7 @@ def with_sql() -> str:
         thr(pid, tid, k)  threads numbered from 0;
         op(op_id, pid, tid, start_ns, end_ns, dur_ns, name, ks, ke)  launcher candidates (cpu_op, not execute);
         launch(pid, correlation_id, tid, start_ns, end_ns, name)      the launching call per (pid, correlation);
-        gop(gop_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, name, pid, launched, whole_graph,
+        gop(gop_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, name, short_name, pid, launched, whole_graph,
             call_tid, call_start_ns, call_end_ns, call_name, ks)      every GPU op with its launching call."""
     return f"""
     WITH thr AS (
@@ -70,15 +70,15 @@ def with_sql() -> str:
             FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
             GROUP BY pid, correlation_id)),
     gpu AS (
-        SELECT rowid * 2 AS gop_id, 'kernel' AS op, device_id, stream_id, start_ns, end_ns, dur_ns, name,
+        SELECT rowid * 2 AS gop_id, 'kernel' AS op, device_id, stream_id, start_ns, end_ns, dur_ns, name, short_name,
                pid, correlation_id, launched, whole_graph FROM kernels
         UNION ALL
         SELECT rowid * 2 + 1, op, device_id, stream_id, start_ns, end_ns, dur_ns,
                CASE WHEN op = 'set' THEN 'Memset (' || coalesce(dst_kind, 'Device') || ')'
                     ELSE 'Memcpy ' || kind || ' (' || coalesce(src_kind, '?') || ' -> ' || coalesce(dst_kind, '?') || ')' END,
-               pid, correlation_id, launched, false FROM memops),
+               NULL, pid, correlation_id, launched, false FROM memops),
     gop AS (
-        SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name, g.pid, g.whole_graph,
+        SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name, g.short_name, g.pid, g.whole_graph,
                l.tid IS NOT NULL AS linked, l.tid AS call_tid, l.start_ns AS call_start_ns, l.end_ns AS call_end_ns,
                l.name AS call_name, thr.k * {SHIFT} + l.start_ns AS ks
         FROM gpu g
@@ -117,7 +117,7 @@ class Launchers:
     """Table `gops`: one row per GPU op; table `subtree`: the (ancestor cpu_op, GPU op) pairs of the op tree (Kept)."""
 
     gops: str
-    # columns: gop_id, op ('kernel'|'copy'|'set'), device_id, stream_id, start_ns, end_ns, dur_ns, name,
+    # columns: gop_id, op ('kernel'|'copy'|'set'), device_id, stream_id, start_ns, end_ns, dur_ns, name, short_name (kernels),
     #          is_comm (never for a whole-graph row), whole_graph, pid, linked, call_tid, call_start_ns, call_end_ns, call_name,
     #          launcher_kind ('cpu_op'|'runtime'|'graph'|'unlinked'), launcher_id (cpu_ops.rowid or -1),
     #          launcher_name, launcher_start_ns, launcher_end_ns, input_dims, input_types,
@@ -148,7 +148,7 @@ def _launchers_from_temp(cur, comm: str, gops: str, subtree: str) -> None:
                     FROM _tree_gop g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke""")
     cur.execute(f"""
         CREATE TABLE {gops} AS
-        SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name,
+        SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name, g.short_name,
                coalesce(g.op = 'kernel' AND NOT g.whole_graph AND {comm}, false) AS is_comm,
                coalesce(g.whole_graph, false) AS whole_graph, g.pid, coalesce(g.linked, false) AS linked,
                g.call_tid, g.call_start_ns, g.call_end_ns, g.call_name,

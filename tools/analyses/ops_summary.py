@@ -414,7 +414,7 @@ def _build_frame(trace: Trace) -> Frame:
                 SELECT {common},
                     CASE WHEN r.rid IS NOT NULL THEN 'range' WHEN g.launcher_kind IN ('runtime', 'graph') THEN 'kernel'
                          WHEN g.launcher_kind = 'unlinked' THEN 'unattributed' ELSE g.launcher_kind END AS launcher_kind,
-                    CASE WHEN r.rid IS NOT NULL THEN r.name WHEN g.launcher_kind IN ('runtime', 'graph') THEN coalesce(k.short_name, g.name)
+                    CASE WHEN r.rid IS NOT NULL THEN r.name WHEN g.launcher_kind IN ('runtime', 'graph') THEN coalesce(g.short_name, g.name)
                          WHEN g.launcher_kind = 'unlinked' THEN '{UNATTRIBUTED}' ELSE g.launcher_name END AS launcher_name,
                     CASE WHEN r.rid IS NOT NULL THEN r.start_ns WHEN g.launcher_kind IN ('runtime', 'graph') THEN NULL
                          ELSE g.launcher_start_ns END AS launcher_start_ns,
@@ -423,7 +423,7 @@ def _build_frame(trace: Trace) -> Frame:
                     CASE WHEN r.rid IS NOT NULL THEN (1::BIGINT << 60) + r.rid ELSE (3::BIGINT << 60) + g.gop_id END AS inst,
                     _ops_cat.category
                 FROM {L.gops} g LEFT JOIN inn USING (gop_id) LEFT JOIN _proj_rng r USING (rid)
-                LEFT JOIN kernels k ON k.rowid * 2 = g.gop_id JOIN _ops_cat ON {match})""")
+                JOIN _ops_cat ON {match})""")
     for t in ("_ops_base", "_ops_ic", "_ops_cat", "_ops_graph"):
         cur.execute(f"DROP TABLE IF EXISTS temp.main.{t}")
     return Frame(table=kept.names["frame"], subtree=L.subtree if has_ops else None, attribution=attribution, keep=(kept, L))
