@@ -125,13 +125,14 @@ def _nodes(trace: Trace) -> pd.DataFrame:
     """Every host node with its parent: index (node, row). Memoized."""
     def build():
         par = node_parents(trace)
-        ops = trace.sql_dicts("""SELECT rowid AS row, pid, tid, start_ns, dur_ns, name, category, input_dims, input_types,
-                                        concrete_inputs, args FROM cpu_ops""")
-        mk = trace.sql_dicts("""SELECT rowid AS row, pid, tid, start_ns, dur_ns, name FROM markers WHERE kind = 'annotation'""")
-        a = pd.DataFrame(ops, columns=["row", "pid", "tid", "start_ns", "dur_ns", "name", "category", "input_dims",
-                                       "input_types", "concrete_inputs", "args"])
+        cur = trace.con.cursor()
+        try:  # columnar fetches: no Python object per row on the way
+            a = cur.execute("""SELECT rowid AS row, pid, tid, start_ns, dur_ns, name, category, input_dims, input_types,
+                                      concrete_inputs, args FROM cpu_ops""").df()
+            b = cur.execute("SELECT rowid AS row, pid, tid, start_ns, dur_ns, name FROM markers WHERE kind = 'annotation'").df()
+        finally:
+            cur.close()
         a["node"] = "cpu_ops"
-        b = pd.DataFrame(mk, columns=["row", "pid", "tid", "start_ns", "dur_ns", "name"])
         b["node"], b["category"] = "markers", "annotation"
         n = pd.concat([a, b], ignore_index=True).merge(par, on=["node", "row"], how="left")
         n["key"] = list(zip(n["node"], n["row"]))

@@ -51,8 +51,10 @@ def with_sql() -> str:
         thr(pid, tid, k)  threads numbered from 0;
         op(op_id, pid, tid, start_ns, end_ns, dur_ns, name, ks, ke)  launcher candidates (cpu_op, not execute);
         launch(pid, correlation_id, tid, start_ns, end_ns, name)      the launching call per (pid, correlation);
-        gop(gop_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, name, pid, launched, whole_graph,
-            call_tid, call_start_ns, call_end_ns, call_name, ks)      every GPU op with its launching call."""
+        gpu(gop_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, name, short_name, pid, correlation_id, launched,
+            whole_graph)                                              every GPU op (kernel, copy, set);
+        prev(gop_id, prev_end_ns)                                     end of the previous GPU op on its device/stream;
+        call(gop_id, linked, call_tid, call_start_ns, call_end_ns, call_name, ks)  its launching call (NULLs: none)."""
     return f"""
     WITH thr AS (
         SELECT pid, tid, (row_number() OVER (ORDER BY pid, tid) - 1)::HUGEINT AS k FROM (
@@ -63,22 +65,26 @@ def with_sql() -> str:
                thr.k * {SHIFT} + c.start_ns AS ks, thr.k * {SHIFT} + c.end_ns AS ke
         FROM cpu_ops c JOIN thr ON thr.pid = c.pid AND thr.tid = c.tid
         WHERE c.category = 'cpu_op' AND c.name NOT IN ({", ".join(f"'{n}'" for n in PASS_THROUGH)})),
-    launch AS (
-        SELECT pid, correlation_id, arg_min(tid, (start_ns, end_ns)) AS tid, min(start_ns) AS start_ns,
-               arg_min(end_ns, (start_ns, end_ns)) AS end_ns, arg_min(name, (start_ns, end_ns)) AS name
-        FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
-        GROUP BY pid, correlation_id),
+    launch AS (  -- one arg_min of a struct: the call's columns come from one row, and the group by aggregates once
+        SELECT pid, correlation_id, f.tid AS tid, start_ns, f.end_ns AS end_ns, f.name AS name FROM (
+            SELECT pid, correlation_id, min(start_ns) AS start_ns,
+                   arg_min({{'tid': tid, 'end_ns': end_ns, 'name': name}}, (start_ns, end_ns)) AS f
+            FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
+            GROUP BY pid, correlation_id)),
     gpu AS (
-        SELECT rowid * 2 AS gop_id, 'kernel' AS op, device_id, stream_id, start_ns, end_ns, dur_ns, name,
+        SELECT rowid * 2 AS gop_id, 'kernel' AS op, device_id, stream_id, start_ns, end_ns, dur_ns, name, short_name,
                pid, correlation_id, launched, whole_graph FROM kernels
         UNION ALL
         SELECT rowid * 2 + 1, op, device_id, stream_id, start_ns, end_ns, dur_ns,
                CASE WHEN op = 'set' THEN 'Memset (' || coalesce(dst_kind, 'Device') || ')'
                     ELSE 'Memcpy ' || kind || ' (' || coalesce(src_kind, '?') || ' -> ' || coalesce(dst_kind, '?') || ')' END,
-               pid, correlation_id, launched, false FROM memops),
-    gop AS (
-        SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name, g.pid, g.whole_graph,
-               l.tid IS NOT NULL AS linked, l.tid AS call_tid, l.start_ns AS call_start_ns, l.end_ns AS call_end_ns,
+               NULL, pid, correlation_id, launched, false FROM memops),
+    prev AS (  -- per GPU op, the end of the previous one on its device and stream: a window over five columns only
+        SELECT gop_id, lag(end_ns) OVER (PARTITION BY device_id, stream_id ORDER BY start_ns, end_ns, gop_id) AS prev_end_ns
+        FROM (SELECT rowid * 2 AS gop_id, device_id, stream_id, start_ns, end_ns FROM kernels
+              UNION ALL SELECT rowid * 2 + 1, device_id, stream_id, start_ns, end_ns FROM memops)),
+    call AS (
+        SELECT g.gop_id, l.tid IS NOT NULL AS linked, l.tid AS call_tid, l.start_ns AS call_start_ns, l.end_ns AS call_end_ns,
                l.name AS call_name, thr.k * {SHIFT} + l.start_ns AS ks
         FROM gpu g
         LEFT JOIN launch l ON l.pid = g.pid AND l.correlation_id = g.correlation_id
@@ -116,7 +122,7 @@ class Launchers:
     """Table `gops`: one row per GPU op; table `subtree`: the (ancestor cpu_op, GPU op) pairs of the op tree (Kept)."""
 
     gops: str
-    # columns: gop_id, op ('kernel'|'copy'|'set'), device_id, stream_id, start_ns, end_ns, dur_ns, name,
+    # columns: gop_id, op ('kernel'|'copy'|'set'), device_id, stream_id, start_ns, end_ns, dur_ns, name, short_name (kernels),
     #          is_comm (never for a whole-graph row), whole_graph, pid, linked, call_tid, call_start_ns, call_end_ns, call_name,
     #          launcher_kind ('cpu_op'|'runtime'|'graph'|'unlinked'), launcher_id (cpu_ops.rowid or -1),
     #          launcher_name, launcher_start_ns, launcher_end_ns, input_dims, input_types,
@@ -133,40 +139,41 @@ def launchers(trace: Trace) -> Launchers:
 def _launchers(trace: Trace) -> Launchers:
     kept = Kept(trace, "gops", "subtree")
     cur = kept.cur
-    with temp_tables(cur, with_sql(), {"_tree_op": "op", "_tree_gop": "gop"}):
-        _launchers_from_temp(cur, is_comm_sql("g.name"), kept.names["gops"], kept.names["subtree"])
+    w = with_sql()
+    # The launching calls are a temp table (the containment join reads tables, containment.py), narrow: the GPU ops' own
+    # columns are read from the model again below rather than copied twice.
+    with temp_tables(cur, w, {"_tree_op": "op", "_tree_call": "call"}):
+        _launchers_from_temp(cur, w, is_comm_sql("g.name"), kept.names["gops"], kept.names["subtree"])
     return Launchers(gops=kept.names["gops"], subtree=kept.names["subtree"], kept=kept)
 
 
-def _launchers_from_temp(cur, comm: str, gops: str, subtree: str) -> None:
-    """The launchers over temp tables _tree_op and _tree_gop (containment.py: no CTE around the IEJoins), into tables
+def _launchers_from_temp(cur, with_clause: str, comm: str, gops: str, subtree: str) -> None:
+    """The launchers over temp tables _tree_op and _tree_call (containment.py: no CTE around the IEJoins), into tables
     `gops` and `subtree`."""
     # One containment join gives both: the subtree pairs, and per GPU op the innermost of its enclosing ops.
     cur.execute(f"""CREATE TABLE {subtree} AS
                     SELECT o.op_id, g.gop_id, o.start_ns, o.dur_ns
-                    FROM _tree_gop g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke""")
+                    FROM _tree_call g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke""")
+    # No ORDER BY: every reader orders.
     cur.execute(f"""
-        CREATE TABLE {gops} AS
-        SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name,
+        CREATE TABLE {gops} AS {with_clause}
+        SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name, g.short_name,
                coalesce(g.op = 'kernel' AND NOT g.whole_graph AND {comm}, false) AS is_comm,
-               coalesce(g.whole_graph, false) AS whole_graph, g.pid, coalesce(g.linked, false) AS linked,
-               g.call_tid, g.call_start_ns, g.call_end_ns, g.call_name,
+               coalesce(g.whole_graph, false) AS whole_graph, g.pid, coalesce(l.linked, false) AS linked,
+               l.call_tid, l.call_start_ns, l.call_end_ns, l.call_name,
                CASE WHEN i.launcher_id IS NOT NULL THEN 'cpu_op'
-                    WHEN g.linked AND regexp_matches(g.call_name, 'graph.?launch', 'i') THEN 'graph'
-                    WHEN g.linked THEN 'runtime' ELSE 'unlinked' END AS launcher_kind,
+                    WHEN l.linked AND regexp_matches(l.call_name, 'graph.?launch', 'i') THEN 'graph'
+                    WHEN l.linked THEN 'runtime' ELSE 'unlinked' END AS launcher_kind,
                coalesce(i.launcher_id, -1)::BIGINT AS launcher_id,
-               CASE WHEN i.launcher_id IS NOT NULL THEN c.name WHEN g.linked THEN g.call_name
+               CASE WHEN i.launcher_id IS NOT NULL THEN c.name WHEN l.linked THEN l.call_name
                     ELSE '<unattributed>' END AS launcher_name,
-               CASE WHEN i.launcher_id IS NOT NULL THEN c.start_ns ELSE g.call_start_ns END AS launcher_start_ns,
-               CASE WHEN i.launcher_id IS NOT NULL THEN c.end_ns ELSE g.call_end_ns END AS launcher_end_ns,
-               c.input_dims, c.input_types,
-               lag(g.end_ns) OVER (PARTITION BY g.device_id, g.stream_id ORDER BY g.start_ns, g.end_ns, g.gop_id)
-                   AS prev_end_ns
-        FROM _tree_gop g
+               CASE WHEN i.launcher_id IS NOT NULL THEN c.start_ns ELSE l.call_start_ns END AS launcher_start_ns,
+               CASE WHEN i.launcher_id IS NOT NULL THEN c.end_ns ELSE l.call_end_ns END AS launcher_end_ns,
+               c.input_dims, c.input_types, p.prev_end_ns
+        FROM gpu g JOIN _tree_call l USING (gop_id) JOIN prev p USING (gop_id)
         LEFT JOIN (SELECT gop_id, arg_max(op_id, (start_ns, -dur_ns, op_id)) AS launcher_id FROM {subtree}
                    GROUP BY gop_id) i USING (gop_id)
-        LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
-        ORDER BY g.start_ns, g.gop_id""")
+        LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id""")
 
 
 def node_parents(trace: Trace) -> pd.DataFrame:

@@ -401,54 +401,60 @@ def _build_frame(trace: Trace) -> Frame:
 
         def cat(name, first_kernel, comm, kd):
             return "unattributed" if kd == "unattributed" else kd if kd in ("runtime", "graph") else op_category(name, first_kernel, comm)
-        _categorise(cur, "_ops_ic", ("n", "k", "c", "kd"), cat)
-        src = "_ops_base JOIN (SELECT inst, category FROM _ops_ic_cat) USING (inst)"
+        match = _categories(cur, "_ops_ic", ("n", "k", "c", "kd"), cat, "i")
+        src = f"_ops_base JOIN (SELECT i.inst, _ops_cat.category FROM _ops_ic i JOIN _ops_cat ON {match}) USING (inst)"
+        _frame_table(cur, kept.names["frame"], "", src)
     else:
         attribution = "range"
-        with projection_tables(cur, trace):
-            cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_base AS
-                WITH inn AS ({INNERMOST})
+        # Without an op tree each GPU op is classified by its own name. The linked GPU ops of the projection are those
+        # of the launchers table (the launching calls are grouped once).
+        match = _categories(cur, L.gops, ("name", "is_comm", "op", "whole_graph"), kernel_category, "g")
+        with projection_tables(cur, trace, gops=L.gops):
+            _frame_table(cur, kept.names["frame"], f"WITH inn AS ({INNERMOST})", f"""(
                 SELECT {common},
                     CASE WHEN r.rid IS NOT NULL THEN 'range' WHEN g.launcher_kind IN ('runtime', 'graph') THEN 'kernel'
                          WHEN g.launcher_kind = 'unlinked' THEN 'unattributed' ELSE g.launcher_kind END AS launcher_kind,
-                    CASE WHEN r.rid IS NOT NULL THEN r.name WHEN g.launcher_kind IN ('runtime', 'graph') THEN coalesce(k.short_name, g.name)
+                    CASE WHEN r.rid IS NOT NULL THEN r.name WHEN g.launcher_kind IN ('runtime', 'graph') THEN coalesce(g.short_name, g.name)
                          WHEN g.launcher_kind = 'unlinked' THEN '{UNATTRIBUTED}' ELSE g.launcher_name END AS launcher_name,
                     CASE WHEN r.rid IS NOT NULL THEN r.start_ns WHEN g.launcher_kind IN ('runtime', 'graph') THEN NULL
                          ELSE g.launcher_start_ns END AS launcher_start_ns,
                     CASE WHEN r.rid IS NOT NULL THEN r.end_ns WHEN g.launcher_kind IN ('runtime', 'graph') THEN NULL
                          ELSE g.launcher_end_ns END AS launcher_end_ns,
-                    CASE WHEN r.rid IS NOT NULL THEN (1::BIGINT << 60) + r.rid ELSE (3::BIGINT << 60) + g.gop_id END AS inst
+                    CASE WHEN r.rid IS NOT NULL THEN (1::BIGINT << 60) + r.rid ELSE (3::BIGINT << 60) + g.gop_id END AS inst,
+                    _ops_cat.category
                 FROM {L.gops} g LEFT JOIN inn USING (gop_id) LEFT JOIN _proj_rng r USING (rid)
-                LEFT JOIN kernels k ON k.rowid * 2 = g.gop_id""")
-        # Without an op tree each GPU op is classified by its own name.
-        _categorise(cur, "_ops_base", ("name", "is_comm", "op", "whole_graph"), kernel_category)
-        src = "_ops_base_cat"
-    # Launch delays. A GPU op that started before its call returned (the host was inside a synchronous call: a pageable
-    # copy, a launch that blocked), or before the previous op on its stream ended, has a negative difference, which is
-    # no delay: it is left out (delay_excluded).
-    cur.execute(f"""CREATE TABLE {kept.names['frame']} AS
+                JOIN _ops_cat ON {match})""")
+    for t in ("_ops_base", "_ops_ic", "_ops_cat", "_ops_graph"):
+        cur.execute(f"DROP TABLE IF EXISTS temp.main.{t}")
+    return Frame(table=kept.names["frame"], subtree=L.subtree if has_ops else None, attribution=attribution, keep=(kept, L))
+
+
+def _frame_table(cur, table: str, with_clause: str, src: str) -> None:
+    """Table `table` (the frame) from `src`: the GPU ops with their launcher columns, inst and category, plus the launch
+    delays. A GPU op that started before its call returned (the host was inside a synchronous call: a pageable copy, a
+    launch that blocked), or before the previous op on its stream ended, has a negative difference, which is no delay:
+    it is left out (delay_excluded). One statement: the frame is the only copy of the GPU ops it writes."""
+    cur.execute(f"""CREATE TABLE {table} AS {with_clause}
         SELECT b.gop_id, b.op, b.device_id, b.stream_id, b.start_ns, b.end_ns, b.dur_ns, b.name, b.is_comm, b.launcher_id,
                b.launcher_kind, b.launcher_name, b.launcher_start_ns, b.launcher_end_ns, b.input_dims, b.input_types, b.inst,
                b.category, CASE WHEN b.bad THEN NULL ELSE b.launch END AS launch_delay_ns,
                CASE WHEN b.bad THEN NULL ELSE b.qf END AS queue_free_delay_ns, b.bad AS delay_excluded, b.in_graph,
                CASE WHEN b.in_graph THEN b.dur_ns ELSE 0 END AS graph_dur_ns
         FROM (SELECT *, coalesce(launch < 0, false) OR coalesce(qf < 0, false) AS bad FROM {src}) b""")
-    for t in ("_ops_base", "_ops_ic", "_ops_ic_cat", "_ops_base_cat", "_ops_graph"):
-        cur.execute(f"DROP TABLE IF EXISTS temp.main.{t}")
-    return Frame(table=kept.names["frame"], subtree=L.subtree if has_ops else None, attribution=attribution, keep=(kept, L))
 
 
-def _categorise(cur, table: str, cols: tuple[str, ...], fn) -> None:
-    """Temp table <table>_cat: `table` with a column category = fn(*cols), fn called once per distinct combination of
-    `cols` (a few hundred distinct ops or kernel names among millions of rows)."""
+def _categories(cur, table: str, cols: tuple[str, ...], fn, alias: str) -> str:
+    """Temp table _ops_cat: each distinct combination of `cols` in `table` with category = fn(*cols), fn called once per
+    combination (a few hundred distinct ops or kernel names among millions of rows). Returns the join condition of a
+    row of alias `alias` to its combination."""
     c = ", ".join(cols)
-    cur.execute(f"CREATE OR REPLACE TEMP TABLE {table}_d AS SELECT row_number() OVER () AS combo, * FROM (SELECT DISTINCT {c} FROM {table})")
-    combos = cur.execute(f"SELECT combo, {c} FROM {table}_d").fetchall()
+    cur.execute(f"CREATE OR REPLACE TEMP TABLE _ops_cat_d AS SELECT row_number() OVER () AS combo, * FROM (SELECT DISTINCT {c} FROM {table})")
+    combos = cur.execute(f"SELECT combo, {c} FROM _ops_cat_d").fetchall()
     values = ", ".join(f"({r[0]}, {quote_literal(fn(*r[1:]))})" for r in combos) or "(NULL, NULL)"
-    match = " AND ".join(f"t.{x} IS NOT DISTINCT FROM d.{x}" for x in cols)
-    cur.execute(f"""CREATE OR REPLACE TEMP TABLE {table}_cat AS
-        SELECT t.*, v.category FROM {table} t JOIN {table}_d d ON {match} JOIN (VALUES {values}) v(combo, category) USING (combo)""")
-    cur.execute(f"DROP TABLE temp.main.{table}_d")
+    cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_cat AS
+        SELECT d.* EXCLUDE (combo), v.category FROM _ops_cat_d d JOIN (VALUES {values}) v(combo, category) USING (combo)""")
+    cur.execute("DROP TABLE temp.main._ops_cat_d")
+    return " AND ".join(f"{alias}.{x} IS NOT DISTINCT FROM _ops_cat.{x}" for x in cols)
 
 
 def ops_summary(
@@ -545,32 +551,33 @@ def instances(cur, g: Selection, subtree: bool = True) -> None:
     of an instance where there is an op tree; without one an instance is a range, and it takes the category of its
     first GPU op), gpu_ops, direct_ns (|union| of its GPU ops), subtree_ns (cpu_ops with `subtree`: |union| of the
     selected GPU ops launched inside it; else direct_ns), cpu_ns (host duration), attributed."""
-    direct, params = union_per_instance(g, "inst")
-    cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_inst0 AS
-        SELECT inst, f.name AS name, f.kind AS kind, f.category AS category, f.launcher_id AS launcher_id, f.lstart AS lstart,
-               f.lend AS lend, f.input_dims AS input_dims, f.input_types AS input_types, gpu_ops,
-               coalesce(u.busy_ns, 0)::BIGINT AS direct_ns
-        FROM (SELECT inst, count(*) AS gpu_ops,
-                     arg_min({{'name': launcher_name, 'kind': launcher_kind, 'category': category, 'launcher_id': launcher_id,
-                               'lstart': launcher_start_ns, 'lend': launcher_end_ns, 'input_dims': input_dims,
-                               'input_types': input_types}}, (start_ns, gop_id)) AS f
-              FROM {g.sql} WHERE NOT {ONE_OP} GROUP BY inst) i
-        LEFT JOIN ({direct}) u USING (inst)
-        UNION ALL
-        SELECT inst, launcher_name, launcher_kind, category, launcher_id, launcher_start_ns, launcher_end_ns, input_dims,
-               input_types, 1, greatest(end_ns - start_ns, 0) FROM {g.sql} WHERE {ONE_OP}""", g.params + params + g.params)
     sub = g.frame.subtree if subtree else None
     if sub is None:
-        subtree_ns = "i.direct_ns"
+        subtree_ns, sub_join = "i.direct_ns", ""
     else:
+        # The launchers of the selection's cpu_op instances: an instance's kind is that of each of its GPU ops.
         pairs = (f"SELECT p.op_id, s.start_ns, s.end_ns FROM {sub} p JOIN {g.sql} s USING (gop_id) "
-                 "WHERE p.op_id IN (SELECT launcher_id FROM _ops_inst0 WHERE kind = 'cpu_op')")
-        cur.execute(f"CREATE OR REPLACE TEMP TABLE _ops_sub AS SELECT op_id, busy_ns FROM ({union_stats_sql(pairs, 'op_id')})", g.params)
-        subtree_ns = "CASE WHEN i.kind = 'cpu_op' THEN coalesce((SELECT s.busy_ns FROM _ops_sub s WHERE s.op_id = i.launcher_id), 0) ELSE i.direct_ns END"
+                 f"WHERE p.op_id IN (SELECT launcher_id FROM {g.sql} WHERE launcher_kind = 'cpu_op')")
+        cur.execute(f"CREATE OR REPLACE TEMP TABLE _ops_sub AS SELECT op_id, busy_ns FROM ({union_stats_sql(pairs, 'op_id')})",
+                    g.params + g.params)
+        subtree_ns = "CASE WHEN i.kind = 'cpu_op' THEN coalesce(s.busy_ns, 0) ELSE i.direct_ns END"
+        sub_join = "LEFT JOIN _ops_sub s ON s.op_id = i.launcher_id"
+    direct, params = union_per_instance(g, "inst")
     cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_inst AS
         SELECT i.*, ({subtree_ns})::BIGINT AS subtree_ns, i.lend - i.lstart AS cpu_ns, i.kind <> 'unattributed' AS attributed
-        FROM _ops_inst0 i""")
-    cur.execute("DROP TABLE temp.main._ops_inst0")
+        FROM (SELECT inst, f.name AS name, f.kind AS kind, f.category AS category, f.launcher_id AS launcher_id,
+                     f.lstart AS lstart, f.lend AS lend, f.input_dims AS input_dims, f.input_types AS input_types, gpu_ops,
+                     coalesce(u.busy_ns, 0)::BIGINT AS direct_ns
+              FROM (SELECT inst, count(*) AS gpu_ops,
+                           arg_min({{'name': launcher_name, 'kind': launcher_kind, 'category': category,
+                                     'launcher_id': launcher_id, 'lstart': launcher_start_ns, 'lend': launcher_end_ns,
+                                     'input_dims': input_dims, 'input_types': input_types}}, (start_ns, gop_id)) AS f
+                    FROM {g.sql} WHERE NOT {ONE_OP} GROUP BY inst) i
+              LEFT JOIN ({direct}) u USING (inst)
+              UNION ALL
+              SELECT inst, launcher_name, launcher_kind, category, launcher_id, launcher_start_ns, launcher_end_ns, input_dims,
+                     input_types, 1, greatest(end_ns - start_ns, 0) FROM {g.sql} WHERE {ONE_OP}) i
+        {sub_join}""", g.params + params + g.params)
 
 
 def _ranked(cur, grouped: str, params: list, order: str, limit: int, value: str = "direct_ns",

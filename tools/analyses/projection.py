@@ -71,12 +71,14 @@ def _cross_thread(trace: Trace) -> CrossThread:
                        "Nsight start/end ranges whose end was recorded on another thread (NVTX_EVENTS.endGlobalTid)")
 
 
-def with_sql(trace: Trace) -> str:
+def with_sql(trace: Trace, gops: str | None = None) -> str:
     """A WITH clause defining
        thr(pid, tid, k)                          threads of ranges and API calls, numbered from 0;
        rng(rid, pid, tid, start_ns, end_ns, dur_ns, name, domain, kind, source, cross_thread, ks, ke);
        gop(op_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, ks, ke)
-           linked GPU ops (kernel/copy/set) with the keys of their launching API call.
+           linked GPU ops (kernel/copy/set) with the keys of their launching API call; read from `gops`, an
+           op_tree.Launchers table (the same ops and calls), where the caller has one, instead of grouping every API
+           call by correlation id again.
     A containment join of rng and gop below this clause is planned without IEJoin, quadratic in the ranges of a
     thread (containment.py): join them as `tables` does, over temp tables."""
     keys = cross_thread(trace).keys
@@ -100,7 +102,17 @@ def with_sql(trace: Trace) -> str:
         SELECT pid, correlation_id, arg_min(tid, (start_ns, end_ns)) AS tid, min(start_ns) AS start_ns,
                arg_min(end_ns, (start_ns, end_ns)) AS end_ns
         FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL GROUP BY pid, correlation_id),
-    gop AS (
+    gop AS ({_gop_sql(gops)})
+    """
+
+
+def _gop_sql(gops: str | None) -> str:
+    if gops is not None:
+        return f"""
+        SELECT g.gop_id AS op_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.pid,
+               thr.k * {SHIFT} + g.call_start_ns AS ks, thr.k * {SHIFT} + g.call_end_ns AS ke
+        FROM {gops} g JOIN thr ON thr.pid = g.pid AND thr.tid = g.call_tid WHERE g.linked"""
+    return f"""
         SELECT o.op_id, o.op, o.device_id, o.stream_id, o.start_ns, o.end_ns, o.dur_ns, o.pid,
                thr.k * {SHIFT} + l.start_ns AS ks, thr.k * {SHIFT} + l.end_ns AS ke
         FROM (SELECT rowid * 2 AS op_id, 'kernel' AS op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, correlation_id
@@ -109,8 +121,7 @@ def with_sql(trace: Trace) -> str:
               SELECT rowid * 2 + 1, op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, correlation_id
               FROM memops WHERE correlation_id IS NOT NULL) o
         JOIN launch l ON l.pid = o.pid AND l.correlation_id = o.correlation_id
-        JOIN thr ON thr.pid = l.pid AND thr.tid = l.tid)
-    """
+        JOIN thr ON thr.pid = l.pid AND thr.tid = l.tid"""
 
 
 # The projection's pairs, from the temp tables of `tables`: a statement naming no CTE but this one (named once, so
@@ -123,14 +134,15 @@ PAIRS = """
 
 
 @contextmanager
-def tables(cur: duckdb.DuckDBPyConnection, trace: Trace, want: tuple[str, ...] = ("rng", "gop", "prj")) -> Iterator[None]:
+def tables(cur: duckdb.DuckDBPyConnection, trace: Trace, want: tuple[str, ...] = ("rng", "gop", "prj"),
+           gops: str | None = None) -> Iterator[None]:
     """For the block, temp tables of `cur` (a cursor of trace.con) named _proj_<name> for each name in `want`:
-       _proj_rng, _proj_gop  with_sql's rng and gop;
+       _proj_rng, _proj_gop  with_sql's rng and gop (gop from `gops` where given, see with_sql);
        _proj_prj(rid, op_id, op, device_id, start_ns, end_ns, dur_ns)  every (range, GPU op) pair of the projection
                              (cross-thread ranges excluded), joined as an IEJoin (needs rng and gop).
     Temp tables belong to the cursor's connection, so concurrent tool calls never share them."""
     base = {f"_proj_{n}": n for n in ("rng", "gop") if n in want or "prj" in want}
-    with temp_tables(cur, with_sql(trace), base):
+    with temp_tables(cur, with_sql(trace, gops), base):
         if "prj" in want:
             with temp_tables(cur, PAIRS, {"_proj_prj": "prj"}):
                 yield

@@ -200,8 +200,11 @@ def replay_spec(trace: Trace, *, op: str, shapes_index: int = 0, limit: int = 10
         s = sig.iloc[si]
         mine_sql = "SELECT * FROM _rs_calls WHERE dims = ? AND types = ? AND strides = ? AND concrete = ?"
         mp = [s[k] for k in keys]
-        mine = pd.DataFrame(cursor_dicts(cur, mine_sql + " ORDER BY call_index", mp),
-                            columns=["op_id", "start_ns", "dur_ns"] + keys + ["call_index", "kt"])
+        # The calls of the signature, summarised in SQL (a signature can hold every call of the op).
+        mine = cursor_dicts(cur, f"""
+            SELECT count(*) AS calls, avg(kt) AS kt_mean, median(kt) AS kt_median, min(kt) AS kt_min, max(kt) AS kt_max,
+                   sum(kt)::BIGINT AS kt_total, avg(dur_ns) AS host_mean, arg_min(call_index, (-kt, start_ns, call_index)) AS best
+            FROM ({mine_sql})""", mp)[0]
         inputs = _inputs(parse_json(s["dims"] or None), parse_json(s["types"] or None), parse_json(s["strides"] or None),
                          parse_json(s["concrete"] or None))
         # The GPU ops launched inside these calls, per name in order of first appearance (call, launch, start), with the
@@ -224,7 +227,7 @@ def replay_spec(trace: Trace, *, op: str, shapes_index: int = 0, limit: int = 10
     for k in kern:
         cfg = k["cfg"] if k["op"] == "kernel" else None
         kernels.append(ReplayKernel(
-            name=clip_name(k["name"], 200), op=str(k["op"]), calls_per_op_call=round(k["n"] / len(mine), 3),
+            name=clip_name(k["name"], 200), op=str(k["op"]), calls_per_op_call=round(k["n"] / mine["calls"], 3),
             mean_ns=round(float(k["mean"]), 1), total_ns=int(k["total"]),
             grid=None if cfg is None else [int(x) for x in cfg[:3]], block=None if cfg is None else [int(x) for x in cfg[3:]]))
     p = dev_row
@@ -241,12 +244,10 @@ def replay_spec(trace: Trace, *, op: str, shapes_index: int = 0, limit: int = 10
         ns, _, base = name.partition("::")
         if ns.isidentifier() and base.isidentifier():
             handle = f"torch.ops.{ns}.{base}"
-    kt_ = mine["kt"]
-    best = mine.sort_values(["kt", "start_ns"], ascending=[False, True]).iloc[0]
     hints = []
     if not s["strides"]:
         hints.append("the profile records no input strides: the snippet assumes contiguous tensors")
-    if int(kt_.sum()) == 0:
+    if mine["kt_total"] == 0:
         hints.append("these calls launched no kernels (a CPU-side or view op); pick an op with GPU time (ops_summary group_by='shapes')")
     if n > limit:
         hints.append(f"{n - limit} more signatures beyond limit={limit}")
@@ -255,10 +256,10 @@ def replay_spec(trace: Trace, *, op: str, shapes_index: int = 0, limit: int = 10
         trace=str(trace.path), op=name, torch_op=handle, device_name=dev, shapes_index=si, signatures_total=n,
         signatures=[SignatureRow(shapes_index=i, input_dims=parse_json(r.dims or None), input_types=parse_json(r.types or None),
                                  calls=int(r.calls), kernel_time_total_ns=int(r.kt)) for i, r in enumerate(sig.iloc[:limit].itertuples())],
-        inputs=inputs, input_strides_recorded=bool(s["strides"]), calls=len(mine),
-        kernel_time_per_call_mean_ns=round(float(kt_.mean()), 1), kernel_time_per_call_median_ns=float(kt_.median()),
-        kernel_time_per_call_min_ns=int(kt_.min()), kernel_time_per_call_max_ns=int(kt_.max()),
-        kernel_time_total_ns=int(kt_.sum()), host_time_per_call_mean_ns=round(float(mine["dur_ns"].mean()), 1),
-        kernels=kernels, call_stack_instance=int(best["call_index"]),
-        snippet=_snippet(name, handle, inputs, dev, float(kt_.mean())), truncated=n > limit,
+        inputs=inputs, input_strides_recorded=bool(s["strides"]), calls=int(mine["calls"]),
+        kernel_time_per_call_mean_ns=round(float(mine["kt_mean"]), 1), kernel_time_per_call_median_ns=float(mine["kt_median"]),
+        kernel_time_per_call_min_ns=int(mine["kt_min"]), kernel_time_per_call_max_ns=int(mine["kt_max"]),
+        kernel_time_total_ns=int(mine["kt_total"]), host_time_per_call_mean_ns=round(float(mine["host_mean"]), 1),
+        kernels=kernels, call_stack_instance=int(mine["best"]),
+        snippet=_snippet(name, handle, inputs, dev, float(mine["kt_mean"])), truncated=n > limit,
         hint="; ".join(hints) or None)
