@@ -232,3 +232,63 @@ def overlaps(trace: Trace, a_sql: str, a_params: list[Any], partition: tuple[str
 
 
 NULL_KEY = -(2**62)  # stands for a NULL partition value (e.g. unknown stream) while numpy groups
+
+
+INT64_MIN = np.iinfo(np.int64).min  # "no reach yet": below every start, so max(start, reach) = start
+
+
+def time_chunks(cur, sql: str, params: list[Any], columns: dict[str, int | None]):
+    """The rows of `sql` (ordered by start_ns, end_ns) in chunks of int64 arrays, one per column of `columns` (name ->
+    the value standing for NULL; None: a NULL mark is kept as `<name>_null`, the value then 0), cut so that no start time
+    spans two chunks: a chunk's rows starting at its last start wait for the next one, so each start group (the ops of
+    one partition starting at the same time) lies whole in one chunk. Memory follows the chunk, not the profile."""
+    cur.execute(sql, params)
+    held: dict[str, np.ndarray] | None = None
+    while True:
+        df = cur.fetch_df_chunk(STREAM_VECTORS)
+        got = {}
+        for c, fill in columns.items():
+            col = df[c] if len(df) else pd.Series([], dtype="int64")
+            if fill is None:
+                got[c + "_null"] = col.isna().to_numpy()
+            got[c] = col.to_numpy(dtype=np.int64, na_value=0 if fill is None else fill)
+        if held is not None:
+            got = {c: np.concatenate((held[c], v)) for c, v in got.items()}
+        if not len(df):
+            if got["start_ns"].size:
+                yield got
+            return
+        start = got["start_ns"]
+        cut = int(np.searchsorted(start, start[-1], side="left"))
+        if cut:
+            yield {c: v[:cut] for c, v in got.items()}
+        held = {c: v[cut:] for c, v in got.items()}
+
+
+def reach_by_part(part: np.ndarray, end: np.ndarray, carry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows in time order (start, end) with partition ids `part` (sorted: rows of a partition adjacent), each row's
+    reach: the latest end of the earlier rows of its partition, including `carry[part]` (the latest end of the
+    partition in earlier chunks; INT64_MIN: none), and the index of each partition's first row (for np.*.reduceat).
+    `carry` is updated for the next chunk. What a row adds to its union: max(0, end - max(start, reach)); an idle
+    gap [reach, start) precedes it where start > reach > INT64_MIN."""
+    n = end.size
+    reach = np.empty(n, dtype=np.int64)
+    cuts = np.flatnonzero(part[1:] != part[:-1]) + 1
+    firsts = np.concatenate(([0], cuts)) if n else cuts
+    if not n:
+        return reach, firsts
+    lasts = np.append(cuts, n) - 1
+    if firsts.size == 1:
+        running = np.maximum.accumulate(end)
+    else:  # a running maximum restarting in each partition (_merge_chunk's rank trick)
+        seg = np.repeat(np.arange(firsts.size, dtype=np.int64), np.diff(np.append(firsts, n)))
+        order = np.argsort(end, kind="stable")
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n, dtype=np.int64)
+        running = end[order][np.maximum.accumulate(seg * n + rank) - seg * n]
+    reach[1:] = running[:-1]
+    reach[firsts] = INT64_MIN
+    before = carry[part[firsts]]
+    np.maximum(reach, np.repeat(before, np.diff(np.append(firsts, n))), out=reach)
+    carry[part[firsts]] = np.maximum(before, running[lasts])
+    return reach, firsts

@@ -16,7 +16,9 @@ fixed, however many ranks it reads:
                              using them (a union per op instance joined to other tables, the gaps themselves);
                              figures that come back to Python come from intervals.unions / unions_on, which merge
                              DuckDB's sorted rows in numpy with the same formula (one profile, or every (rank,
-                             device) of a job on stacked.cursor): half the CPU, no window's memory.
+                             device) of a job on stacked.cursor): half the CPU, no window's memory; a tool that
+                             needs several partitions or class sets at once follows them all through one stream
+                             in time order (intervals.time_chunks / reach_by_part, as gpu_timeline does).
 
 Union of intervals in SQL: sorted by start, an interval adds what reaches past the running maximum of the ends
 before it (its reach): |∪ [s_i, e_i)| = Σ max(0, e_i - max(s_i, max_{j<i} e_j)), and an idle gap [reach, s_i) opens
@@ -158,17 +160,11 @@ def union_stats_sql(intervals: str, partition: str, bounds: tuple[int, ...] = ()
                     f"coalesce(sum(start_ns - reach_ns) FILTER (WHERE {cond}), 0)::BIGINT AS ns{i}")
     if top:
         cols.append(f"max_by([reach_ns, start_ns], (start_ns - reach_ns, -reach_ns), {int(top)}) FILTER (WHERE {_GAP}) AS top_gaps")
-    return union_stats_from_reach_sql(f"({reach_sql(intervals, partition)})", partition, ", ".join(cols))
-
-
-def union_stats_from_reach_sql(reached: str, partition: str, extra: str = "") -> str:
-    """union_stats_sql's figures (before its gap ranges) from `reached`, a relation of reach_sql's rows (a CTE name
-    or a parenthesised subquery), with `extra` aggregates after them."""
     return f"""
         SELECT {partition}, count(*) AS ops, min(start_ns) AS first_ns, max(end_ns) AS last_ns,
                sum(end_ns - start_ns)::BIGINT AS work_ns, sum({_ADDS})::BIGINT AS busy_ns,
-               count(*) FILTER (WHERE {_GAP}) AS gaps{", " + extra if extra else ""}
-        FROM {reached}
+               count(*) FILTER (WHERE {_GAP}) AS gaps, {", ".join(cols)}
+        FROM ({reach_sql(intervals, partition)})
         GROUP BY {partition}"""
 
 
