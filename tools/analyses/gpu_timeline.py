@@ -31,7 +31,7 @@ from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import (GpuTimeSplit, ToolResult, WholeGraphTime, Window, data_issue_notes, data_issues_field, pct, resolve_selection,
                      skipped_note, split_gpu_time, whole_graph_time)
-from .intervals import INT64_MIN, NULL_KEY, Union, reach_by_part, time_chunks
+from .intervals import INT64_MIN, NULL_KEY, Keys, Union, grown, reach_by_part, time_chunks
 from .requirements import require
 
 ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
@@ -242,7 +242,7 @@ def split_measures(trace: Trace, intervals: str, params: list, partition: tuple[
     def compute() -> dict[tuple, GpuTimeSplit]:
         keys = ", ".join(f"coalesce({c}, {NULL_KEY}) AS {c}" for c in partition)
         sql = f"SELECT {keys}, cls, start_ns, end_ns FROM ({intervals}) WHERE end_ns > start_ns ORDER BY start_ns, end_ns"
-        ids, sets = _Keys(partition), _SetUnions()
+        ids, sets = Keys(partition), _SetUnions()
         cur = trace.con.cursor()
         try:
             for ch in time_chunks(cur, sql, params, dict.fromkeys((*partition, "cls", "start_ns", "end_ns"), 0)):
@@ -299,38 +299,6 @@ _INT64_MAX = np.iinfo(np.int64).max
 _SET_CLASSES = [np.asarray(cs) for cs in SPLIT_SETS.values()]
 
 
-def _grown(a: np.ndarray, n: int, fill: int) -> np.ndarray:
-    """`a` with its last axis extended to n, new entries `fill`."""
-    more = n - a.shape[-1]
-    return a if more <= 0 else np.concatenate((a, np.full((*a.shape[:-1], more), fill, dtype=np.int64)), axis=-1)
-
-
-class _Keys:
-    """Dense ids (0, 1, ...) for partition keys (tuples of integer columns, NULL_KEY read as None) across chunks;
-    Python loops over a chunk's distinct keys only."""
-
-    def __init__(self, cols: tuple[str, ...]):
-        self.cols, self.ids = cols, {}
-
-    def __call__(self, ch: dict) -> np.ndarray:
-        combined = np.zeros(ch[self.cols[0]].size, dtype=np.int64)
-        uniques = []
-        for c in self.cols:
-            code, u = pd.factorize(ch[c])
-            combined = combined * len(u) + code
-            uniques.append(np.asarray(u))
-        local, found = pd.factorize(combined)
-        lut = np.empty(len(found), dtype=np.int64)
-        for j, v in enumerate(found.tolist()):
-            codes = []
-            for u in reversed(uniques):
-                v, rest = divmod(v, len(u))
-                codes.append(rest)
-            key = tuple(None if (x := int(u[cd])) == NULL_KEY else x for u, cd in zip(uniques, reversed(codes)))
-            lut[j] = self.ids.setdefault(key, len(self.ids))
-        return lut[local]
-
-
 class _SetUnions:
     """Per partition id, the union length of each class set of SPLIT_SETS, and the first start and last end of
     every op, from chunks of rows sorted by (partition id, start, end)."""
@@ -344,7 +312,7 @@ class _SetUnions:
         if not part.size:
             return
         n = int(part[-1]) + 1
-        self.busy, self.reach, self.first = _grown(self.busy, n, 0), _grown(self.reach, n, INT64_MIN), _grown(self.first, n, _INT64_MAX)
+        self.busy, self.reach, self.first = grown(self.busy, n, 0), grown(self.reach, n, INT64_MIN), grown(self.first, n, _INT64_MAX)
         for i, cs in enumerate(_SET_CLASSES):
             m = np.isin(cls, cs)
             if not m.any():
@@ -372,7 +340,7 @@ class _Measure:
         self.seen = 0  # rows of the chunks before (row positions plus it: op and gap ids unique over chunks)
         gaps.execute("CREATE OR REPLACE TEMP TABLE _tl_gap_ops (op BIGINT, gap BIGINT, sid BIGINT, gs BIGINT, ge BIGINT, "
                      "lost BOOLEAN, pid BIGINT, tid BIGINT, correlation_id BIGINT)")
-        self.streams = _Keys(("device_id", "owner", "stream_id"))
+        self.streams = Keys(("device_id", "owner", "stream_id"))
         self.devs: dict[tuple, int] = {}            # (device, owner) -> id
         self.dev_of = np.zeros(0, dtype=np.int64)   # stream id -> (device, owner) id
         self.st = {k: np.zeros(0, dtype=np.int64) for k in _STREAM_SUMS}
@@ -393,8 +361,8 @@ class _Measure:
 
     def _streams(self, sid, start, end, cls, ch) -> None:
         n = len(self.streams.ids)
-        self.st = {k: _grown(v, n, 0) for k, v in self.st.items()}
-        self.st_first, self.st_reach = _grown(self.st_first, n, _INT64_MAX), _grown(self.st_reach, n, INT64_MIN)
+        self.st = {k: grown(v, n, 0) for k, v in self.st.items()}
+        self.st_first, self.st_reach = grown(self.st_first, n, _INT64_MAX), grown(self.st_reach, n, INT64_MIN)
         o = np.argsort(sid, kind="stable")
         p, s, e, c = sid[o], start[o], end[o], cls[o]
         r, f = reach_by_part(p, e, self.st_reach)

@@ -292,3 +292,35 @@ def reach_by_part(part: np.ndarray, end: np.ndarray, carry: np.ndarray) -> tuple
     np.maximum(reach, np.repeat(before, np.diff(np.append(firsts, n))), out=reach)
     carry[part[firsts]] = np.maximum(before, running[lasts])
     return reach, firsts
+
+
+def grown(a: np.ndarray, n: int, fill: int) -> np.ndarray:
+    """`a` with its last axis extended to n, new entries `fill`."""
+    more = n - a.shape[-1]
+    return a if more <= 0 else np.concatenate((a, np.full((*a.shape[:-1], more), fill, dtype=np.int64)), axis=-1)
+
+
+class Keys:
+    """Dense ids (0, 1, ...) for partition keys (tuples of integer columns, NULL_KEY read as None) across chunks;
+    Python loops over a chunk's distinct keys only."""
+
+    def __init__(self, cols: tuple[str, ...]):
+        self.cols, self.ids = cols, {}
+
+    def __call__(self, ch: dict) -> np.ndarray:
+        combined = np.zeros(ch[self.cols[0]].size, dtype=np.int64)
+        uniques = []
+        for c in self.cols:
+            code, u = pd.factorize(ch[c])
+            combined = combined * len(u) + code
+            uniques.append(np.asarray(u))
+        local, found = pd.factorize(combined)
+        lut = np.empty(len(found), dtype=np.int64)
+        for j, v in enumerate(found.tolist()):
+            codes = []
+            for u in reversed(uniques):
+                v, rest = divmod(v, len(u))
+                codes.append(rest)
+            key = tuple(None if (x := int(u[cd])) == NULL_KEY else x for u, cd in zip(uniques, reversed(codes)))
+            lut[j] = self.ids.setdefault(key, len(self.ids))
+        return lut[local]
