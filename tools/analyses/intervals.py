@@ -324,3 +324,34 @@ class Keys:
             key = tuple(None if (x := int(u[cd])) == NULL_KEY else x for u, cd in zip(uniques, reversed(codes)))
             lut[j] = self.ids.setdefault(key, len(self.ids))
         return lut[local]
+
+
+def merged(cur, sql: str, params: list[Any], keys: Keys):
+    """The merged intervals (disjoint, touching ones joined) of each partition of `sql`'s rows (columns: keys.cols,
+    integers with NULL as NULL_KEY; start_ns, end_ns; non-empty, ordered by start_ns, end_ns), in chunks of
+    (partition ids of `keys`, starts, ends): one pass on `cur` (time_chunks), where an op starting after its
+    partition's reach opens an interval and closes the one before at that reach; a partition's last interval stays
+    open across chunks. Memory follows the chunk."""
+    reach = np.zeros(0, dtype=np.int64)   # per partition: the latest end so far
+    opened = np.zeros(0, dtype=np.int64)  # per partition: start of its open interval
+    for ch in time_chunks(cur, sql, params, dict.fromkeys((*keys.cols, "start_ns", "end_ns"), 0)):
+        part = keys(ch)
+        reach, opened = grown(reach, len(keys.ids), INT64_MIN), grown(opened, len(keys.ids), INT64_MIN)
+        o = np.argsort(part, kind="stable")
+        p, s, e = part[o], ch["start_ns"][o], ch["end_ns"][o]
+        r, _ = reach_by_part(p, e, reach)
+        at = np.flatnonzero(s > r)  # ops opening an interval (a partition's first op: r = INT64_MIN)
+        if not at.size:
+            continue
+        pa = p[at]
+        first = np.ones(at.size, dtype=bool)  # the partition's first opening in this chunk: closes the carried interval
+        first[1:] = pa[1:] != pa[:-1]
+        prev = np.where(first, opened[pa], np.roll(s[at], 1))
+        closes = r[at] > INT64_MIN
+        yield pa[closes], prev[closes], r[at][closes]
+        last = np.append(first[1:], True)  # the partition's last opening in this chunk: stays open
+        opened[pa[last]] = s[at][last]
+    live = np.flatnonzero(opened > INT64_MIN)
+    if live.size:
+        yield live, opened[live], reach[live]
+

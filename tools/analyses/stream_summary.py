@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, ToolResult
-from .intervals import INT64_MIN, NULL_KEY, Keys, grown, reach_by_part, time_chunks
+from .intervals import NULL_KEY, Keys, merged
 from .requirements import require
 
 
@@ -224,47 +224,19 @@ def _sweeps(trace: Trace, acts: str, params: list) -> tuple[dict[int, dict], dic
 
 
 def _merge(src, dst, acts: str, params: list) -> None:
-    """Fill `dst`'s temp table _m with each stream's merged intervals, from one pass over `acts` (its non-empty ops) in
-    time order on `src` (intervals.time_chunks): an op starting after its stream's reach (the latest end before it)
-    opens an interval and closes the one before at that reach; the last interval of each stream stays open across
-    chunks. DuckDB sorts by time (cheap: the tables are stored in time order), numpy finds the intervals, chunk by
-    chunk, so memory follows the chunk."""
+    """Fill `dst`'s temp table _m with each stream's merged intervals, from one pass over `acts` (its non-empty ops)
+    in time order on `src` (intervals.merged: DuckDB sorts by time, cheap as the tables are stored in time order;
+    numpy finds the intervals chunk by chunk, so memory follows the chunk)."""
     cols = ("device_id", "stream_id", "owner")
     keys = Keys(cols)
-    reach = np.zeros(0, dtype=np.int64)    # per stream: the latest end so far
-    opened = np.zeros(0, dtype=np.int64)   # per stream: start of its open interval
-    who = np.zeros((3, 0), dtype=np.int64)  # per stream: its key columns (NULL as NULL_KEY)
-
-    def put(part: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
-        if part.size:
-            df = pd.DataFrame({"device_id": who[0, part], "stream_id": who[1, part], "owner": who[2, part],
-                               "start_ns": start, "end_ns": end})
-            dst.register("_m_chunk", df)
-            dst.execute("INSERT INTO _m SELECT * FROM _m_chunk")
-            dst.unregister("_m_chunk")
-
     sql = (f"SELECT device_id, coalesce(stream_id, {NULL_KEY}) AS stream_id, coalesce(owner, {NULL_KEY}) AS owner, "
            f"start_ns, end_ns FROM ({acts}) WHERE end_ns > start_ns ORDER BY start_ns, end_ns")
-    for ch in time_chunks(src, sql, params, dict.fromkeys((*cols, "start_ns", "end_ns"), 0)):
-        part = keys(ch)
-        n = len(keys.ids)
-        if who.shape[1] < n:
+    who = np.zeros((3, 0), dtype=np.int64)  # per stream id: its key columns (NULL as NULL_KEY)
+    for part, start, end in merged(src, sql, params, keys):
+        if who.shape[1] < len(keys.ids):
             new = list(keys.ids)[who.shape[1]:]
             who = np.hstack((who, np.array([[NULL_KEY if v is None else v for v in k] for k in new], dtype=np.int64).T))
-        reach, opened = grown(reach, n, INT64_MIN), grown(opened, n, INT64_MIN)
-        o = np.argsort(part, kind="stable")
-        p, s, e = part[o], ch["start_ns"][o], ch["end_ns"][o]
-        r, _ = reach_by_part(p, e, reach)
-        at = np.flatnonzero(s > r)  # ops opening an interval (a stream's first op: r = INT64_MIN)
-        if not at.size:
-            continue
-        pa = p[at]
-        first = np.ones(at.size, dtype=bool)  # the stream's first opening in this chunk: closes the carried interval
-        first[1:] = pa[1:] != pa[:-1]
-        prev = np.where(first, opened[pa], np.roll(s[at], 1))
-        closes = r[at] > INT64_MIN
-        put(pa[closes], prev[closes], r[at][closes])
-        last = np.append(first[1:], True)  # the stream's last opening in this chunk: stays open
-        opened[pa[last]] = s[at][last]
-    live = np.flatnonzero(opened > INT64_MIN)
-    put(live, opened[live], reach[live])
+        dst.register("_m_chunk", pd.DataFrame({"device_id": who[0, part], "stream_id": who[1, part], "owner": who[2, part],
+                                               "start_ns": start, "end_ns": end}))
+        dst.execute("INSERT INTO _m SELECT * FROM _m_chunk")
+        dst.unregister("_m_chunk")
