@@ -221,7 +221,7 @@ def overlaps(trace: Trace, a_sql: str, a_params: list[Any], partition: tuple[str
     p, o = ", ".join(partition), ", ".join(on)
     match = " AND ".join(f"e.{c} = b.{c}" for c in on)
     sql = f"""
-        WITH a AS ({merged_sql(a_sql, p)}), b AS ({merged_sql(b_sql, o)}),
+        WITH a AS ({merged_sql(a_sql, p)}), b AS ({merged_sql(b_sql, o, before=True)}),
              e AS (SELECT {p}, start_ns AS t, -1 AS sign FROM a UNION ALL SELECT {p}, end_ns, 1 FROM a)
         SELECT {", ".join("e." + c for c in partition)},
                sum(e.sign * coalesce(b.before_ns + least(e.t, b.end_ns) - b.start_ns, 0))::BIGINT

@@ -173,13 +173,16 @@ def gaps_sql(intervals: str, partition: str) -> str:
     return f"SELECT {partition}, reach_ns AS gap_start_ns, start_ns AS gap_end_ns FROM ({reach_sql(intervals, partition)}) WHERE {_GAP}"
 
 
-def merged_sql(intervals: str, partition: str) -> str:
+def merged_sql(intervals: str, partition: str, before: bool = False) -> str:
     """The merged intervals of each partition's union (disjoint, not touching): the columns of `partition`, start_ns,
-    end_ns, and before_ns, the union's length before start_ns (so the busy time before any t inside or after a merged
-    interval is before_ns + least(t, end_ns) - start_ns: an ASOF join on start_ns <= t answers coverage questions)."""
+    end_ns; with `before`, also before_ns, the union's length before start_ns (so the busy time before any t inside
+    or after a merged interval is before_ns + least(t, end_ns) - start_ns: an ASOF join on start_ns <= t answers
+    coverage questions). before_ns is one more window over the merged intervals: only asked for where it is read."""
+    before_col = (f""",
+               (sum(end_ns - start_ns) OVER (PARTITION BY {partition} ORDER BY start_ns) - (end_ns - start_ns))::BIGINT AS before_ns"""
+                  if before else "")
     return f"""
-        SELECT {partition}, start_ns, end_ns,
-               (sum(end_ns - start_ns) OVER (PARTITION BY {partition} ORDER BY start_ns) - (end_ns - start_ns))::BIGINT AS before_ns
+        SELECT {partition}, start_ns, end_ns{before_col}
         FROM (SELECT {partition}, min(start_ns) AS start_ns, max(end_ns) AS end_ns
               FROM (SELECT *, sum((reach_ns IS NULL OR {_GAP})::INTEGER) OVER (
                                   PARTITION BY {partition} ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
