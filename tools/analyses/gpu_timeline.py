@@ -271,7 +271,7 @@ def _measure(trace: Trace, ops: str, params: list, threshold: int
     formula), for each class set of SPLIT_SETS and for each stream. A stream's idle gap [reach, start) is decided by
     the ops starting exactly at the gap's end (its start group, whole in one chunk) with their earliest launch-call
     start; any op without a launch in the profile makes it launch_unknown. Only those ops meet the API calls, in one
-    statement at the end over the gaps collected in temp tables (so the join's size follows the gaps, and no sort
+    statement at the end over the gaps collected in a temp table (so the join's size follows the gaps, and no sort
     waits on it: the two together did not fit a 64 MiB DuckDB limit). Memory follows the chunk, not the profile."""
     def compute():
         sql = f"""
@@ -288,6 +288,7 @@ def _measure(trace: Trace, ops: str, params: list, threshold: int
             return m.result()
         finally:
             cur.close()
+            gaps.execute("DROP TABLE IF EXISTS temp.main._tl_gap_ops")
             gaps.close()
     found = trace.memo(("gpu_timeline.measure", ops, tuple(params), threshold), compute)
     trace.memo(_split_key(f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", params, ("device_id", "owner")),

@@ -5,7 +5,12 @@ A union's figures (`unions`, `unions_on`, `busy_ns`) come from one pass over the
 start, end): DuckDB sorts, spilling under its memory limit, and numpy merges the sorted rows chunk by chunk with
 stacked.py's formula (the running maximum of the ends), so memory stays bounded and Python never loops over
 intervals. Overlaps (`overlaps`) come from stacked.py's merged intervals in SQL. Results depend only on the immutable
-profile and the query, so they are memoized on the trace."""
+profile and the query, so they are memoized on the trace.
+
+A tool that needs several partitions (or class sets) at once reads the intervals once in time order instead
+(`time_chunks`: cheap to sort, the tables are stored in time order) and follows every partition through each chunk
+with `reach_by_part` (the running maximum per partition, carried between chunks); `merged` gives the merged
+intervals that way, and `Keys` numbers the partitions (gpu_timeline, stream_summary, phases)."""
 
 from __future__ import annotations
 

@@ -26,9 +26,10 @@ Method (one device; kernels, memory copies and memsets all count as GPU activity
      stays on the bin edge (start_source says which).
   5. Per phase, every figure is clipped to the phase: an op straddling a boundary contributes only its
      part inside to busy time (interval union) and to per-kernel time; counts are ops starting inside.
-Every step over the ops runs in DuckDB (unions and gaps as stacked.py's window functions): Python receives per-name
-totals, per-(feature, bin) times, the snapping candidates of each cut and per-phase figures, never the ops, so memory
-does not grow with the profile.
+Every step over the ops runs in DuckDB (gaps as stacked.py's window functions) or in numpy over chunks of the ops
+in time order (unions, the device's merged intervals: intervals.py): Python receives per-name totals, per-(feature,
+bin) times, the snapping candidates of each cut and per-phase figures, never all the ops at once, so memory does not
+grow with the profile.
 """
 
 from __future__ import annotations
