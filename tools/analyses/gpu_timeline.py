@@ -280,14 +280,17 @@ def _measure(trace: Trace, ops: str, params: list, threshold: int
             FROM ({ops}) WHERE end_ns > start_ns ORDER BY start_ns, end_ns"""
         cols = {"device_id": 0, "owner": 0, "stream_id": 0, "cls": 0, "launched": 0, "pid": None, "tid": None,
                 "correlation_id": None, "start_ns": 0, "end_ns": 0}
-        cur, gaps = trace.con.cursor(), trace.con.cursor()
+        gaps = trace.con.cursor()
         try:
             m = _Measure(threshold, gaps)
-            for ch in time_chunks(cur, sql, params, cols):
-                m.add(ch)
+            cur = trace.con.cursor()
+            try:
+                for ch in time_chunks(cur, sql, params, cols):
+                    m.add(ch)
+            finally:
+                cur.close()  # before the launch join: the sorted ops' memory goes back first
             return m.result()
         finally:
-            cur.close()
             gaps.execute("DROP TABLE IF EXISTS temp.main._tl_gap_ops")
             gaps.close()
     found = trace.memo(("gpu_timeline.measure", ops, tuple(params), threshold), compute)
@@ -408,16 +411,15 @@ class _Measure:
         statement, the gap-starting ops joined to their launch calls (the earliest call of equal keys)."""
         cat = f"CASE WHEN unknown THEN 3 WHEN launch_ns > gs THEN 0 WHEN ge - gs < {self.threshold} THEN 1 ELSE 2 END"
         sums = ", ".join(f"coalesce(sum(ge - gs) FILTER (WHERE {cat} = {c}), 0)::BIGINT" for c in range(4))
+        keys = "a.pid = o.pid AND a.tid = o.tid AND a.correlation_id = o.correlation_id"
         rows = self.gaps.execute(f"""
+            WITH l AS (SELECT pid, tid, correlation_id, min(start_ns) AS launch_ns
+                       FROM api_calls a SEMI JOIN _tl_gap_ops o ON {keys} GROUP BY ALL)
             SELECT sid, {sums}
-            FROM (SELECT gap, any_value(sid) AS sid, any_value(gs) AS gs, any_value(ge) AS ge,
-                         bool_or(lost OR launch_ns IS NULL) AS unknown, min(launch_ns) AS launch_ns
-                  FROM (SELECT o.op, any_value(o.gap) AS gap, any_value(o.sid) AS sid, any_value(o.gs) AS gs,
-                               any_value(o.ge) AS ge, any_value(o.lost) AS lost, min(a.start_ns) AS launch_ns
-                        FROM _tl_gap_ops o LEFT JOIN api_calls a
-                             ON a.pid = o.pid AND a.tid = o.tid AND a.correlation_id = o.correlation_id
-                        GROUP BY o.op)
-                  GROUP BY gap)
+            FROM (SELECT o.gap, any_value(o.sid) AS sid, any_value(o.gs) AS gs, any_value(o.ge) AS ge,
+                         bool_or(o.lost OR a.launch_ns IS NULL) AS unknown, min(a.launch_ns) AS launch_ns
+                  FROM _tl_gap_ops o LEFT JOIN l a ON {keys}
+                  GROUP BY o.gap)
             GROUP BY sid""").fetchall()
         return {int(r[0]): tuple(int(v) for v in r[1:]) for r in rows}
 
