@@ -249,3 +249,27 @@ def test_first_call_reads_the_ops_once(write_profile, monkeypatch):
         assert not [q for q in seen if "FROM kernels JOIN named" in q and "cls, start_ns, end_ns" in q], seen
     finally:
         trace.close()
+
+
+def test_launch_lookup_in_batches_gives_the_same_idle_split(write_profile, monkeypatch):
+    """The gaps' launch lookup runs a batch of op positions per statement (memory follows the batch): batches of a
+    few ops give the same per-stream idle split as one batch."""
+    import importlib
+
+    from gpuscope.tools.model.trace import load_trace
+
+    module = importlib.import_module("gpuscope.tools.analyses.gpu_timeline")
+    path = write_profile("comm_overlap", "nsys", scenarios=SCENARIOS)
+    trace = load_trace(path)
+    try:
+        whole = gpu_timeline(trace, kernel_wait_threshold_ns=1000)
+    finally:
+        trace.close()
+    monkeypatch.setattr(module, "IDLE_BATCH", 3)
+    trace = load_trace(path)
+    try:
+        batched = gpu_timeline(trace, kernel_wait_threshold_ns=1000)
+    finally:
+        trace.close()
+    assert sum(s.gaps for s in whole.streams) > 3
+    assert batched == whole

@@ -332,6 +332,7 @@ class _SetUnions:
         return split_gpu_time(u[0], u[1], u[2], u[3], u[5], int(self.first[i]), int(self.reach[-1, i]), whole_graph=u[4])
 
 
+IDLE_BATCH = 4_000_000  # op positions whose gaps one launch-lookup statement takes
 _STREAM_SUMS = ("ops", "work", "busy", "gaps", "comm", "memcpy", "unlinked", "unlinked_ns", "graph")
 
 
@@ -341,8 +342,8 @@ class _Measure:
     def __init__(self, threshold: int, gaps):
         self.threshold = int(threshold)
         self.gaps = gaps  # a cursor whose temp tables collect the streams' gaps and the ops starting them
-        self.seen = 0  # rows of the chunks before (row positions plus it: op and gap ids unique over chunks)
-        gaps.execute("CREATE OR REPLACE TEMP TABLE _tl_gap_ops (op BIGINT, gap BIGINT, sid BIGINT, gs BIGINT, ge BIGINT, "
+        self.seen = 0  # rows of the chunks before (row positions plus it: gap ids unique over chunks)
+        gaps.execute("CREATE OR REPLACE TEMP TABLE _tl_gap_ops (gap BIGINT, sid BIGINT, gs BIGINT, ge BIGINT, "
                      "lost BOOLEAN, pid BIGINT, tid BIGINT, correlation_id BIGINT)")
         self.streams = Keys(("device_id", "owner", "stream_id"))
         self.devs: dict[tuple, int] = {}            # (device, owner) -> id
@@ -399,29 +400,37 @@ class _Measure:
         rows = np.flatnonzero(is_gap[group])
         first = g[group[rows]]  # each row's group's first row: the gap's end and start
         k = ch["pid_null"][o] | ch["tid_null"][o] | ch["correlation_id_null"][o]
-        df = pd.DataFrame({"op": base + rows, "gap": base + first, "sid": p[rows], "gs": r[first], "ge": s[rows],
+        df = pd.DataFrame({"gap": base + first, "sid": p[rows], "gs": r[first], "ge": s[rows],
                            "lost": unl[rows] | k[rows], "pid": ch["pid"][o][rows], "tid": ch["tid"][o][rows],
                            "correlation_id": ch["correlation_id"][o][rows]})
         self.gaps.register("_tl_chunk", df)
         self.gaps.execute("INSERT INTO _tl_gap_ops SELECT * FROM _tl_chunk")
         self.gaps.unregister("_tl_chunk")
 
-    def _idle(self) -> dict[int, tuple[int, int, int, int]]:
-        """Per stream id, its idle time per HTA category (c0..c3 of _Stream.idle) from the collected gaps: one
-        statement, the gap-starting ops joined to their launch calls (the earliest call of equal keys)."""
+    def _idle(self) -> dict[int, list[int]]:
+        """Per stream id, its idle time per HTA category (c0..c3 of _Stream.idle) from the collected gaps: the
+        gap-starting ops meet the earliest call of their keys (the calls of those keys only: a semi join), a batch
+        of gaps per statement (IDLE_BATCH ops' positions), so the join's memory follows the batch."""
         cat = f"CASE WHEN unknown THEN 3 WHEN launch_ns > gs THEN 0 WHEN ge - gs < {self.threshold} THEN 1 ELSE 2 END"
         sums = ", ".join(f"coalesce(sum(ge - gs) FILTER (WHERE {cat} = {c}), 0)::BIGINT" for c in range(4))
         keys = "a.pid = o.pid AND a.tid = o.tid AND a.correlation_id = o.correlation_id"
-        rows = self.gaps.execute(f"""
-            WITH l AS (SELECT pid, tid, correlation_id, min(start_ns) AS launch_ns
-                       FROM api_calls a SEMI JOIN _tl_gap_ops o ON {keys} GROUP BY ALL)
-            SELECT sid, {sums}
-            FROM (SELECT o.gap, any_value(o.sid) AS sid, any_value(o.gs) AS gs, any_value(o.ge) AS ge,
-                         bool_or(o.lost OR a.launch_ns IS NULL) AS unknown, min(a.launch_ns) AS launch_ns
-                  FROM _tl_gap_ops o LEFT JOIN l a ON {keys}
-                  GROUP BY o.gap)
-            GROUP BY sid""").fetchall()
-        return {int(r[0]): tuple(int(v) for v in r[1:]) for r in rows}
+        out: dict[int, list[int]] = {}
+        for lo in range(0, self.seen, IDLE_BATCH):
+            rows = self.gaps.execute(f"""
+                WITH o AS (SELECT * FROM _tl_gap_ops WHERE gap >= {lo} AND gap < {lo + IDLE_BATCH}),
+                l AS (SELECT pid, tid, correlation_id, min(start_ns) AS launch_ns
+                      FROM api_calls a SEMI JOIN o ON {keys} GROUP BY ALL)
+                SELECT sid, {sums}
+                FROM (SELECT o.gap, any_value(o.sid) AS sid, any_value(o.gs) AS gs, any_value(o.ge) AS ge,
+                             bool_or(o.lost OR a.launch_ns IS NULL) AS unknown, min(a.launch_ns) AS launch_ns
+                      FROM o LEFT JOIN l a ON {keys}
+                      GROUP BY o.gap)
+                GROUP BY sid""").fetchall()
+            for r in rows:
+                acc = out.setdefault(int(r[0]), [0, 0, 0, 0])
+                for k in range(4):
+                    acc[k] += int(r[k + 1])
+        return out
 
     def result(self) -> tuple[dict[tuple, GpuTimeSplit], GpuTimeSplit | None, dict[tuple, _Stream]]:
         devs = {k: self.dev_sets.split(d) for k, d in self.devs.items()}
@@ -433,7 +442,7 @@ class _Measure:
             u = Union(key=k, ops=st["ops"][i], first_ns=int(self.st_first[i]), last_ns=int(self.st_reach[i]),
                       work_ns=st["work"][i], busy_ns=st["busy"][i], gaps=st["gaps"][i])
             streams[k] = _Stream(u, tuple(st[c][i] for c in ("comm", "memcpy", "unlinked", "unlinked_ns", "graph")),
-                                 idle.get(i, (0, 0, 0, 0)))
+                                 tuple(idle.get(i, (0, 0, 0, 0))))
         return devs, every, streams
 
 
