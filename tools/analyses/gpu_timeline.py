@@ -341,7 +341,7 @@ class _Measure:
 
     def __init__(self, threshold: int, gaps):
         self.threshold = int(threshold)
-        self.gaps = gaps  # a cursor whose temp tables collect the streams' gaps and the ops starting them
+        self.gaps = gaps  # a cursor whose temp table collects the streams' gaps with the ops starting them
         self.seen = 0  # rows of the chunks before (row positions plus it: gap ids unique over chunks)
         gaps.execute("CREATE OR REPLACE TEMP TABLE _tl_gap_ops (gap BIGINT, sid BIGINT, gs BIGINT, ge BIGINT, "
                      "lost BOOLEAN, pid BIGINT, tid BIGINT, correlation_id BIGINT)")
@@ -365,6 +365,7 @@ class _Measure:
         self.all_sets.add(np.zeros(start.size, dtype=np.int64), start, end, cls)
 
     def _streams(self, sid, start, end, cls, ch) -> None:
+        """Add a chunk (rows in time order; `sid` their stream ids) to the per-stream figures."""
         n = len(self.streams.ids)
         self.st = {k: grown(v, n, 0) for k, v in self.st.items()}
         self.st_first, self.st_reach = grown(self.st_first, n, _INT64_MAX), grown(self.st_reach, n, INT64_MIN)

@@ -34,7 +34,6 @@ names through quote_ident (inside union_sql); strings go in as parameters.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..model import job as jobs
