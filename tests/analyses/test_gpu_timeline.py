@@ -214,26 +214,62 @@ def test_real_profiles(path):
             assert s.host_wait_ns + s.kernel_wait_ns + s.other_ns + s.launch_unknown_ns == s.idle_ns
 
 
-def test_first_call_reads_the_ops_twice(write_profile, monkeypatch):
-    """The first call (nothing memoized) reads and sorts the GPU ops once for the split per device, once for
-    everything per stream (counts, unions, idle categories), not once per figure (on a 2 M-kernel export each read
-    costs seconds), and once more for the all-device merge when there are several timelines."""
+def test_first_call_reads_the_ops_once(write_profile, monkeypatch):
+    """The first call (nothing memoized) reads and sorts the GPU ops once for every figure (the split per device and
+    of all devices, and per stream the counts, unions and idle categories), not once per figure (on a 2 M-kernel
+    export each read costs seconds); a second call reads them no more, nor does comm_summary's split after it."""
+    import importlib
+
     from gpuscope.tools.model.trace import Trace, load_trace
+
+    module = importlib.import_module("gpuscope.tools.analyses.gpu_timeline")  # the package exports the function
 
     trace = load_trace(write_profile("comm_overlap", "nsys", scenarios=SCENARIOS))
     seen: list[str] = []
-    sql = Trace.sql
+    sql, chunks = Trace.sql, module.time_chunks
 
     def counting(self, query, *a, **k):
         seen.append(query)
         return sql(self, query, *a, **k)
 
+    def counting_chunks(cur, query, *a, **k):
+        seen.append(query)
+        return chunks(cur, query, *a, **k)
+
     monkeypatch.setattr(Trace, "sql", counting)
+    monkeypatch.setattr(module, "time_chunks", counting_chunks)
     try:
         first = gpu_timeline(trace)
         reads = [q for q in seen if "FROM kernels JOIN named" in q]
-        assert first.all_devices is not None and len(reads) == 3, [" ".join(q.split())[:120] for q in reads]
+        assert first.all_devices is not None and len(reads) == 1, [" ".join(q.split())[:120] for q in reads]
         seen.clear()
         assert gpu_timeline(trace) == first and not [q for q in seen if "FROM kernels JOIN named" in q]
+        from gpuscope.tools.analyses import comm_summary
+        comm_summary(trace)
+        assert not [q for q in seen if "FROM kernels JOIN named" in q and "cls, start_ns, end_ns" in q], seen
     finally:
         trace.close()
+
+
+def test_launch_lookup_in_batches_gives_the_same_idle_split(write_profile, monkeypatch):
+    """The gaps' launch lookup runs a batch of op positions per statement (memory follows the batch): batches of a
+    few ops give the same per-stream idle split as one batch."""
+    import importlib
+
+    from gpuscope.tools.model.trace import load_trace
+
+    module = importlib.import_module("gpuscope.tools.analyses.gpu_timeline")
+    path = write_profile("comm_overlap", "nsys", scenarios=SCENARIOS)
+    trace = load_trace(path)
+    try:
+        whole = gpu_timeline(trace, kernel_wait_threshold_ns=1000)
+    finally:
+        trace.close()
+    monkeypatch.setattr(module, "IDLE_BATCH", 3)
+    trace = load_trace(path)
+    try:
+        batched = gpu_timeline(trace, kernel_wait_threshold_ns=1000)
+    finally:
+        trace.close()
+    assert sum(s.gaps for s in whole.streams) > 3
+    assert batched == whole

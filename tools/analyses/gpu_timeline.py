@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
@@ -29,9 +31,8 @@ from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import (GpuTimeSplit, ToolResult, WholeGraphTime, Window, data_issue_notes, data_issues_field, pct, resolve_selection,
                      skipped_note, split_gpu_time, whole_graph_time)
-from .intervals import Union
+from .intervals import INT64_MIN, NULL_KEY, Keys, Union, grown, reach_by_part, time_chunks
 from .requirements import require
-from .stacked import reach_sql, union_measures_sql, union_stats_from_reach_sql
 
 ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
 DEFAULT_KERNEL_WAIT_THRESHOLD_NS = 30_000
@@ -170,13 +171,11 @@ def gpu_timeline(
     limit = max(1, min(int(limit), 200))
     where, params = sel.where(time_mode="overlap")
     ops = timeline_ops_sql(trace, where, window.start_ns, window.end_ns, include_unlinked, comm_patterns)
-    params2 = params * 2
-    by_key = split_measures(trace, f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", params2, ("device_id", "owner"))
+    by_key, every, per_stream = _measure(trace, ops, params * 2, kernel_wait_threshold_ns)
     if not by_key:
         what = "" if include_unlinked else " with their host launch in the profile (include_unlinked=False)"
         raise ProfileError(f"no GPU operation{what} in the selection (device/time window); widen it. trace_info lists devices and spans."
                            + skipped_note(trace, ("kernels", "memops")))
-    per_stream = _streams(trace, ops, params2, kernel_wait_threshold_ns)
     counts: dict[tuple, tuple] = {}
     for k, st in per_stream.items():  # ops, comm ops, memcpy ops, unlinked ops, unlinked time, whole-graph ops per (device, owner)
         prev = counts.get(k[:2], (0, 0, 0, 0, 0, 0))
@@ -190,9 +189,8 @@ def gpu_timeline(
         timelines.append(_timeline(by_key[key], key[0], names.get(key[0]), key[1], ranks.get(key[1]), n))
     all_devices = None
     if len(keys) > 1:
-        every = split_measures(trace, f"SELECT 0 AS whole, cls, start_ns, end_ns FROM ({ops})", params2, ("whole",))
         tot = tuple(sum(t[i] for t in counts.values()) for i in range(6))
-        all_devices = _timeline(every[(0,)], None, None, None, None, tot)
+        all_devices = _timeline(every, None, None, None, None, tot)
     streams, truncated = _stream_idle(per_stream, limit)
     whole = whole_graph_time(trace, where + ("" if include_unlinked else " AND launched"), params,
                              "computation (timelines[].computation_ns; their union is whole_graph_ns)", window.start_ns, window.end_ns)
@@ -206,20 +204,9 @@ def gpu_timeline(
     )
 
 
-# interval sets whose union lengths give the split (stacked.union_measures_sql): COMP (whole-graph replays included),
-# COMM, MEMCPY, COMP ∪ COMM, GRAPH, ALL (the last id holds every class)
+# interval sets whose union lengths give the split: COMP (whole-graph replays included), COMM, MEMCPY, COMP ∪ COMM,
+# GRAPH, ALL (the last id holds every class)
 SPLIT_SETS = {0: (COMP, GRAPH), 1: (COMM,), 2: (MEMCPY,), 3: (COMP, GRAPH, COMM), 4: (GRAPH,), 5: (COMP, GRAPH, COMM, MEMCPY)}
-
-
-def split_measures(trace: Trace, intervals: str, params: list, partition: tuple[str, ...]) -> dict[tuple, GpuTimeSplit]:
-    """Per partition of `intervals` (columns: partition, cls, start_ns, end_ns), the TraceLens split of its time:
-    one statement, memoized on the trace."""
-    def compute() -> dict[tuple, GpuTimeSplit]:
-        n = len(partition)
-        rows = trace.sql(union_measures_sql(intervals, ", ".join(partition), SPLIT_SETS), params)
-        return {tuple(r[:n]): split_gpu_time(*(int(v) for v in (*r[n:n + 4], r[n + 5], r[n + 6], r[n + 7])),
-                                             whole_graph=int(r[n + 4])) for r in rows}
-    return trace.memo(("split_measures", intervals, tuple(params), partition), compute)
 
 
 def _timeline(sp: GpuTimeSplit, device_id, device_name, pid, rank, n) -> Timeline:
@@ -249,46 +236,215 @@ class _Stream:
     idle: tuple[int, int, int, int]             # idle ns: host_wait, kernel_wait, other, launch_unknown
 
 
-def _streams(trace: Trace, ops: str, params: list, threshold: int) -> dict[tuple, _Stream]:
-    """Per stream (device, owner, stream): its union, op counts and HTA idle categories, in one statement over the
-    ops (memoized on the trace), so the first call reads and sorts them once.
+def split_measures(trace: Trace, intervals: str, params: list, partition: tuple[str, ...]) -> dict[tuple, GpuTimeSplit]:
+    """Per partition of `intervals` (columns: partition, integers or NULL; cls, start_ns, end_ns), the TraceLens split
+    of its time: one pass over the intervals in time order (memoized on the trace)."""
+    def compute() -> dict[tuple, GpuTimeSplit]:
+        keys = ", ".join(f"coalesce({c}, {NULL_KEY}) AS {c}" for c in partition)
+        sql = f"SELECT {keys}, cls, start_ns, end_ns FROM ({intervals}) WHERE end_ns > start_ns ORDER BY start_ns, end_ns"
+        ids, sets = Keys(partition), _SetUnions()
+        cur = trace.con.cursor()
+        try:
+            for ch in time_chunks(cur, sql, params, dict.fromkeys((*partition, "cls", "start_ns", "end_ns"), 0)):
+                part = ids(ch)
+                o = np.argsort(part, kind="stable")
+                sets.add(part[o], ch["start_ns"][o], ch["end_ns"][o], ch["cls"][o])
+        finally:
+            cur.close()
+        return {k: sets.split(i) for k, i in ids.ids.items()}
+    return trace.memo(_split_key(intervals, params, partition), compute)
 
-    The stream's gaps come from its union (stacked.reach_sql): the ops starting exactly at a gap's end (the ops of
-    the gap end's start group, where the group's least reach is the gap start) decide its category with their
-    earliest launch-call start (any op without a launch in the profile makes it launch_unknown). Only those ops meet
-    the API calls, so the join's size follows the gaps, not the ops."""
-    def compute() -> dict[tuple, _Stream]:
-        part = "device_id, owner, stream_id"
-        cat = f"CASE WHEN unknown THEN 3 WHEN launch_ns > gs THEN 0 WHEN ge - gs < {int(threshold)} THEN 1 ELSE 2 END"
-        sums = ", ".join(f"coalesce(sum(ge - gs) FILTER (WHERE {cat} = {c}), 0)::BIGINT AS c{c}" for c in range(4))
-        same = " AND ".join(f"s.{c} IS NOT DISTINCT FROM c.{c}" for c in ("device_id", "owner", "stream_id"))
-        counts = (f"count(*) FILTER (WHERE cls = {COMM}) AS comm_ops, count(*) FILTER (WHERE cls = {MEMCPY}) AS memcpy_ops, "
-                  "count(*) FILTER (WHERE NOT launched) AS unlinked, "
-                  "coalesce(sum(end_ns - start_ns) FILTER (WHERE NOT launched), 0)::BIGINT AS unlinked_ns, "
-                  f"count(*) FILTER (WHERE cls = {GRAPH}) AS graph_ops")
-        rows = trace.sql(f"""
-            WITH r AS MATERIALIZED (
-                SELECT *, min(reach_ns) OVER (PARTITION BY {part}, start_ns) AS group_reach
-                FROM ({reach_sql(f"SELECT {part}, pid, tid, correlation_id, launched, cls, start_ns, end_ns FROM ({ops})", part)})),
-            s AS ({union_stats_from_reach_sql('r', part, counts)}),
-            ga AS (SELECT device_id, owner, stream_id, group_reach AS gs, start_ns AS ge,
-                          CASE WHEN launched THEN (SELECT min(a.start_ns) FROM api_calls a
-                                                   WHERE a.pid = r.pid AND a.tid = r.tid AND a.correlation_id = r.correlation_id)
-                          END AS launch_ns
-                   FROM r WHERE start_ns > group_reach),
-            g AS (SELECT device_id, owner, stream_id, gs, ge, bool_or(launch_ns IS NULL) AS unknown, min(launch_ns) AS launch_ns
-                  FROM ga GROUP BY ALL),
-            c AS (SELECT device_id, owner, stream_id, {sums} FROM g GROUP BY ALL)
-            SELECT s.*, coalesce(c.c0, 0), coalesce(c.c1, 0), coalesce(c.c2, 0), coalesce(c.c3, 0)
-            FROM s LEFT JOIN c ON {same}""", params)
-        out = {}
-        for r in rows:
-            k = tuple(r[:3])
-            n, first, last, work, busy, gaps, *rest = (int(v) for v in r[3:])
-            out[k] = _Stream(Union(key=k, ops=n, first_ns=first, last_ns=last, work_ns=work, busy_ns=busy, gaps=gaps),
-                             tuple(rest[:5]), tuple(rest[5:]))
+
+def _split_key(intervals: str, params: list, partition: tuple[str, ...]) -> tuple:
+    return ("split_measures", intervals, tuple(params), partition)
+
+
+def _measure(trace: Trace, ops: str, params: list, threshold: int
+             ) -> tuple[dict[tuple, GpuTimeSplit], GpuTimeSplit | None, dict[tuple, _Stream]]:
+    """The TraceLens split per (device, owner) and of every op together, and per stream (device, owner, stream) its
+    union, op counts and HTA idle categories: one pass over the ops in time order (memoized on the trace; the
+    per-device split also as split_measures' answer, which comm_summary asks for).
+
+    DuckDB sorts the non-empty ops by (start, end) (cheap: the tables are stored in time order); numpy then follows
+    every partition at once through the sorted chunks (intervals.time_chunks, intervals.reach_by_part): a union adds
+    max(0, end - max(start, reach)) per op, where reach is the latest end before it in its partition (stacked.py's
+    formula), for each class set of SPLIT_SETS and for each stream. A stream's idle gap [reach, start) is decided by
+    the ops starting exactly at the gap's end (its start group, whole in one chunk) with their earliest launch-call
+    start; any op without a launch in the profile makes it launch_unknown. Only those ops meet the API calls, in one
+    statement at the end over the gaps collected in a temp table (so the join's size follows the gaps, and no sort
+    waits on it: the two together did not fit a 64 MiB DuckDB limit). Memory follows the chunk, not the profile."""
+    def compute():
+        sql = f"""
+            SELECT device_id, coalesce(owner, {NULL_KEY}) AS owner, coalesce(stream_id, {NULL_KEY}) AS stream_id, cls,
+                   launched::INTEGER AS launched, pid, tid, correlation_id, start_ns, end_ns
+            FROM ({ops}) WHERE end_ns > start_ns ORDER BY start_ns, end_ns"""
+        cols = {"device_id": 0, "owner": 0, "stream_id": 0, "cls": 0, "launched": 0, "pid": None, "tid": None,
+                "correlation_id": None, "start_ns": 0, "end_ns": 0}
+        gaps = trace.con.cursor()
+        try:
+            m = _Measure(threshold, gaps)
+            cur = trace.con.cursor()
+            try:
+                for ch in time_chunks(cur, sql, params, cols):
+                    m.add(ch)
+            finally:
+                cur.close()  # before the launch join: the sorted ops' memory goes back first
+            return m.result()
+        finally:
+            gaps.execute("DROP TABLE IF EXISTS temp.main._tl_gap_ops")
+            gaps.close()
+    found = trace.memo(("gpu_timeline.measure", ops, tuple(params), threshold), compute)
+    trace.memo(_split_key(f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", params, ("device_id", "owner")),
+               lambda: found[0])
+    return found
+
+
+_INT64_MAX = np.iinfo(np.int64).max
+_SET_CLASSES = [np.asarray(cs) for cs in SPLIT_SETS.values()]
+
+
+class _SetUnions:
+    """Per partition id, the union length of each class set of SPLIT_SETS, and the first start and last end of
+    every op, from chunks of rows sorted by (partition id, start, end)."""
+
+    def __init__(self):
+        self.busy = np.zeros((len(SPLIT_SETS), 0), dtype=np.int64)
+        self.reach = np.zeros((len(SPLIT_SETS), 0), dtype=np.int64)  # the last set's: the last end so far
+        self.first = np.zeros(0, dtype=np.int64)
+
+    def add(self, part: np.ndarray, start: np.ndarray, end: np.ndarray, cls: np.ndarray) -> None:
+        if not part.size:
+            return
+        n = int(part[-1]) + 1
+        self.busy, self.reach, self.first = grown(self.busy, n, 0), grown(self.reach, n, INT64_MIN), grown(self.first, n, _INT64_MAX)
+        for i, cs in enumerate(_SET_CLASSES):
+            m = np.isin(cls, cs)
+            if not m.any():
+                continue
+            p, s, e = part[m], start[m], end[m]
+            r, f = reach_by_part(p, e, self.reach[i])
+            self.busy[i, p[f]] += np.add.reduceat(np.maximum(0, e - np.maximum(s, r)), f)
+        f = np.concatenate(([0], np.flatnonzero(part[1:] != part[:-1]) + 1))
+        self.first[part[f]] = np.minimum(self.first[part[f]], start[f])
+
+    def split(self, i: int) -> GpuTimeSplit:
+        u = [int(v) for v in self.busy[:, i]]
+        return split_gpu_time(u[0], u[1], u[2], u[3], u[5], int(self.first[i]), int(self.reach[-1, i]), whole_graph=u[4])
+
+
+IDLE_BATCH = 4_000_000  # op positions whose gaps one launch-lookup statement takes
+_STREAM_SUMS = ("ops", "work", "busy", "gaps", "comm", "memcpy", "unlinked", "unlinked_ns", "graph")
+
+
+class _Measure:
+    """_measure's running figures: per stream, per (device, owner) and over every op."""
+
+    def __init__(self, threshold: int, gaps):
+        self.threshold = int(threshold)
+        self.gaps = gaps  # a cursor whose temp table collects the streams' gaps with the ops starting them
+        self.seen = 0  # rows of the chunks before (row positions plus it: gap ids unique over chunks)
+        gaps.execute("CREATE OR REPLACE TEMP TABLE _tl_gap_ops (gap BIGINT, sid BIGINT, gs BIGINT, ge BIGINT, "
+                     "lost BOOLEAN, pid BIGINT, tid BIGINT, correlation_id BIGINT)")
+        self.streams = Keys(("device_id", "owner", "stream_id"))
+        self.devs: dict[tuple, int] = {}            # (device, owner) -> id
+        self.dev_of = np.zeros(0, dtype=np.int64)   # stream id -> (device, owner) id
+        self.st = {k: np.zeros(0, dtype=np.int64) for k in _STREAM_SUMS}
+        self.st_first = np.zeros(0, dtype=np.int64)
+        self.st_reach = np.zeros(0, dtype=np.int64)
+        self.dev_sets, self.all_sets = _SetUnions(), _SetUnions()
+
+    def add(self, ch: dict) -> None:
+        sid = self.streams(ch)
+        for key in list(self.streams.ids)[self.dev_of.size:]:  # new streams
+            self.dev_of = np.append(self.dev_of, self.devs.setdefault(key[:2], len(self.devs)))
+        start, end, cls = ch["start_ns"], ch["end_ns"], ch["cls"]
+        self._streams(sid, start, end, cls, ch)
+        did = self.dev_of[sid]
+        o = np.argsort(did, kind="stable")
+        self.dev_sets.add(did[o], start[o], end[o], cls[o])
+        self.all_sets.add(np.zeros(start.size, dtype=np.int64), start, end, cls)
+
+    def _streams(self, sid, start, end, cls, ch) -> None:
+        """Add a chunk (rows in time order; `sid` their stream ids) to the per-stream figures."""
+        n = len(self.streams.ids)
+        self.st = {k: grown(v, n, 0) for k, v in self.st.items()}
+        self.st_first, self.st_reach = grown(self.st_first, n, _INT64_MAX), grown(self.st_reach, n, INT64_MIN)
+        o = np.argsort(sid, kind="stable")
+        p, s, e, c = sid[o], start[o], end[o], cls[o]
+        r, f = reach_by_part(p, e, self.st_reach)
+        ups = p[f]
+        sums = lambda v: np.add.reduceat(v.astype(np.int64), f)  # noqa: E731 (exact int64 sums per stream)
+        gap = (s > r) & (r > INT64_MIN)
+        unl = ch["launched"][o] == 0
+        st = self.st
+        st["ops"][ups] += np.diff(np.append(f, p.size))
+        st["work"][ups] += sums(e - s)
+        st["busy"][ups] += sums(np.maximum(0, e - np.maximum(s, r)))
+        st["gaps"][ups] += sums(gap)
+        st["comm"][ups] += sums(c == COMM)
+        st["memcpy"][ups] += sums(c == MEMCPY)
+        st["graph"][ups] += sums(c == GRAPH)
+        st["unlinked"][ups] += sums(unl)
+        st["unlinked_ns"][ups] += sums(np.where(unl, e - s, 0))
+        self.st_first[ups] = np.minimum(self.st_first[ups], s[f])
+        # start groups: a stream's ops starting at one time (whole in this chunk); a gap precedes the group when it
+        # precedes the group's first op. The ops of such groups go to the temp table with their gap; one not
+        # launched, or without the keys to find its call (lost), makes its gap launch_unknown.
+        base, self.seen = self.seen, self.seen + p.size
+        new = np.ones(p.size, dtype=bool)
+        new[1:] = (p[1:] != p[:-1]) | (s[1:] != s[:-1])
+        group = np.cumsum(new) - 1
+        g = np.flatnonzero(new)
+        is_gap = gap[g]
+        if not is_gap.any():
+            return
+        rows = np.flatnonzero(is_gap[group])
+        first = g[group[rows]]  # each row's group's first row: the gap's end and start
+        k = ch["pid_null"][o] | ch["tid_null"][o] | ch["correlation_id_null"][o]
+        df = pd.DataFrame({"gap": base + first, "sid": p[rows], "gs": r[first], "ge": s[rows],
+                           "lost": unl[rows] | k[rows], "pid": ch["pid"][o][rows], "tid": ch["tid"][o][rows],
+                           "correlation_id": ch["correlation_id"][o][rows]})
+        self.gaps.register("_tl_chunk", df)
+        self.gaps.execute("INSERT INTO _tl_gap_ops SELECT * FROM _tl_chunk")
+        self.gaps.unregister("_tl_chunk")
+
+    def _idle(self) -> dict[int, list[int]]:
+        """Per stream id, its idle time per HTA category (c0..c3 of _Stream.idle) from the collected gaps: the
+        gap-starting ops meet the earliest call of their keys (the calls of those keys only: a semi join), a batch
+        of gaps per statement (IDLE_BATCH ops' positions), so the join's memory follows the batch."""
+        cat = f"CASE WHEN unknown THEN 3 WHEN launch_ns > gs THEN 0 WHEN ge - gs < {self.threshold} THEN 1 ELSE 2 END"
+        sums = ", ".join(f"coalesce(sum(ge - gs) FILTER (WHERE {cat} = {c}), 0)::BIGINT" for c in range(4))
+        keys = "a.pid = o.pid AND a.tid = o.tid AND a.correlation_id = o.correlation_id"
+        out: dict[int, list[int]] = {}
+        for lo in range(0, self.seen, IDLE_BATCH):
+            rows = self.gaps.execute(f"""
+                WITH o AS (SELECT * FROM _tl_gap_ops WHERE gap >= {lo} AND gap < {lo + IDLE_BATCH}),
+                l AS (SELECT pid, tid, correlation_id, min(start_ns) AS launch_ns
+                      FROM api_calls a SEMI JOIN o ON {keys} GROUP BY ALL)
+                SELECT sid, {sums}
+                FROM (SELECT o.gap, any_value(o.sid) AS sid, any_value(o.gs) AS gs, any_value(o.ge) AS ge,
+                             bool_or(o.lost OR a.launch_ns IS NULL) AS unknown, min(a.launch_ns) AS launch_ns
+                      FROM o LEFT JOIN l a ON {keys}
+                      GROUP BY o.gap)
+                GROUP BY sid""").fetchall()
+            for r in rows:
+                acc = out.setdefault(int(r[0]), [0, 0, 0, 0])
+                for k in range(4):
+                    acc[k] += int(r[k + 1])
         return out
-    return trace.memo(("gpu_timeline.streams", ops, tuple(params), threshold), compute)
+
+    def result(self) -> tuple[dict[tuple, GpuTimeSplit], GpuTimeSplit | None, dict[tuple, _Stream]]:
+        devs = {k: self.dev_sets.split(d) for k, d in self.devs.items()}
+        every = self.all_sets.split(0) if self.devs else None
+        st = {k: v.tolist() for k, v in self.st.items()}
+        idle = self._idle()
+        streams = {}
+        for k, i in self.streams.ids.items():
+            u = Union(key=k, ops=st["ops"][i], first_ns=int(self.st_first[i]), last_ns=int(self.st_reach[i]),
+                      work_ns=st["work"][i], busy_ns=st["busy"][i], gaps=st["gaps"][i])
+            streams[k] = _Stream(u, tuple(st[c][i] for c in ("comm", "memcpy", "unlinked", "unlinked_ns", "graph")),
+                                 tuple(idle.get(i, (0, 0, 0, 0))))
+        return devs, every, streams
 
 
 def _stream_idle(found: dict[tuple, _Stream], limit: int) -> tuple[list[StreamIdle], bool]:

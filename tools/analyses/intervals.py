@@ -5,7 +5,12 @@ A union's figures (`unions`, `unions_on`, `busy_ns`) come from one pass over the
 start, end): DuckDB sorts, spilling under its memory limit, and numpy merges the sorted rows chunk by chunk with
 stacked.py's formula (the running maximum of the ends), so memory stays bounded and Python never loops over
 intervals. Overlaps (`overlaps`) come from stacked.py's merged intervals in SQL. Results depend only on the immutable
-profile and the query, so they are memoized on the trace."""
+profile and the query, so they are memoized on the trace.
+
+A tool that needs several partitions (or class sets) at once reads the intervals once in time order instead
+(`time_chunks`: cheap to sort, the tables are stored in time order) and follows every partition through each chunk
+with `reach_by_part` (the running maximum per partition, carried between chunks); `merged` gives the merged
+intervals that way, and `Keys` numbers the partitions (gpu_timeline, stream_summary, phases)."""
 
 from __future__ import annotations
 
@@ -221,7 +226,7 @@ def overlaps(trace: Trace, a_sql: str, a_params: list[Any], partition: tuple[str
     p, o = ", ".join(partition), ", ".join(on)
     match = " AND ".join(f"e.{c} = b.{c}" for c in on)
     sql = f"""
-        WITH a AS ({merged_sql(a_sql, p)}), b AS ({merged_sql(b_sql, o)}),
+        WITH a AS ({merged_sql(a_sql, p)}), b AS ({merged_sql(b_sql, o, before=True)}),
              e AS (SELECT {p}, start_ns AS t, -1 AS sign FROM a UNION ALL SELECT {p}, end_ns, 1 FROM a)
         SELECT {", ".join("e." + c for c in partition)},
                sum(e.sign * coalesce(b.before_ns + least(e.t, b.end_ns) - b.start_ns, 0))::BIGINT
@@ -232,3 +237,126 @@ def overlaps(trace: Trace, a_sql: str, a_params: list[Any], partition: tuple[str
 
 
 NULL_KEY = -(2**62)  # stands for a NULL partition value (e.g. unknown stream) while numpy groups
+
+
+INT64_MIN = np.iinfo(np.int64).min  # "no reach yet": below every start, so max(start, reach) = start
+
+
+def time_chunks(cur, sql: str, params: list[Any], columns: dict[str, int | None]):
+    """The rows of `sql` (ordered by start_ns, end_ns) in chunks of int64 arrays, one per column of `columns` (name ->
+    the value standing for NULL; None: a NULL mark is kept as `<name>_null`, the value then 0), cut so that no start time
+    spans two chunks: a chunk's rows starting at its last start wait for the next one, so each start group (the ops of
+    one partition starting at the same time) lies whole in one chunk. Memory follows the chunk, not the profile."""
+    cur.execute(sql, params)
+    held: dict[str, np.ndarray] | None = None
+    while True:
+        df = cur.fetch_df_chunk(STREAM_VECTORS)
+        got = {}
+        for c, fill in columns.items():
+            col = df[c] if len(df) else pd.Series([], dtype="int64")
+            if fill is None:
+                got[c + "_null"] = col.isna().to_numpy()
+            got[c] = col.to_numpy(dtype=np.int64, na_value=0 if fill is None else fill)
+        if held is not None:
+            got = {c: np.concatenate((held[c], v)) for c, v in got.items()}
+        if not len(df):
+            if got["start_ns"].size:
+                yield got
+            return
+        start = got["start_ns"]
+        cut = int(np.searchsorted(start, start[-1], side="left"))
+        if cut:
+            yield {c: v[:cut] for c, v in got.items()}
+        held = {c: v[cut:] for c, v in got.items()}
+
+
+def reach_by_part(part: np.ndarray, end: np.ndarray, carry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows in time order (start, end) with partition ids `part` (sorted: rows of a partition adjacent), each row's
+    reach: the latest end of the earlier rows of its partition, including `carry[part]` (the latest end of the
+    partition in earlier chunks; INT64_MIN: none), and the index of each partition's first row (for np.*.reduceat).
+    `carry` is updated for the next chunk. What a row adds to its union: max(0, end - max(start, reach)); an idle
+    gap [reach, start) precedes it where start > reach > INT64_MIN."""
+    n = end.size
+    reach = np.empty(n, dtype=np.int64)
+    cuts = np.flatnonzero(part[1:] != part[:-1]) + 1
+    firsts = np.concatenate(([0], cuts)) if n else cuts
+    if not n:
+        return reach, firsts
+    lasts = np.append(cuts, n) - 1
+    if firsts.size == 1:
+        running = np.maximum.accumulate(end)
+    else:  # a running maximum restarting in each partition (_merge_chunk's rank trick)
+        seg = np.repeat(np.arange(firsts.size, dtype=np.int64), np.diff(np.append(firsts, n)))
+        order = np.argsort(end, kind="stable")
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n, dtype=np.int64)
+        running = end[order][np.maximum.accumulate(seg * n + rank) - seg * n]
+    reach[1:] = running[:-1]
+    reach[firsts] = INT64_MIN
+    before = carry[part[firsts]]
+    np.maximum(reach, np.repeat(before, np.diff(np.append(firsts, n))), out=reach)
+    carry[part[firsts]] = np.maximum(before, running[lasts])
+    return reach, firsts
+
+
+def grown(a: np.ndarray, n: int, fill: int) -> np.ndarray:
+    """`a` with its last axis extended to n, new entries `fill`."""
+    more = n - a.shape[-1]
+    return a if more <= 0 else np.concatenate((a, np.full((*a.shape[:-1], more), fill, dtype=np.int64)), axis=-1)
+
+
+class Keys:
+    """Dense ids (0, 1, ...) for partition keys (tuples of integer columns, NULL_KEY read as None) across chunks;
+    Python loops over a chunk's distinct keys only."""
+
+    def __init__(self, cols: tuple[str, ...]):
+        self.cols, self.ids = cols, {}
+
+    def __call__(self, ch: dict) -> np.ndarray:
+        combined = np.zeros(ch[self.cols[0]].size, dtype=np.int64)
+        uniques = []
+        for c in self.cols:
+            code, u = pd.factorize(ch[c])
+            combined = combined * len(u) + code
+            uniques.append(np.asarray(u))
+        local, found = pd.factorize(combined)
+        lut = np.empty(len(found), dtype=np.int64)
+        for j, v in enumerate(found.tolist()):
+            codes = []
+            for u in reversed(uniques):
+                v, rest = divmod(v, len(u))
+                codes.append(rest)
+            key = tuple(None if (x := int(u[cd])) == NULL_KEY else x for u, cd in zip(uniques, reversed(codes)))
+            lut[j] = self.ids.setdefault(key, len(self.ids))
+        return lut[local]
+
+
+def merged(cur, sql: str, params: list[Any], keys: Keys):
+    """The merged intervals (disjoint, touching ones joined) of each partition of `sql`'s rows (columns: keys.cols,
+    integers with NULL as NULL_KEY; start_ns, end_ns; non-empty, ordered by start_ns, end_ns), in chunks of
+    (partition ids of `keys`, starts, ends): one pass on `cur` (time_chunks), where an op starting after its
+    partition's reach opens an interval and closes the one before at that reach; a partition's last interval stays
+    open across chunks. Memory follows the chunk."""
+    reach = np.zeros(0, dtype=np.int64)   # per partition: the latest end so far
+    opened = np.zeros(0, dtype=np.int64)  # per partition: start of its open interval
+    for ch in time_chunks(cur, sql, params, dict.fromkeys((*keys.cols, "start_ns", "end_ns"), 0)):
+        part = keys(ch)
+        reach, opened = grown(reach, len(keys.ids), INT64_MIN), grown(opened, len(keys.ids), INT64_MIN)
+        o = np.argsort(part, kind="stable")
+        p, s, e = part[o], ch["start_ns"][o], ch["end_ns"][o]
+        r, _ = reach_by_part(p, e, reach)
+        at = np.flatnonzero(s > r)  # ops opening an interval (a partition's first op: r = INT64_MIN)
+        if not at.size:
+            continue
+        pa = p[at]
+        first = np.ones(at.size, dtype=bool)  # the partition's first opening in this chunk: closes the carried interval
+        first[1:] = pa[1:] != pa[:-1]
+        prev = np.where(first, opened[pa], np.roll(s[at], 1))
+        closes = r[at] > INT64_MIN
+        yield pa[closes], prev[closes], r[at][closes]
+        last = np.append(first[1:], True)  # the partition's last opening in this chunk: stays open
+        opened[pa[last]] = s[at][last]
+    live = np.flatnonzero(opened > INT64_MIN)
+    if live.size:
+        yield live, opened[live], reach[live]
+

@@ -26,9 +26,10 @@ Method (one device; kernels, memory copies and memsets all count as GPU activity
      stays on the bin edge (start_source says which).
   5. Per phase, every figure is clipped to the phase: an op straddling a boundary contributes only its
      part inside to busy time (interval union) and to per-kernel time; counts are ops starting inside.
-Every step over the ops runs in DuckDB (unions and gaps as stacked.py's window functions): Python receives per-name
-totals, per-(feature, bin) times, the snapping candidates of each cut and per-phase figures, never the ops, so memory
-does not grow with the profile.
+Every step over the ops runs in DuckDB (gaps as stacked.py's window functions) or in numpy over chunks of the ops
+in time order (unions, the device's merged intervals: intervals.py): Python receives per-name totals, per-(feature,
+bin) times, the snapping candidates of each cut and per-phase figures, never all the ops at once, so memory does not
+grow with the profile.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note, ToolResult
-from .intervals import unions, unions_on
+from .intervals import Keys, merged, unions, unions_on
 from .iterations import iterations
 from . import projection
-from .stacked import gaps_sql, merged_sql
+from .stacked import gaps_sql
 from .requirements import require
 
 TARGET_BINS = 400
@@ -279,29 +280,40 @@ def _bin_coverage(trace: Trace, dev_acts: str, params: list, t0: int, width: int
     """Per feature and bin, the summed time of its ops inside the bin (ns, overlaps counted per op); and per bin the
     busy time (the union of every op) inside it. An op adds its clipped part to its first and last bin and a whole
     bin to each bin between, as a +1/-1 pair around them (summed over bins afterwards), so DuckDB emits at most four
-    rows per op and returns one per (feature, bin) touched; busy is the same over the merged intervals."""
+    rows per op and returns one per (feature, bin) touched; busy is the same over the merged intervals, in numpy."""
     other = len(top) if others else -1
     first = len(top) + (1 if others else 0)
     fid = (f"CASE WHEN kind = 'kernel' THEN coalesce(list_position(?::VARCHAR[], name) - 1, {other}) "
            f"ELSE {first} + list_position(?::VARCHAR[], name) - 1 END")
-    ops = f"SELECT {fid} AS fid, start_ns, end_ns FROM ({dev_acts}) WHERE end_ns > start_ns"
-    busy = f"SELECT -1 AS fid, start_ns, end_ns FROM ({merged_sql(f'SELECT 0 AS z, start_ns, end_ns FROM ({dev_acts})', 'z')})"
     rows = trace.sql(f"""
-        WITH a AS (SELECT fid, start_ns AS s, end_ns AS e, (start_ns - {t0}) // {width} AS b0,
+        WITH a AS (SELECT {fid} AS fid, start_ns AS s, end_ns AS e, (start_ns - {t0}) // {width} AS b0,
                           (end_ns - 1 - {t0}) // {width} AS b1
-                   FROM ({ops} UNION ALL {busy})),
+                   FROM ({dev_acts}) WHERE end_ns > start_ns),
         p AS (SELECT fid, unnest(CASE WHEN b0 = b1 THEN [{{'bin': b0, 't': e - s, 'd': 0}}]
                                       ELSE [{{'bin': b0, 't': {t0} + (b0 + 1) * {width} - s, 'd': 0}},
                                             {{'bin': b1, 't': e - ({t0} + b1 * {width}), 'd': 0}},
                                             {{'bin': b0 + 1, 't': 0, 'd': 1}}, {{'bin': b1, 't': 0, 'd': -1}}] END,
                                  recursive := true) FROM a)
-        SELECT fid, bin, sum(t)::BIGINT, sum(d)::BIGINT FROM p GROUP BY ALL""", [top, memop_names] + params + params)
+        SELECT fid, bin, sum(t)::BIGINT, sum(d)::BIGINT FROM p GROUP BY ALL""", [top, memop_names] + params)
     t = np.zeros((nfeat + 1, nbins), dtype=np.int64)  # row -1 (the last): busy
     d = np.zeros((nfeat + 1, nbins), dtype=np.int64)
     if rows:
         r = np.asarray(rows, dtype=np.int64)  # one row per (feature, bin): GROUP BY made them unique
         t[r[:, 0], r[:, 1]] = r[:, 2]
         d[r[:, 0], r[:, 1]] = r[:, 3]
+    # busy: the device's merged intervals (intervals.merged, one pass in time order), each added the same way
+    cur = trace.con.cursor()
+    try:
+        sql = f"SELECT 0 AS z, start_ns, end_ns FROM ({dev_acts}) WHERE end_ns > start_ns ORDER BY start_ns, end_ns"
+        for _, s, e in merged(cur, sql, params, Keys(("z",))):
+            b0, b1 = (s - t0) // width, (e - 1 - t0) // width
+            one = b0 == b1
+            np.add.at(t[-1], b0, np.where(one, e - s, t0 + (b0 + 1) * width - s))
+            np.add.at(t[-1], b1[~one], e[~one] - (t0 + b1[~one] * width))
+            np.add.at(d[-1], b0[~one] + 1, 1)
+            np.add.at(d[-1], b1[~one], -1)
+    finally:
+        cur.close()
     cov = t + width * np.cumsum(d, axis=1)
     return cov[:-1].astype(np.float64), cov[-1].astype(np.float64)
 

@@ -16,7 +16,9 @@ fixed, however many ranks it reads:
                              using them (a union per op instance joined to other tables, the gaps themselves);
                              figures that come back to Python come from intervals.unions / unions_on, which merge
                              DuckDB's sorted rows in numpy with the same formula (one profile, or every (rank,
-                             device) of a job on stacked.cursor): half the CPU, no window's memory.
+                             device) of a job on stacked.cursor): half the CPU, no window's memory; a tool that
+                             needs several partitions or class sets at once follows them all through one stream
+                             in time order (intervals.time_chunks / reach_by_part, as gpu_timeline does).
 
 Union of intervals in SQL: sorted by start, an interval adds what reaches past the running maximum of the ends
 before it (its reach): |∪ [s_i, e_i)| = Σ max(0, e_i - max(s_i, max_{j<i} e_j)), and an idle gap [reach, s_i) opens
@@ -32,7 +34,6 @@ names through quote_ident (inside union_sql); strings go in as parameters.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..model import job as jobs
@@ -158,17 +159,11 @@ def union_stats_sql(intervals: str, partition: str, bounds: tuple[int, ...] = ()
                     f"coalesce(sum(start_ns - reach_ns) FILTER (WHERE {cond}), 0)::BIGINT AS ns{i}")
     if top:
         cols.append(f"max_by([reach_ns, start_ns], (start_ns - reach_ns, -reach_ns), {int(top)}) FILTER (WHERE {_GAP}) AS top_gaps")
-    return union_stats_from_reach_sql(f"({reach_sql(intervals, partition)})", partition, ", ".join(cols))
-
-
-def union_stats_from_reach_sql(reached: str, partition: str, extra: str = "") -> str:
-    """union_stats_sql's figures (before its gap ranges) from `reached`, a relation of reach_sql's rows (a CTE name
-    or a parenthesised subquery), with `extra` aggregates after them."""
     return f"""
         SELECT {partition}, count(*) AS ops, min(start_ns) AS first_ns, max(end_ns) AS last_ns,
                sum(end_ns - start_ns)::BIGINT AS work_ns, sum({_ADDS})::BIGINT AS busy_ns,
-               count(*) FILTER (WHERE {_GAP}) AS gaps{", " + extra if extra else ""}
-        FROM {reached}
+               count(*) FILTER (WHERE {_GAP}) AS gaps, {", ".join(cols)}
+        FROM ({reach_sql(intervals, partition)})
         GROUP BY {partition}"""
 
 
@@ -177,13 +172,16 @@ def gaps_sql(intervals: str, partition: str) -> str:
     return f"SELECT {partition}, reach_ns AS gap_start_ns, start_ns AS gap_end_ns FROM ({reach_sql(intervals, partition)}) WHERE {_GAP}"
 
 
-def merged_sql(intervals: str, partition: str) -> str:
+def merged_sql(intervals: str, partition: str, before: bool = False) -> str:
     """The merged intervals of each partition's union (disjoint, not touching): the columns of `partition`, start_ns,
-    end_ns, and before_ns, the union's length before start_ns (so the busy time before any t inside or after a merged
-    interval is before_ns + least(t, end_ns) - start_ns: an ASOF join on start_ns <= t answers coverage questions)."""
+    end_ns; with `before`, also before_ns, the union's length before start_ns (so the busy time before any t inside
+    or after a merged interval is before_ns + least(t, end_ns) - start_ns: an ASOF join on start_ns <= t answers
+    coverage questions). before_ns is one more window over the merged intervals: only asked for where it is read."""
+    before_col = (f""",
+               (sum(end_ns - start_ns) OVER (PARTITION BY {partition} ORDER BY start_ns) - (end_ns - start_ns))::BIGINT AS before_ns"""
+                  if before else "")
     return f"""
-        SELECT {partition}, start_ns, end_ns,
-               (sum(end_ns - start_ns) OVER (PARTITION BY {partition} ORDER BY start_ns) - (end_ns - start_ns))::BIGINT AS before_ns
+        SELECT {partition}, start_ns, end_ns{before_col}
         FROM (SELECT {partition}, min(start_ns) AS start_ns, max(end_ns) AS end_ns
               FROM (SELECT *, sum((reach_ns IS NULL OR {_GAP})::INTEGER) OVER (
                                   PARTITION BY {partition} ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island

@@ -17,14 +17,15 @@ Window: ops overlapping [start_ns, end_ns) are counted; their times are clipped 
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, ToolResult
-from .containment import temp_tables
+from .intervals import NULL_KEY, Keys, merged
 from .requirements import require
-from .stacked import merged_sql
 
 
 class StreamRow(BaseModel):
@@ -176,16 +177,20 @@ def stream_summary(
 
 def _sweeps(trace: Trace, acts: str, params: list) -> tuple[dict[int, dict], dict[tuple, tuple[int, int, int]]]:
     """(per device, a sweep over the streams' busy intervals; per stream (device, stream, owner), its busy ns, first
-    and last ns), from one pass over the streams' merged intervals (stacked.merged_sql: disjoint within a stream), so
-    each stream's union is computed once. The sweep: +1 at a start, -1 at an end, ends before starts at equal times so
+    and last ns), from the streams' merged intervals (disjoint within a stream, touching ones joined), so each
+    stream's union is computed once. The sweep: +1 at a start, -1 at an end, ends before starts at equal times so
     touching intervals of two streams are not concurrent. In SQL: only the per-level times and the bounds of the first
     period at the top level come back."""
-    cur = trace.con.cursor()
+    cur, src = trace.con.cursor(), trace.con.cursor()
     try:
         # The merged intervals feed the per-stream figures and the sweep's two event lists: a temp table, made once
-        # (a CTE named twice would be materialized anyway, and a cursor's temp table serves both statements).
-        with temp_tables(cur, f"WITH m AS ({merged_sql(acts, 'device_id, stream_id, owner')})", {"_m": "m"}, params):
-            streams = {(d, s, o): (int(busy), int(first), int(last)) for d, s, o, busy, first, last in cur.execute(
+        # (by _merge, from one pass over the ops in time order) and read by both statements.
+        cur.execute("CREATE OR REPLACE TEMP TABLE _m (device_id BIGINT, stream_id BIGINT, owner BIGINT, start_ns BIGINT, "
+                    "end_ns BIGINT)")
+        try:
+            _merge(src, cur, acts, params)
+            streams = {(d, None if s == NULL_KEY else s, None if o == NULL_KEY else o): (int(busy), int(first), int(last))
+                       for d, s, o, busy, first, last in cur.execute(
                 "SELECT device_id, stream_id, owner, sum(end_ns - start_ns)::BIGINT, min(start_ns), max(end_ns) FROM _m GROUP BY ALL")
                 .fetchall()}
             rows = cur.execute("""
@@ -203,8 +208,11 @@ def _sweeps(trace: Trace, acts: str, params: list) -> tuple[dict[int, dict], dic
                WHERE seg > 0 AND level < top AND t > max_start GROUP BY ALL)
         SELECT device_id, first_ns, last_ns, top, max_start, coalesce(max_end, last_ns), hist
         FROM tops LEFT JOIN mx USING (device_id) LEFT JOIN me USING (device_id) LEFT JOIN hist USING (device_id)""").fetchall()
+        finally:
+            cur.execute("DROP TABLE IF EXISTS temp.main._m")
     finally:
         cur.close()
+        src.close()
     out = {}
     for dev, first, last, top, max_start, max_end, levels in rows:
         hist = [0] * (int(top) + 1)
@@ -213,3 +221,22 @@ def _sweeps(trace: Trace, acts: str, params: list) -> tuple[dict[int, dict], dic
         out[dev] = {"first_ns": int(first), "last_ns": int(last), "span_ns": int(last - first), "busy_ns": sum(hist[1:]),
                     "hist": hist, "max_start_ns": int(max_start), "max_end_ns": int(max_end)}
     return out, streams
+
+
+def _merge(src, dst, acts: str, params: list) -> None:
+    """Fill `dst`'s temp table _m with each stream's merged intervals, from one pass over `acts` (its non-empty ops)
+    in time order on `src` (intervals.merged: DuckDB sorts by time, cheap as the tables are stored in time order;
+    numpy finds the intervals chunk by chunk, so memory follows the chunk)."""
+    cols = ("device_id", "stream_id", "owner")
+    keys = Keys(cols)
+    sql = (f"SELECT device_id, coalesce(stream_id, {NULL_KEY}) AS stream_id, coalesce(owner, {NULL_KEY}) AS owner, "
+           f"start_ns, end_ns FROM ({acts}) WHERE end_ns > start_ns ORDER BY start_ns, end_ns")
+    who = np.zeros((3, 0), dtype=np.int64)  # per stream id: its key columns (NULL as NULL_KEY)
+    for part, start, end in merged(src, sql, params, keys):
+        if who.shape[1] < len(keys.ids):
+            new = list(keys.ids)[who.shape[1]:]
+            who = np.hstack((who, np.array([[NULL_KEY if v is None else v for v in k] for k in new], dtype=np.int64).T))
+        dst.register("_m_chunk", pd.DataFrame({"device_id": who[0, part], "stream_id": who[1, part], "owner": who[2, part],
+                                               "start_ns": start, "end_ns": end}))
+        dst.execute("INSERT INTO _m SELECT * FROM _m_chunk")
+        dst.unregister("_m_chunk")
