@@ -146,22 +146,27 @@ class _Merged:
     top: list             # per partition: (gap starts, gap lengths), longest first, equal lengths in time order
 
 
+def _running_max(end: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """The running maximum of `end`, restarting in each partition (`seg`: each row's partition index, non-decreasing
+    from 0). The ends as ranks (0..n-1), offset by n per partition, so a partition's values all exceed the ones before
+    it; back to the ends through the sorted order."""
+    n = end.size
+    if not n or seg[-1] == 0:
+        return np.maximum.accumulate(end)
+    order = np.argsort(end, kind="stable")
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n, dtype=np.int64)
+    return end[order][np.maximum.accumulate(seg * n + rank) - seg * n]
+
+
 def _merge_chunk(start: np.ndarray, end: np.ndarray, cuts: np.ndarray, reach0: int | None, edges: np.ndarray,
                  top: int) -> _Merged:
     """The figures of each partition [cuts[i], cuts[i+1]) of a chunk sorted by (partition, start, end); `reach0` is the
     running maximum of the ends carried into the first partition from the chunk before (None: it starts here)."""
-    n, first = start.size, cuts[:-1]
+    first = cuts[:-1]
     parts = first.size
     seg = np.repeat(np.arange(parts, dtype=np.int64), np.diff(cuts))
-    if parts == 1:
-        running = np.maximum.accumulate(end)
-    else:
-        # A running maximum that restarts in each partition: the ends as ranks (0..n-1), offset by n per partition,
-        # so a partition's values all exceed the ones before it; back to the ends through the sorted order.
-        order = np.argsort(end, kind="stable")
-        rank = np.empty(n, dtype=np.int64)
-        rank[order] = np.arange(n, dtype=np.int64)
-        running = end[order][np.maximum.accumulate(seg * n + rank) - seg * n]
+    running = _running_max(end, seg)
     # reach: the latest end of the partition's earlier intervals (its first interval has none: no gap before it)
     reach = np.empty_like(end)
     reach[1:] = running[:-1]
@@ -283,14 +288,7 @@ def reach_by_part(part: np.ndarray, end: np.ndarray, carry: np.ndarray) -> tuple
     if not n:
         return reach, firsts
     lasts = np.append(cuts, n) - 1
-    if firsts.size == 1:
-        running = np.maximum.accumulate(end)
-    else:  # a running maximum restarting in each partition (_merge_chunk's rank trick)
-        seg = np.repeat(np.arange(firsts.size, dtype=np.int64), np.diff(np.append(firsts, n)))
-        order = np.argsort(end, kind="stable")
-        rank = np.empty(n, dtype=np.int64)
-        rank[order] = np.arange(n, dtype=np.int64)
-        running = end[order][np.maximum.accumulate(seg * n + rank) - seg * n]
+    running = _running_max(end, np.repeat(np.arange(firsts.size, dtype=np.int64), np.diff(np.append(firsts, n))))
     reach[1:] = running[:-1]
     reach[firsts] = INT64_MIN
     before = carry[part[firsts]]
