@@ -50,11 +50,14 @@ def with_sql() -> str:
     """WITH clause defining
         thr(pid, tid, k)  threads numbered from 0;
         op(op_id, pid, tid, start_ns, end_ns, dur_ns, name, ks, ke)  launcher candidates (cpu_op, not execute);
-        launch(pid, correlation_id, tid, start_ns, end_ns, name)      the launching call per (pid, correlation);
+        launch(pid, correlation_id, call_tid, call_start_ns, call_end_ns, call_name)  the launching call per (pid, correlation);
         gpu(gop_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, name, short_name, pid, correlation_id, launched,
             whole_graph)                                              every GPU op (kernel, copy, set);
         prev(gop_id, prev_end_ns)                                     end of the previous GPU op on its device/stream;
-        call(gop_id, linked, call_tid, call_start_ns, call_end_ns, call_name, ks)  its launching call (NULLs: none)."""
+        call(gop_id, call_tid, call_start_ns, call_end_ns, call_name, ks)  its launching call (NULLs: none);
+        comm(name, comm)                                              whether a kernel name is communication (one regex per
+                                                                      distinct name, not per kernel);
+        graph_call(name)                                              the API names that launch a graph."""
     return f"""
     WITH thr AS (
         SELECT pid, tid, (row_number() OVER (ORDER BY pid, tid) - 1)::HUGEINT AS k FROM (
@@ -66,7 +69,7 @@ def with_sql() -> str:
         FROM cpu_ops c JOIN thr ON thr.pid = c.pid AND thr.tid = c.tid
         WHERE c.category = 'cpu_op' AND c.name NOT IN ({", ".join(f"'{n}'" for n in PASS_THROUGH)})),
     launch AS (  -- one arg_min of a struct: the call's columns come from one row, and the group by aggregates once
-        SELECT pid, correlation_id, f.tid AS tid, start_ns, f.end_ns AS end_ns, f.name AS name FROM (
+        SELECT pid, correlation_id, f.tid AS call_tid, start_ns AS call_start_ns, f.end_ns AS call_end_ns, f.name AS call_name FROM (
             SELECT pid, correlation_id, min(start_ns) AS start_ns,
                    arg_min({{'tid': tid, 'end_ns': end_ns, 'name': name}}, (start_ns, end_ns)) AS f
             FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
@@ -84,11 +87,12 @@ def with_sql() -> str:
         FROM (SELECT rowid * 2 AS gop_id, device_id, stream_id, start_ns, end_ns FROM kernels
               UNION ALL SELECT rowid * 2 + 1, device_id, stream_id, start_ns, end_ns FROM memops)),
     call AS (
-        SELECT g.gop_id, l.tid IS NOT NULL AS linked, l.tid AS call_tid, l.start_ns AS call_start_ns, l.end_ns AS call_end_ns,
-               l.name AS call_name, thr.k * {SHIFT} + l.start_ns AS ks
+        SELECT g.gop_id, l.call_tid, l.call_start_ns, l.call_end_ns, l.call_name, thr.k * {SHIFT} + l.call_start_ns AS ks
         FROM gpu g
         LEFT JOIN launch l ON l.pid = g.pid AND l.correlation_id = g.correlation_id
-        LEFT JOIN thr ON thr.pid = l.pid AND thr.tid = l.tid)
+        LEFT JOIN thr ON thr.pid = l.pid AND thr.tid = l.call_tid),
+    comm AS (SELECT name, {is_comm_sql("name")} AS comm FROM (SELECT DISTINCT name FROM kernels)),
+    graph_call AS (SELECT name FROM (SELECT DISTINCT name FROM api_calls) WHERE regexp_matches(name, 'graph.?launch', 'i'))
     """
 
 
@@ -140,37 +144,43 @@ def _launchers(trace: Trace) -> Launchers:
     kept = Kept(trace, "gops", "subtree")
     cur = kept.cur
     w = with_sql()
-    # The launching calls are a temp table (the containment join reads tables, containment.py), narrow: the GPU ops' own
-    # columns are read from the model again below rather than copied twice.
-    with temp_tables(cur, w, {"_tree_op": "op", "_tree_call": "call"}):
-        _launchers_from_temp(cur, w, is_comm_sql("g.name"), kept.names["gops"], kept.names["subtree"])
-    return Launchers(gops=kept.names["gops"], subtree=kept.names["subtree"], kept=kept)
+    gops, subtree = kept.names["gops"], kept.names["subtree"]
+    # The containment join reads tables (containment.py): the launcher candidates are a temp table, and where there are
+    # any, so is every GPU op's launching call. Without candidates (Nsight, rocpd) there is no join, and the launching
+    # calls are looked up inside the one statement that writes the GPU ops: 2 M GPU ops are then read and written once.
+    with temp_tables(cur, w, {"_tree_op": "op"}):
+        if cur.execute("SELECT EXISTS (SELECT 1 FROM _tree_op)").fetchone()[0]:
+            with temp_tables(cur, w, {"_tree_call": "call"}):
+                cur.execute(f"""CREATE TABLE {subtree} AS
+                                SELECT o.op_id, g.gop_id, o.start_ns, o.dur_ns
+                                FROM _tree_call g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke""")
+                _gops(cur, w, gops, subtree, "JOIN _tree_call l USING (gop_id)")
+        else:
+            cur.execute(f"CREATE TABLE {subtree} (op_id BIGINT, gop_id BIGINT, start_ns BIGINT, dur_ns BIGINT)")
+            _gops(cur, w, gops, subtree, "LEFT JOIN launch l ON l.pid = g.pid AND l.correlation_id = g.correlation_id")
+    return Launchers(gops=gops, subtree=subtree, kept=kept)
 
 
-def _launchers_from_temp(cur, with_clause: str, comm: str, gops: str, subtree: str) -> None:
-    """The launchers over temp tables _tree_op and _tree_call (containment.py: no CTE around the IEJoins), into tables
-    `gops` and `subtree`."""
-    # One containment join gives both: the subtree pairs, and per GPU op the innermost of its enclosing ops.
-    cur.execute(f"""CREATE TABLE {subtree} AS
-                    SELECT o.op_id, g.gop_id, o.start_ns, o.dur_ns
-                    FROM _tree_call g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke""")
-    # No ORDER BY: every reader orders.
+def _gops(cur, with_clause: str, gops: str, subtree: str, link: str) -> None:
+    """Table `gops` from the GPU ops, their launching calls (`link`: the join giving alias l its call_* columns) and the
+    innermost op of table `subtree` around each call. No ORDER BY: every reader orders."""
     cur.execute(f"""
         CREATE TABLE {gops} AS {with_clause}
         SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name, g.short_name,
-               coalesce(g.op = 'kernel' AND NOT g.whole_graph AND {comm}, false) AS is_comm,
-               coalesce(g.whole_graph, false) AS whole_graph, g.pid, coalesce(l.linked, false) AS linked,
+               coalesce(g.op = 'kernel' AND NOT g.whole_graph AND cm.comm, false) AS is_comm,
+               coalesce(g.whole_graph, false) AS whole_graph, g.pid, l.call_tid IS NOT NULL AS linked,
                l.call_tid, l.call_start_ns, l.call_end_ns, l.call_name,
                CASE WHEN i.launcher_id IS NOT NULL THEN 'cpu_op'
-                    WHEN l.linked AND regexp_matches(l.call_name, 'graph.?launch', 'i') THEN 'graph'
-                    WHEN l.linked THEN 'runtime' ELSE 'unlinked' END AS launcher_kind,
+                    WHEN l.call_tid IS NOT NULL AND l.call_name IN (SELECT name FROM graph_call) THEN 'graph'
+                    WHEN l.call_tid IS NOT NULL THEN 'runtime' ELSE 'unlinked' END AS launcher_kind,
                coalesce(i.launcher_id, -1)::BIGINT AS launcher_id,
-               CASE WHEN i.launcher_id IS NOT NULL THEN c.name WHEN l.linked THEN l.call_name
+               CASE WHEN i.launcher_id IS NOT NULL THEN c.name WHEN l.call_tid IS NOT NULL THEN l.call_name
                     ELSE '<unattributed>' END AS launcher_name,
                CASE WHEN i.launcher_id IS NOT NULL THEN c.start_ns ELSE l.call_start_ns END AS launcher_start_ns,
                CASE WHEN i.launcher_id IS NOT NULL THEN c.end_ns ELSE l.call_end_ns END AS launcher_end_ns,
                c.input_dims, c.input_types, p.prev_end_ns
-        FROM gpu g JOIN _tree_call l USING (gop_id) JOIN prev p USING (gop_id)
+        FROM gpu g {link} JOIN prev p USING (gop_id)
+        LEFT JOIN comm cm ON cm.name = g.name  -- an equality only: a hash join (is_comm checks op)
         LEFT JOIN (SELECT gop_id, arg_max(op_id, (start_ns, -dur_ns, op_id)) AS launcher_id FROM {subtree}
                    GROUP BY gop_id) i USING (gop_id)
         LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id""")

@@ -78,7 +78,8 @@ def with_sql(trace: Trace, gops: str | None = None) -> str:
        gop(op_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, ks, ke)
            linked GPU ops (kernel/copy/set) with the keys of their launching API call; read from `gops`, an
            op_tree.Launchers table (the same ops and calls), where the caller has one, instead of grouping every API
-           call by correlation id again.
+           call by correlation id again; from `gops`, only those launched on a thread with ranges (the others are in
+           no pair: an export without ranges copies none of its millions of GPU ops).
     A containment join of rng and gop below this clause is planned without IEJoin, quadratic in the ranges of a
     thread (containment.py): join them as `tables` does, over temp tables."""
     keys = cross_thread(trace).keys
@@ -111,7 +112,9 @@ def _gop_sql(gops: str | None) -> str:
         return f"""
         SELECT g.gop_id AS op_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.pid,
                thr.k * {SHIFT} + g.call_start_ns AS ks, thr.k * {SHIFT} + g.call_end_ns AS ke
-        FROM {gops} g JOIN thr ON thr.pid = g.pid AND thr.tid = g.call_tid WHERE g.linked"""
+        FROM {gops} g JOIN thr ON thr.pid = g.pid AND thr.tid = g.call_tid
+        SEMI JOIN (SELECT DISTINCT pid, tid FROM markers WHERE kind IN ({RANGE_KINDS_SQL})) r ON r.pid = g.pid AND r.tid = g.call_tid
+        WHERE g.linked"""
     return f"""
         SELECT o.op_id, o.op, o.device_id, o.stream_id, o.start_ns, o.end_ns, o.dur_ns, o.pid,
                thr.k * {SHIFT} + l.start_ns AS ks, thr.k * {SHIFT} + l.end_ns AS ke
