@@ -115,17 +115,18 @@ def test_op_tree_parents_and_launchers(opened):
     t = opened("kineto")
     kinds = dict(t.sql(f"SELECT launcher_kind, count(*) FROM {launchers(t).gops} GROUP BY 1"))
     assert kinds.get("cpu_op") == 9 and kinds.get("unlinked") == 1
-    np_ = node_parents(t)
+    nodes = node_parents(t)
     ops = t.sql_dicts("SELECT rowid AS row, name FROM cpu_ops")
     names = {o["row"]: o["name"] for o in ops}
     ann = {r["row"]: r["name"] for r in t.sql_dicts("SELECT rowid AS row, name FROM markers WHERE kind = 'annotation'")}
-    par = {(n.node, n.row): (n.parent_node, n.parent_row) for n in np_.itertuples()}
+    node = [("markers" if m else "cpu_ops", int(r)) for m, r in zip(nodes.is_marker, nodes.row)]
+    par = {k: (node[p] if p >= 0 else None) for k, p in zip(node, nodes.parent)}
 
     def parent_name(node, row):
-        pn, pr = par[(node, row)]
-        if pn is None or pn != pn:
+        p = par[(node, row)]
+        if p is None:
             return None
-        return (names if pn == "cpu_ops" else ann)[int(pr)]
+        return (names if p[0] == "cpu_ops" else ann)[p[1]]
 
     got = {names[r]: parent_name("cpu_ops", r) for r in names}
     assert got["aten::add"] == "inner" and got["aten::mm"] == "fwd" and got["aten::mul"] is None

@@ -25,6 +25,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -34,7 +35,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace, cursor_dicts
 from .common import ALL_TABLES, CONTAINS_SQL, clip_name, contains_pattern, data_issue_notes, data_issues_field, ToolResult
-from .op_tree import launchers, node_parents
+from .op_tree import HostNodes, launchers, node_parents
 from .projection import with_sql as projection_sql
 from .requirements import require
 
@@ -121,36 +122,41 @@ def call_stack(trace: Trace, *, kernel: str | None = None, op: str | None = None
 
 # -- host nodes ------------------------------------------------------------------------------------------
 
-def _nodes(trace: Trace) -> pd.DataFrame:
-    """Every host node with its parent: index (node, row). Memoized."""
+@dataclass(frozen=True)
+class _Tree:
+    """op_tree.node_parents' host nodes (position i) with each node's children: positions first[i]:first[i + 1] of
+    `child`, in start order (of equal starts, cpu_ops before markers, each by rowid)."""
+
+    n: HostNodes
+    first: np.ndarray
+    child: np.ndarray
+
+    def children(self, i: int) -> np.ndarray:
+        return self.child[self.first[i]:self.first[i + 1]]
+
+
+def _nodes(trace: Trace) -> _Tree:
+    """Memoized: the host nodes and their children, as arrays (no Python object per node but its name)."""
     def build():
-        par = node_parents(trace)
-        cur = trace.con.cursor()
-        try:  # columnar fetches: no Python object per row on the way
-            a = cur.execute("""SELECT rowid AS row, pid, tid, start_ns, dur_ns, name, category, input_dims, input_types,
-                                      concrete_inputs, args FROM cpu_ops""").df()
-            b = cur.execute("SELECT rowid AS row, pid, tid, start_ns, dur_ns, name FROM markers WHERE kind = 'annotation'").df()
-        finally:
-            cur.close()
-        a["node"] = "cpu_ops"
-        b["node"], b["category"] = "markers", "annotation"
-        n = pd.concat([a, b], ignore_index=True).merge(par, on=["node", "row"], how="left")
-        n["key"] = list(zip(n["node"], n["row"]))
-        n["parent_key"] = [None if pd.isna(r) else (pn, int(r)) for pn, r in zip(n["parent_node"], n["parent_row"])]
-        n = n.set_index("key", drop=False)
-        children: dict = {}
-        for k, p, s in sorted(zip(n["key"], n["parent_key"], n["start_ns"]), key=lambda x: x[2]):
-            if p is not None:
-                children.setdefault(p, []).append(k)
-        return n, children
+        n = node_parents(trace)
+        has = np.flatnonzero(n.parent >= 0)
+        # positions are in (table, rowid) order, so a stable sort by (parent, start) keeps that order among equal starts
+        order = has[np.lexsort((n.start_ns[has], n.parent[has]))]
+        first = np.searchsorted(n.parent[order], np.arange(len(n.row) + 1))
+        return _Tree(n, first, order)
     return trace.memo(("call_stack.nodes",), build)
 
 
-def _level(r: Any, i: int) -> Level:
-    name = str(r["name"])
-    cat = r["category"]
-    lv = Level(level=i, kind="cpu_op", name=clip_name(name), start_ns=int(r["start_ns"]), dur_ns=int(r["dur_ns"]),
-               tid=None if pd.isna(r["tid"]) else int(r["tid"]))
+def _nan_int(v) -> int | None:
+    return None if v != v else int(v)
+
+
+def _level(n: HostNodes, i: int, lvl: int) -> Level:
+    """The node at position i; a cpu_op's recorded inputs are filled by _details."""
+    name = str(n.name[i])
+    cat = n.category[i]
+    lv = Level(level=lvl, kind="cpu_op", name=clip_name(name), start_ns=int(n.start_ns[i]), dur_ns=int(n.dur_ns[i]),
+               tid=_nan_int(n.tid[i]))
     if cat == "annotation":
         lv.kind = "annotation"
     elif cat == "python_function":
@@ -161,26 +167,40 @@ def _level(r: Any, i: int) -> Level:
             m = _FRAME.match(name)
             if m:
                 lv.file, lv.line, lv.function = m["file"], int(m["line"]), m["func"]
-    else:
-        lv.input_dims = parse_json(r["input_dims"])
-        lv.input_types = parse_json(r["input_types"])
-        lv.concrete_inputs = parse_json(r["concrete_inputs"])
     return lv
+
+
+def _details(trace: Trace, n: HostNodes, levels: list[tuple[Level, int]]) -> None:
+    """Fill input_dims / input_types / concrete_inputs of the cpu_op levels (Level, position), read in one query."""
+    want = [(lv, int(n.row[i])) for lv, i in levels if lv.kind == "cpu_op"]
+    if not want:
+        return
+    got = {r[0]: r[1:] for r in trace.sql("SELECT rowid, input_dims, input_types, concrete_inputs FROM cpu_ops "
+                                          "WHERE rowid IN (SELECT unnest(?::BIGINT[]))", [sorted({r for _, r in want})])}
+    for lv, r in want:
+        dims, types, concrete = got[r]
+        lv.input_dims, lv.input_types, lv.concrete_inputs = parse_json(dims), parse_json(types), parse_json(concrete)
 
 
 def _gop_level(g: Any, i: int) -> Level:
     kind = {"kernel": "kernel", "copy": "memcpy", "set": "memset"}[g["op"]]
     return Level(level=i, kind=kind, name=clip_name(str(g["name"])), start_ns=int(g["start_ns"]), dur_ns=int(g["dur_ns"]),
-                 device_id=int(g["device_id"]), stream_id=None if pd.isna(g["stream_id"]) else int(g["stream_id"]))
+                 device_id=int(g["device_id"]), stream_id=None if g["stream_id"] is None else int(g["stream_id"]))
 
 
-def _ancestors(nodes: pd.DataFrame, key) -> list:
+def _ancestors(n: HostNodes, i: int) -> list[int]:
     out, seen = [], set()
-    while key is not None and key not in seen:
-        seen.add(key)
-        out.append(key)
-        key = nodes.at[key, "parent_key"]
+    while i >= 0 and i not in seen:
+        seen.add(i)
+        out.append(i)
+        i = int(n.parent[i])
     return out[::-1]
+
+
+def _chain(trace: Trace, n: HostNodes, keys: list[int]) -> list[Level]:
+    chain = [_level(n, i, 0) for i in keys]
+    _details(trace, n, list(zip(chain, keys)))
+    return chain
 
 
 def _chain_summary(levels: list[Level]) -> tuple[str | None, str | None, str | None]:
@@ -190,18 +210,18 @@ def _chain_summary(levels: list[Level]) -> tuple[str | None, str | None, str | N
     return ("/".join(mods) if mods else None), (frames[-1].name if frames else None), (model[-1].name if model else None)
 
 
-def _subtree(trace: Trace, nodes: pd.DataFrame, children: dict, key, depth: int, limit: int) -> tuple[list[Level], Totals, bool]:
+def _subtree(trace: Trace, tree: _Tree, key: int, depth: int, limit: int) -> tuple[list[Level], Totals, bool]:
     L = launchers(trace)
-    root = nodes.loc[[key]].iloc[0]
+    n = tree.n
     # The GPU ops launched by the cpu_ops of the subtree (the walk below visits every node of it), by launcher.
     by_launcher: dict[int, list[dict]] = {}
-    if key[0] == "cpu_ops":
+    if not n.is_marker[key]:
         ops, stack = [], [key]
         while stack:
             k = stack.pop()
-            if k[0] == "cpu_ops":
-                ops.append(int(k[1]))
-            stack.extend(children.get(k, []))
+            if not n.is_marker[k]:
+                ops.append(int(n.row[k]))
+            stack.extend(tree.children(k).tolist())
         cur = trace.con.cursor()
         try:
             for g in cursor_dicts(cur, f"""SELECT launcher_id, op, name, start_ns, dur_ns, device_id, stream_id, call_start_ns
@@ -211,6 +231,7 @@ def _subtree(trace: Trace, nodes: pd.DataFrame, children: dict, key, depth: int,
         finally:
             cur.close()
     out: list[Level] = []
+    shown: list[tuple[Level, int]] = []
     cut = False
     count_nodes = 0
 
@@ -219,12 +240,13 @@ def _subtree(trace: Trace, nodes: pd.DataFrame, children: dict, key, depth: int,
         if k != key:
             count_nodes += 1
             if lvl <= depth and len(out) < limit:
-                out.append(_level(nodes.loc[[k]].iloc[0], lvl))
+                out.append(_level(n, k, lvl))
+                shown.append((out[-1], k))
             else:
                 cut = True
-        items = [(int(nodes.at[c, "start_ns"]), 1, c) for c in children.get(k, [])]
-        if k[0] == "cpu_ops":
-            items += [(int(g["call_start_ns"]), 0, g) for g in by_launcher.get(k[1], [])]
+        items = [(int(n.start_ns[c]), 1, c) for c in tree.children(k).tolist()]
+        if not n.is_marker[k]:
+            items += [(int(g["call_start_ns"]), 0, g) for g in by_launcher.get(int(n.row[k]), [])]
         for _, is_node, item in sorted(items, key=lambda x: (x[0], x[1])):
             if is_node:
                 visit(item, lvl + 1)
@@ -234,17 +256,14 @@ def _subtree(trace: Trace, nodes: pd.DataFrame, children: dict, key, depth: int,
                 cut = True
 
     visit(key, 0)
-    s, e = int(root["start_ns"]), int(root["start_ns"]) + int(root["dur_ns"])
-    n, nk, kt, t = trace.sql(f"""
+    _details(trace, n, shown)
+    s, e = int(n.start_ns[key]), int(n.start_ns[key]) + int(n.dur_ns[key])
+    cnt, nk, kt, t = trace.sql(f"""
         SELECT count(*), count(*) FILTER (WHERE op = 'kernel'), coalesce(sum(dur_ns) FILTER (WHERE op = 'kernel'), 0)::BIGINT,
                coalesce(sum(dur_ns), 0)::BIGINT
         FROM {L.gops} WHERE pid = ? AND call_tid = ? AND call_start_ns >= ? AND call_start_ns < ?""",
-                             [_int(root["pid"]), _int(root["tid"]), s, e])[0]
-    return out, Totals(gpu_ops=n, kernels=nk, kernel_time_ns=kt, gpu_time_ns=t, host_nodes=count_nodes), cut
-
-
-def _int(v) -> int | None:
-    return None if v is None or pd.isna(v) else int(v)
+                               [_nan_int(n.pid[key]), _nan_int(n.tid[key]), s, e])[0]
+    return out, Totals(gpu_ops=cnt, kernels=nk, kernel_time_ns=kt, gpu_time_ns=t, host_nodes=count_nodes), cut
 
 
 def _pick(df: pd.DataFrame, instance: int | None, longest_cols: list[str], what: str) -> tuple[int, str]:
@@ -293,20 +312,22 @@ def _kernel_mode(trace: Trace, kernel: str, instance: int | None, depth: int, li
     hint = None
     op_level, subtree, totals, cut, stack_arg = None, [], None, False, None
     if has_ops and g["linked"]:
-        nodes, children = _nodes(trace)
-        if g["launcher_kind"] == "cpu_op":
-            key = ("cpu_ops", int(g["launcher_id"]))
-        else:  # no enclosing cpu_op: innermost node enclosing the call start on its thread
-            cand = nodes[(nodes["pid"] == g["pid"]) & (nodes["tid"] == g["call_tid"]) & (nodes["start_ns"] <= g["call_start_ns"])
-                         & (nodes["start_ns"] + nodes["dur_ns"] > g["call_start_ns"])]
-            key = None if cand.empty else cand.sort_values(["depth", "start_ns"]).index[-1]
+        tree = _nodes(trace)
+        nodes = tree.n
+        if g["launcher_kind"] == "cpu_op":  # cpu_ops rows come first, by rowid
+            key = int(np.searchsorted(nodes.row[:int((~nodes.is_marker).sum())], int(g["launcher_id"])))
+        else:  # no enclosing cpu_op: innermost node enclosing the call start on its thread (deepest, then latest start,
+            # then last in (table, rowid) order)
+            c = np.flatnonzero((nodes.pid == g["pid"]) & (nodes.tid == g["call_tid"]) & (nodes.start_ns <= g["call_start_ns"])
+                               & (nodes.start_ns + nodes.dur_ns > g["call_start_ns"]))
+            key = None if not len(c) else int(c[np.lexsort((nodes.start_ns[c], nodes.depth[c]))][-1])
         if key is not None:
             keys = _ancestors(nodes, key)
-            chain = [_level(nodes.loc[[k]].iloc[0], 0) for k in keys]
+            chain = _chain(trace, nodes, keys)
             if g["launcher_kind"] == "cpu_op":
                 op_level = chain[-1]
-                subtree, totals, cut = _subtree(trace, nodes, children, key, depth, limit)
-                stack_arg = _stack_arg(nodes.at[key, "args"])
+                subtree, totals, cut = _subtree(trace, tree, key, depth, limit)
+                stack_arg = _stack_arg(_args(trace, nodes, key))
         if not any(lv.kind == "python_frame" for lv in chain):
             hint = "the chain holds no Python frames. " + _STACK_HINT
     elif g["linked"]:
@@ -331,6 +352,10 @@ def _kernel_mode(trace: Trace, kernel: str, instance: int | None, depth: int, li
         instance_rule=rule, launcher_kind=str(g["launcher_kind"]), chain=chain, chain_truncated=dropped, module_path=mp,
         innermost_python_frame=frame, model_code_frame=model_frame, call_stack_arg=stack_arg, op=op_level, subtree=subtree, subtree_totals=totals,
         truncated=truncated, hint=hint)
+
+
+def _args(trace: Trace, n: HostNodes, i: int) -> str | None:
+    return trace.scalar("SELECT args FROM cpu_ops WHERE rowid = ?", [int(n.row[i])])
 
 
 def _stack_arg(args: Any) -> str | None:
@@ -372,16 +397,15 @@ def resolve_op_name(names: list[str], op: str) -> str:
                        f". Close names: {shown or sorted(set(names))[:10]}. ops_summary lists the ops with GPU time.")
 
 
-def _launched_ns(trace: Trace, calls: pd.DataFrame) -> np.ndarray:
+def _launched_ns(trace: Trace, pid: np.ndarray, tid: np.ndarray, start_ns: np.ndarray, dur_ns: np.ndarray) -> np.ndarray:
     """Per host call (pid, tid, start_ns, dur_ns): summed duration of the GPU ops whose launching call starts inside it
     on its thread, ns. Running sums over each thread's GPU ops by call start, read by two ASOF lookups per call: an
     op named 100,000 times costs a sort, not 100,000 scans of every GPU op."""
     L = launchers(trace)
     cur = trace.con.cursor()
     try:
-        cur.register("_cs_calls", pd.DataFrame({"i": np.arange(len(calls)), "pid": calls["pid"].to_numpy(), "tid": calls["tid"].to_numpy(),
-                                                 "s": calls["start_ns"].to_numpy(np.int64),
-                                                 "e": calls["start_ns"].to_numpy(np.int64) + calls["dur_ns"].to_numpy(np.int64)}))
+        cur.register("_cs_calls", pd.DataFrame({"i": np.arange(len(pid)), "pid": pd.Series(pid).astype("Int64"),
+                                                 "tid": pd.Series(tid).astype("Int64"), "s": start_ns, "e": start_ns + dur_ns}))
         got = cur.execute(f"""
             WITH t AS (SELECT g.pid, g.call_tid AS tid, g.call_start_ns AS t, sum(g.dur_ns) AS d
                        FROM {L.gops} g SEMI JOIN (SELECT DISTINCT pid, tid FROM _cs_calls) q ON q.pid = g.pid AND q.tid = g.call_tid
@@ -392,23 +416,26 @@ def _launched_ns(trace: Trace, calls: pd.DataFrame) -> np.ndarray:
             SELECT hi.i, (hi.cum - lo.cum)::BIGINT AS ns FROM hi JOIN lo USING (i)""").fetchnumpy()
     finally:
         cur.close()
-    out = np.zeros(len(calls), dtype=np.int64)
+    out = np.zeros(len(pid), dtype=np.int64)
     out[np.asarray(got["i"], dtype=np.int64)] = np.asarray(got["ns"], dtype=np.int64)
     return out
 
 
 def _op_mode(trace: Trace, op: str, instance: int | None, depth: int, limit: int) -> CallStackResult:
-    nodes, children = _nodes(trace)
-    name = resolve_op_name(list(dict.fromkeys(nodes["name"].astype(str))), op)
-    sel = nodes[nodes["name"] == name].sort_values(["start_ns", "row"], kind="stable")
-    sel = sel.assign(gpu_ns=_launched_ns(trace, sel)).reset_index(drop=True)
+    tree = _nodes(trace)
+    n = tree.n
+    name = resolve_op_name(list(dict.fromkeys(n.name.tolist())), op)
+    pos_ = np.flatnonzero(n.name == name)
+    pos_ = pos_[np.lexsort((n.row[pos_], n.start_ns[pos_]))]  # by (start, rowid); positions break ties (cpu_ops first)
+    sel = pd.DataFrame({"start_ns": n.start_ns[pos_], "dur_ns": n.dur_ns[pos_],
+                        "gpu_ns": _launched_ns(trace, n.pid[pos_], n.tid[pos_], n.start_ns[pos_], n.dur_ns[pos_])})
     pos, rule = _pick(sel, instance, ["gpu_ns", "dur_ns"], "call with the most GPU time launched inside it")
-    key = (sel.at[pos, "node"], int(sel.at[pos, "row"]))
-    keys = _ancestors(nodes, key)
-    chain = [_level(nodes.loc[[k]].iloc[0], 0) for k in keys]
+    key = int(pos_[pos])
+    keys = _ancestors(n, key)
+    chain = _chain(trace, n, keys)
     op_level = chain[-1].model_copy()
     chain, dropped = _cut_chain(chain, depth)
-    subtree, totals, cut = _subtree(trace, nodes, children, key, depth, limit)
+    subtree, totals, cut = _subtree(trace, tree, key, depth, limit)
     mp, frame, model_frame = _chain_summary(chain)
     hint = None if any(lv.kind == "python_frame" for lv in chain) else "the chain holds no Python frames. " + _STACK_HINT
     truncated = bool(dropped or cut)
@@ -418,5 +445,5 @@ def _op_mode(trace: Trace, op: str, instance: int | None, depth: int, limit: int
         data_issues=data_issue_notes(trace, ALL_TABLES),
         trace=str(trace.path), target="op", query=op, matched_names=[clip_name(name, 120)], instances=len(sel), instance=pos,
         instance_rule=rule, chain=chain, chain_truncated=dropped, module_path=mp, innermost_python_frame=frame, model_code_frame=model_frame,
-        call_stack_arg=_stack_arg(nodes.at[key, "args"]) if key[0] == "cpu_ops" else None, op=op_level, subtree=subtree,
+        call_stack_arg=None if n.is_marker[key] else _stack_arg(_args(trace, n, key)), op=op_level, subtree=subtree,
         subtree_totals=totals, truncated=truncated, hint=hint)

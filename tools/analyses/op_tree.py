@@ -36,7 +36,7 @@ import weakref
 from dataclasses import dataclass
 
 import duckdb
-import pandas as pd
+import numpy as np
 
 from ..model.trace import Trace
 from .comm_patterns import is_comm_sql
@@ -186,31 +186,67 @@ def _gops(cur, with_clause: str, gops: str, subtree: str, link: str) -> None:
         LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id""")
 
 
-def node_parents(trace: Trace) -> pd.DataFrame:
-    """Parent of every host node: cpu_ops rows (cpu_op and python_function) and PyTorch annotations.
-    Columns: node ('cpu_ops' | 'markers'), row (rowid in that table), parent_node, parent_row (NULL at a
-    root), depth (enclosing nodes on the thread). Memoized per trace."""
+@dataclass(frozen=True)
+class HostNodes:
+    """Every host node: cpu_ops rows (cpu_op and python_function), then PyTorch annotations (markers), each by rowid;
+    position i is the i-th node in that order. Numpy arrays, one entry per node: nothing per node in Python objects but
+    the names."""
+
+    is_marker: np.ndarray  # bool: a markers row (annotation), else a cpu_ops row
+    row: np.ndarray        # rowid in its table
+    pid: np.ndarray        # float64, NaN where unknown
+    tid: np.ndarray        # float64, NaN where unknown
+    start_ns: np.ndarray
+    dur_ns: np.ndarray
+    name: np.ndarray       # object (str)
+    category: np.ndarray   # object: cpu_ops.category, 'annotation' for markers
+    parent: np.ndarray     # position of the parent, -1 at a root (or where the thread is unknown)
+    depth: np.ndarray      # enclosing nodes on the thread
+
+
+def node_parents(trace: Trace) -> HostNodes:
+    """Every host node with its parent (see the module docstring). Memoized per trace."""
     return trace.memo(("op_tree.node_parents",), lambda: _node_parents(trace))
 
 
-def _node_parents(trace: Trace) -> pd.DataFrame:
+def _node_parents(trace: Trace) -> HostNodes:
     cur = trace.con.cursor()
     try:
         with temp_tables(cur, NODES_SQL, {"_tree_nodes": "n"}):
-            return cur.execute(f"""
-                -- The IEJoin works on the first two conditions: in tree order p comes first, and c starts before p ends.
-                -- (On one thread an earlier ord starts no later, so p.ks <= c.ks holds; a node of an earlier thread
-                -- ends before any of a later thread starts.) Leading with p.ks <= c.ks and p.ord < c.ord instead paired
-                -- every earlier node with every later one.
-                WITH par AS (SELECT c.ord, arg_max(p.ord, p.ord) AS parent_ord, count(*) AS depth
-                             FROM _tree_nodes c JOIN _tree_nodes p
-                                  ON p.ord < c.ord AND c.ks < p.ke AND c.ke <= p.ke + {BLEED_NS}
-                             GROUP BY c.ord)
-                SELECT c.node, c.row, p.node AS parent_node, p.row AS parent_row, coalesce(par.depth, 0) AS depth
-                FROM _tree_nodes c LEFT JOIN par ON par.ord = c.ord LEFT JOIN _tree_nodes p ON p.ord = par.parent_ord
-                ORDER BY c.ord""").df()
+            # The IEJoin works on the first two conditions: in tree order p comes first, and c starts before p ends.
+            # (On one thread an earlier ord starts no later, so p.ks <= c.ks holds; a node of an earlier thread ends
+            # before any of a later thread starts.) Leading with p.ks <= c.ks and p.ord < c.ord instead paired every
+            # earlier node with every later one. A statement of its own: it names no CTE (containment.py).
+            cur.execute(f"""CREATE OR REPLACE TEMP TABLE _tree_par AS
+                            SELECT c.ord, arg_max(p.ord, p.ord) AS parent_ord, count(*) AS depth
+                            FROM _tree_nodes c JOIN _tree_nodes p ON p.ord < c.ord AND c.ks < p.ke AND c.ke <= p.ke + {BLEED_NS}
+                            GROUP BY c.ord""")
+            try:
+                d = cur.execute("""
+                    WITH a AS (SELECT (row_number() OVER (ORDER BY m, row) - 1)::BIGINT AS i, * FROM (
+                                   SELECT false AS m, rowid AS row, pid, tid, start_ns, dur_ns, name, category FROM cpu_ops
+                                   UNION ALL SELECT true, rowid, pid, tid, start_ns, dur_ns, name, 'annotation' FROM markers
+                                   WHERE kind = 'annotation')),
+                         t AS (SELECT n.node = 'markers' AS m, n.row, p.node = 'markers' AS pm, p.row AS prow,
+                                      coalesce(par.depth, 0) AS depth
+                               FROM _tree_nodes n LEFT JOIN _tree_par par ON par.ord = n.ord
+                               LEFT JOIN _tree_nodes p ON p.ord = par.parent_ord)
+                    SELECT a.m, a.row, a.pid::DOUBLE AS pid, a.tid::DOUBLE AS tid, a.start_ns, a.dur_ns, a.name, a.category,
+                           coalesce(pa.i, -1) AS parent, coalesce(t.depth, 0) AS depth
+                    FROM a LEFT JOIN t ON t.m = a.m AND t.row = a.row LEFT JOIN a pa ON pa.m = t.pm AND pa.row = t.prow
+                    ORDER BY a.i""").fetchnumpy()
+            finally:
+                cur.execute("DROP TABLE IF EXISTS temp.main._tree_par")
     finally:
         cur.close()
+
+    def arr(k, dtype):
+        v = d[k]
+        return np.ma.filled(v.astype(dtype), np.nan) if isinstance(v, np.ma.MaskedArray) else np.asarray(v, dtype=dtype)
+    return HostNodes(is_marker=arr("m", bool), row=arr("row", np.int64), pid=arr("pid", np.float64), tid=arr("tid", np.float64),
+                     start_ns=arr("start_ns", np.int64), dur_ns=arr("dur_ns", np.int64), name=np.asarray(d["name"], dtype=object),
+                     category=np.asarray(d["category"], dtype=object), parent=arr("parent", np.int64),
+                     depth=arr("depth", np.int64))
 
 
 # Host nodes (cpu_ops rows and PyTorch annotations) in tree order, keyed by (thread, time) like the launchers.
