@@ -49,7 +49,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.quote import quote_ident, quote_literal
-from ..model.trace import Trace, cursor_dicts
+from ..model.trace import VALUE, Trace, cursor_dicts
 from .common import (ALL_TABLES, CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct,
                      resolve_selection, ToolResult)
 from .graph_summary import GRAPH_KERNELS_CTE, graph_kernel_count
@@ -473,8 +473,31 @@ def ops_summary(
         raise ProfileError(f"group_by must be 'name', 'shapes', 'category' or 'kernels', not {group_by!r}.")
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 500))
-    g = selected_frame(trace, device, start_ns, end_ns)
     filters = {"device": device, "include_unlinked": include_unlinked, "name_contains": name_contains}
+    device, start_ns, end_ns = (None if v is None else int(v) for v in (device, start_ns, end_ns))
+    include_unlinked = bool(include_unlinked)
+    # The answer depends on the profile and the arguments only: kept in the store, so a repeated call, in this process or
+    # a later one, neither builds the frame nor aggregates it again.
+    a = trace.memo(("ops_summary", group_by, device, start_ns, end_ns, include_unlinked, name_contains, limit),
+                   lambda: _answer(trace, group_by, device, start_ns, end_ns, include_unlinked, name_contains, limit), persist=VALUE)
+    rem_n = a["remainder_rows"]
+    truncated = rem_n > 0
+    return OpsSummaryResult(
+        data_issues=data_issue_notes(trace, ALL_TABLES),
+        trace=str(trace.path), group_by=group_by, attribution=a["attribution"], window=window, filters=filters,
+        totals=Totals.model_validate(a["totals"]), rows=[_ROW[group_by].model_validate(r) for r in a["rows"]], truncated=truncated,
+        remainder_rows=rem_n, remainder_direct_ns=a["remainder_direct_ns"],
+        hint=(f"{rem_n} more rows beyond limit={limit}; raise limit (max 500) or filter with name_contains/device/time window"
+              if truncated else None))
+
+
+_ROW = {"name": OpRow, "shapes": ShapeRow, "category": CategoryRow, "kernels": KernelRow}
+
+
+def _answer(trace: Trace, group_by: str, device: int | None, start_ns: int | None, end_ns: int | None, include_unlinked: bool,
+            name_contains: str | None, limit: int) -> dict:
+    """ops_summary's rows, totals and remainder, as JSON (model_dump)."""
+    g = selected_frame(trace, device, start_ns, end_ns)
     with call_cursor(trace) as cur:
         totals = _totals(cur, g, graph_kernel_count(trace) > 0)
         if name_contains:
@@ -493,13 +516,8 @@ def ops_summary(
                 rows, rem_n, rem_t = _category_rows(cur, g, totals, limit)
             else:
                 rows, rem_n, rem_t = _shape_rows(cur, g, totals, limit)
-    truncated = rem_n > 0
-    return OpsSummaryResult(
-        data_issues=data_issue_notes(trace, ALL_TABLES),
-        trace=str(trace.path), group_by=group_by, attribution=g.frame.attribution, window=window, filters=filters,
-        totals=totals, rows=rows, truncated=truncated, remainder_rows=rem_n, remainder_direct_ns=rem_t,
-        hint=(f"{rem_n} more rows beyond limit={limit}; raise limit (max 500) or filter with name_contains/device/time window"
-              if truncated else None))
+    return {"attribution": g.frame.attribution, "totals": totals.model_dump(), "rows": [r.model_dump() for r in rows],
+            "remainder_rows": rem_n, "remainder_direct_ns": rem_t}
 
 
 def busy_by_device(cur, g: Selection) -> int:
