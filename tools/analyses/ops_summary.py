@@ -499,7 +499,9 @@ def _answer(trace: Trace, group_by: str, device: int | None, start_ns: int | Non
     """ops_summary's rows, totals and remainder, as JSON (model_dump)."""
     g = selected_frame(trace, device, start_ns, end_ns)
     with call_cursor(trace) as cur:
-        totals = _totals(cur, g, graph_kernel_count(trace) > 0)
+        # The totals depend on the device and window only: one computation for every group_by and filter.
+        totals = Totals.model_validate(trace.memo(("ops_summary.totals", device, start_ns, end_ns),
+                                                  lambda: _totals(cur, g, graph_kernel_count(trace) > 0).model_dump(), persist=VALUE))
         if name_contains:
             g = g.narrow(f"launcher_name {CONTAINS_SQL}", [contains_pattern(name_contains)])
             if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM {g.sql})", g.params).fetchone()[0]:
