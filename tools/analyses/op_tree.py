@@ -72,7 +72,7 @@ def with_sql() -> str:
                  -- (start, end) ordered as one HUGEINT start * 2^64 + end, which compares faster than a struct
         SELECT pid, correlation_id, f.tid AS call_tid, start_ns AS call_start_ns, f.end_ns AS call_end_ns, f.name AS call_name FROM (
             SELECT pid, correlation_id, min(start_ns) AS start_ns,
-                   arg_min({{'tid': tid, 'end_ns': end_ns, 'name': name}}, start_ns::HUGEINT * {SHIFT} + end_ns) AS f
+                   arg_min({{'tid': tid, 'end_ns': end_ns, 'name': name}}, (start_ns, end_ns)) AS f
             FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
             GROUP BY pid, correlation_id)),
     gpu AS (
