@@ -68,8 +68,7 @@ def with_sql() -> str:
                thr.k * {SHIFT} + c.start_ns AS ks, thr.k * {SHIFT} + c.end_ns AS ke
         FROM cpu_ops c JOIN thr ON thr.pid = c.pid AND thr.tid = c.tid
         WHERE c.category = 'cpu_op' AND c.name NOT IN ({", ".join(f"'{n}'" for n in PASS_THROUGH)})),
-    launch AS (  -- one arg_min of a struct: the call's columns come from one row, and the group by aggregates once;
-                 -- (start, end) ordered as one HUGEINT start * 2^64 + end, which compares faster than a struct
+    launch AS (  -- one arg_min of a struct: the call's columns come from one row, and the group by aggregates once
         SELECT pid, correlation_id, f.tid AS call_tid, start_ns AS call_start_ns, f.end_ns AS call_end_ns, f.name AS call_name FROM (
             SELECT pid, correlation_id, min(start_ns) AS start_ns,
                    arg_min({{'tid': tid, 'end_ns': end_ns, 'name': name}}, (start_ns, end_ns)) AS f
