@@ -383,3 +383,29 @@ def test_real_nsys_4streams_by_hand():
     dev = next(r for r in res.launches if r.stream_id is None)
     assert dev.kernels == len(launch)
     assert dev.api_duration.max_ns == max(e - s for _, s, e, _ in launch)
+
+
+def _shared_ids():
+    """Process 2400: correlation id 5 is shared by a cudaGetLastError call (first by start) and the cudaLaunchKernel
+    that launched the kernel; id 6 is a graph launch of two kernels. Process 2401 numbers its ids from 5 too."""
+    from gpuscope.fixtures.scenario import ApiCall, Device, Kernel, Process, Scenario, Thread
+
+    api = [ApiCall(2400, 2400, 8 * US, 9 * US, "cudaGetLastError", 5), ApiCall(2400, 2400, 10 * US, 14 * US, "cudaLaunchKernel", 5),
+           ApiCall(2400, 2400, 30 * US, 50 * US, "cudaGraphLaunch", 6), ApiCall(2401, 2401, 10 * US, 13 * US, "cudaLaunchKernel", 5)]
+    kernels = [Kernel(0, 7, 20 * US, 21 * US, "k_a", "k_a", 2400, 5), Kernel(0, 7, 60 * US, 61 * US, "k_b", "k_b", 2400, 6),
+               Kernel(0, 7, 62 * US, 63 * US, "k_c", "k_c", 2400, 6), Kernel(0, 8, 40 * US, 42 * US, "k_d", "k_d", 2401, 5)]
+    return Scenario("api_shared_ids", [Device(0)], [Process(2400), Process(2401)], [Thread(2400, 2400), Thread(2401, 2401)],
+                    api_calls=api, kernels=kernels)
+
+
+def test_shared_correlation_ids_and_graph_launches(open_profile):
+    """Repeated (process, correlation id) keys among the calls (a launch and another call) and among the kernels (a graph
+    launch) are found, so each kernel meets one call, its launch: ids repeated across processes are no repeat."""
+    res = api_summary(open_profile("api_shared_ids", "nsys", scenarios={"api_shared_ids": _shared_ids}))
+    s7 = next(r for r in res.launches if r.stream_id == 7)
+    assert (s7.kernels, s7.launch_calls, s7.graph_launch_calls) == (3, 2, 1)
+    assert s7.launch_apis == {"cudaLaunchKernel": 1, "cudaGraphLaunch": 1}
+    assert s7.api_duration.max_ns == 20 * US and s7.kernels_started_before_call_returned == 0
+    assert s7.launch_latency.count == 3 and s7.launch_latency.max_ns == 10 * US  # k_b: 60 µs - graph call end 50 µs
+    s8 = next(r for r in res.launches if r.stream_id == 8)
+    assert (s8.kernels, s8.launch_calls, s8.api_duration.max_ns) == (1, 1, 3 * US)

@@ -1,8 +1,9 @@
 """diagnose: a deterministic (rule-based, no LLM) first-pass diagnosis of one GPU of a profile.
 
 Runs the analyses that apply (gpu_timeline, api_summary, memcpy_summary, comm_summary, top_kernels,
-roofline; api_summary only when the GPU idles for at least IDLE_MIN_PCT of its span, the only case a rule
-reads its figures, so not_applicable names it only then), turns their figures into findings of one
+roofline; api_summary only when the GPU idles for at least IDLE_MIN_PCT of its span, memcpy_summary and
+comm_summary only when copies / communication are exposed on the device: the only cases a rule reads their
+figures, so not_applicable names them only then), turns their figures into findings of one
 bottleneck class each, merges duplicates and ranks them by time at stake. Each finding names the tool and
 field behind every number, its share of the GPU span, Amdahl speedup bounds, a confidence with its reason,
 and the next measurement to take.
@@ -201,10 +202,15 @@ def diagnose(trace: Trace, *, device: int | None = None, start_ns: int | None = 
     # them, and its launch analysis (every kernel matched to its call) is most of a first call on a busy GPU.
     idle_pct = main.idle_pct_of_total or 0.0
     api = run("api_summary", lambda: api_summary(trace, device=dev, start_ns=start_ns, end_ns=end_ns)) if idle_pct >= IDLE_MIN_PCT else None
-    mem = run("memcpy_summary", lambda: memcpy_summary(trace, device=dev, start_ns=start_ns, end_ns=end_ns)) if main.memcpy_ops else None
+    # memcpy_summary and comm_summary only add evidence to the exposed-copies / exposed-communication findings: where
+    # gpu_timeline finds no exposed time of theirs on the device, no rule reads them and they are not run (named in
+    # not_applicable only when the device has no such ops at all).
+    mem = (run("memcpy_summary", lambda: memcpy_summary(trace, device=dev, start_ns=start_ns, end_ns=end_ns))
+           if main.exposed_memcpy_ns > 0 else None)
     if not main.memcpy_ops:
         na.append(NotApplicable(tool="memcpy_summary", reason="not applicable: no memory copies on the device in the window"))
-    comm = run("comm_summary", lambda: comm_summary(trace, device=dev, start_ns=start_ns, end_ns=end_ns)) if main.comm_ops else None
+    comm = (run("comm_summary", lambda: comm_summary(trace, device=dev, start_ns=start_ns, end_ns=end_ns))
+            if main.exposed_comm_ns > 0 else None)
     whole = whole_graph_time(trace, "device_id = ? AND start_ns < ? AND end_ns > ?", [dev, tl.window.end_ns, tl.window.start_ns],
                              f"computation ({tl_field}.computation_ns; never as communication)", tl.window.start_ns, tl.window.end_ns)
     not_judged = left_out(trace, "diagnose") + ([f"communication inside CUDA graphs: {whole.note}"] if whole else [])
