@@ -251,25 +251,23 @@ def test_first_call_reads_the_ops_once(write_profile, monkeypatch):
         trace.close()
 
 
-def test_launch_lookup_in_batches_gives_the_same_idle_split(write_profile, monkeypatch):
-    """The gaps' launch lookup runs a batch of op positions per statement (memory follows the batch): batches of a
-    few ops give the same per-stream idle split as one batch."""
+@pytest.mark.parametrize("batch", [1, 3])
+def test_launch_lookup_in_batches_gives_the_idle_split(write_profile, monkeypatch, batch):
+    """The gaps' launch lookup runs a batch of op positions per statement (memory follows the batch): with batches of
+    a few ops (more gaps than one batch holds) the per-stream idle split is still the generator's."""
     import importlib
 
     from gpuscope.tools.model.trace import load_trace
 
     module = importlib.import_module("gpuscope.tools.analyses.gpu_timeline")
-    path = write_profile("comm_overlap", "nsys", scenarios=SCENARIOS)
-    trace = load_trace(path)
+    monkeypatch.setattr(module, "IDLE_BATCH", batch)
+    trace = load_trace(write_profile("comm_overlap", "nsys", scenarios=SCENARIOS))
     try:
-        whole = gpu_timeline(trace, kernel_wait_threshold_ns=1000)
+        got = {(x.device_id, x.pid, x.stream_id): x for x in gpu_timeline(trace, kernel_wait_threshold_ns=1000).streams}
     finally:
         trace.close()
-    monkeypatch.setattr(module, "IDLE_BATCH", 3)
-    trace = load_trace(path)
-    try:
-        batched = gpu_timeline(trace, kernel_wait_threshold_ns=1000)
-    finally:
-        trace.close()
-    assert sum(s.gaps for s in whole.streams) > 3
-    assert batched == whole
+    _, want = expected("comm_overlap", "nsys", None, True, 1000)
+    assert sum(w["gaps"] for w in want.values()) > batch
+    assert set(got) == set(want)
+    for key, w in want.items():
+        assert {k: getattr(got[key], k) for k in w} == w, key

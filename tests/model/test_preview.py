@@ -8,13 +8,14 @@ in ../shared/data is answered twice: from a preview of the export and from its f
 decline (and the store answer); that the preview declines only where the docstring says is checked too.
 The same for Kineto: every scenario of the fixtures as a trace of today's and of the 2021 format, the damaged
 traces of test_data_issues and of the malformed corpus (bad values, broken structure, odd encodings), and every
-real trace in ../shared/data/pytorch (uncompressed: a .json.gz is declined, and checked to be).
+real trace in ../shared/data/pytorch, as it is (.json.gz) and uncompressed.
 """
 
 from __future__ import annotations
 
 import copy
 import gzip
+import json
 import math
 import sqlite3
 import threading
@@ -389,7 +390,20 @@ def test_kineto_preview_answers_as_the_store_on_real_traces(path, tmp_path, kine
     plain = tmp_path / path.name.removesuffix(".gz")
     plain.write_bytes(gzip.decompress(path.read_bytes()))
     assert kineto_compare(plain)
-    assert trace_mod._preview_trace(path, "kineto", lambda *_: None) is None  # compressed: declined
+    assert kineto_compare(path)
+
+
+def test_a_kineto_trace_is_previewed_by_its_decompressed_size(tmp_path, monkeypatch):
+    """The gate (model/trace.py) reads a .json.gz's size from its gzip trailer: the preview is tried for a small file
+    that decompresses to a large trace, as for that trace uncompressed, and not for a small one."""
+    monkeypatch.setattr(kineto_reader, "PREVIEW_MIN_BYTES", 4096)
+    events = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": i, "dur": 1} for i in range(400)]
+    big = json.dumps({"traceEvents": events}).encode()
+    assert len(big) >= 4096 and len(gzip.compress(big)) < 4096
+    for name, data, large in (("big.json", big, True), ("big.json.gz", gzip.compress(big), True),
+                              ("small.json", big[:100], False), ("small.json.gz", gzip.compress(big[:100]), False)):
+        (tmp_path / name).write_bytes(data)
+        assert trace_mod.PREVIEW_GATES["kineto"](tmp_path / name) is large, name
 
 
 def test_a_pending_kineto_trace_answers_first_then_builds_in_the_background(tmp_path):

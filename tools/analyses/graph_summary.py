@@ -49,13 +49,19 @@ from .common import Window, clip_name, data_issue_notes, data_issues_field, pct,
 from .requirements import gap_text, present, require
 
 
-# Kernels of graph replays, by kernels.rowid: the one definition top_kernels and ops_summary use too.
+# Kernels of graph replays, by kernels.rowid: the one definition top_kernels and ops_summary use too. A (process,
+# correlation id) is a graph launch when its first call is; only pairs with some graph-launch call can be, so the
+# window ranks just their calls (over every call it took 0.57 s of top_kernels' 0.99 s CPU at 2 M kernels).
 GRAPH_KERNELS_CTE = f"""
+    graph_names AS (SELECT name FROM (SELECT DISTINCT name FROM api_calls) WHERE regexp_matches(name, '{GRAPH_LAUNCH_RX}', 'i')),
+    graph_pairs AS (
+        SELECT DISTINCT pid, correlation_id FROM api_calls SEMI JOIN graph_names USING (name)
+        WHERE correlation_id IS NOT NULL AND pid IS NOT NULL),
     graph_calls AS (
         SELECT pid, correlation_id FROM (
-            SELECT pid, correlation_id, name,
-                   row_number() OVER (PARTITION BY pid, correlation_id ORDER BY start_ns, end_ns, name) AS k
-            FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL)
+            SELECT a.pid, a.correlation_id, a.name,
+                   row_number() OVER (PARTITION BY a.pid, a.correlation_id ORDER BY a.start_ns, a.end_ns, a.name) AS k
+            FROM api_calls a SEMI JOIN graph_pairs g ON g.pid = a.pid AND g.correlation_id = a.correlation_id)
         WHERE k = 1 AND regexp_matches(name, '{GRAPH_LAUNCH_RX}', 'i')),
     graph_kids AS (
         SELECT rowid AS kid FROM kernels WHERE graph_id IS NOT NULL

@@ -339,12 +339,18 @@ def _large_nsys(path: Path) -> bool:
 
 
 def _large_kineto(path: Path) -> bool:
-    """True for an uncompressed trace large enough for a preview to pay (readers/kineto.py)."""
+    """True for a trace large enough for a preview to pay (readers/kineto.py): by its size, or for a .json.gz by
+    what it decompresses to as its gzip trailer says (ISIZE: the last member's size modulo 4 GiB, so a compressed
+    file of that size counts as large by itself). A wrong trailer only decides whether a preview is tried."""
     from .readers.kineto import PREVIEW_MIN_BYTES
 
     try:
         with open(path, "rb") as fh:
-            return fh.read(2) != GZIP_MAGIC and os.fstat(fh.fileno()).st_size >= PREVIEW_MIN_BYTES
+            size = os.fstat(fh.fileno()).st_size
+            if fh.read(2) != GZIP_MAGIC or size >= PREVIEW_MIN_BYTES:
+                return size >= PREVIEW_MIN_BYTES
+            fh.seek(-4, os.SEEK_END)
+            return int.from_bytes(fh.read(4), "little") >= PREVIEW_MIN_BYTES
     except OSError:  # the build says what
         return False
 

@@ -142,15 +142,12 @@ def preview(con, path: Path, names: bool = True, streams: bool = True) -> None:
     of the model only what kernels need is built. The store's build repeats this work and the rest in the background.
 
     Raises NoPreview where load() would not take this path (a layout, values or entries only json.loads reads, an
-    error it reports), for a gzip-compressed trace (decompressing twice costs more than the store's build saves) and
-    for a trace without kernels. `names` and `streams` (what the one question reads) change nothing here: the names
-    and streams come with the kernel events the preview parses anyway."""
+    error it reports) and for a trace without kernels. A .json.gz is decompressed here and again by the store's
+    build: the first answer waits for one decompression instead of the whole build, the store is ready that much
+    later. `names` and `streams` (what the one question reads) change nothing here: the names and streams come with
+    the kernel events the preview parses anyway."""
     try:
-        detected = detect(path)
-        with _open(path) as fh:
-            if _is_gzip(fh, detected):
-                raise NoPreview("compressed trace")
-        top = _load_duckdb(con, path, detected, lambda *_: None, preview=True)
+        top = _load_duckdb(con, path, detect(path), lambda *_: None, preview=True)
         cat = _cat_sql()
         _links(con, cat)
         _kernels(con)
