@@ -31,7 +31,7 @@ from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import (GpuTimeSplit, ToolResult, WholeGraphTime, Window, data_issue_notes, data_issues_field, pct, resolve_selection,
                      skipped_note, split_gpu_time, whole_graph_time)
-from .intervals import INT64_MIN, NULL_KEY, Keys, Union, grown, reach_by_part, time_chunks
+from .intervals import INT64_MIN, NULL_KEY, Keys, Union, grown, part_order, reach_by_part, time_chunks
 from .requirements import require
 
 ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
@@ -247,7 +247,7 @@ def split_measures(trace: Trace, intervals: str, params: list, partition: tuple[
         try:
             for ch in time_chunks(cur, sql, params, dict.fromkeys((*partition, "cls", "start_ns", "end_ns"), 0)):
                 part = ids(ch)
-                o = np.argsort(part, kind="stable")
+                o = part_order(part)
                 sets.add(part[o], ch["start_ns"][o], ch["end_ns"][o], ch["cls"][o])
         finally:
             cur.close()
@@ -388,6 +388,12 @@ class _SetUnions:
         f = np.concatenate(([0], np.flatnonzero(part[1:] != part[:-1]) + 1))
         self.first[part[f]] = np.minimum(self.first[part[f]], start[f])
 
+    def first_part(self) -> "_SetUnions":
+        """A copy holding partition 0's figures only."""
+        out = _SetUnions()
+        out.busy, out.reach, out.first = self.busy[:, :1].copy(), self.reach[:, :1].copy(), self.first[:1].copy()
+        return out
+
     def split(self, i: int) -> GpuTimeSplit:
         u = [int(v) for v in self.busy[:, i]]
         return split_gpu_time(u[0], u[1], u[2], u[3], u[5], int(self.first[i]), int(self.reach[-1, i]), whole_graph=u[4])
@@ -414,7 +420,9 @@ class _Measure:
         self.st = {k: np.zeros(0, dtype=np.int64) for k in _STREAM_SUMS}
         self.st_first = np.zeros(0, dtype=np.int64)
         self.st_reach = np.zeros(0, dtype=np.int64)
-        self.dev_sets, self.all_sets = _SetUnions(), _SetUnions()
+        # every op together: while one (device, owner) has been seen, its own figures (the same rows in the same order);
+        # its own _SetUnions from the chunk that brings a second one, starting from the first one's figures
+        self.dev_sets, self.all_sets = _SetUnions(), None
 
     def add(self, ch: dict) -> None:
         keep = ch["end_ns"] > ch["start_ns"]  # empty ops neither fill nor split gaps (here, not in the sort's SQL:
@@ -435,16 +443,19 @@ class _Measure:
         start, end, cls = ch["start_ns"], ch["end_ns"], (k >> 1) & 3
         self._streams(sid, start, end, cls, (k & 1) == 0, ch["ref"])
         did = self.dev_of[sid]
-        o = np.argsort(did, kind="stable")
+        o = part_order(did)
+        if self.all_sets is None and len(self.devs) > 1:
+            self.all_sets = self.dev_sets.first_part()
         self.dev_sets.add(did[o], start[o], end[o], cls[o])
-        self.all_sets.add(np.zeros(start.size, dtype=np.int64), start, end, cls)
+        if self.all_sets is not None:
+            self.all_sets.add(np.zeros(start.size, dtype=np.int64), start, end, cls)
 
     def _streams(self, sid, start, end, cls, unlaunched, ref) -> None:
         """Add a chunk (rows in time order; `sid` their stream ids) to the per-stream figures."""
         n = len(self.streams)
         self.st = {k: grown(v, n, 0) for k, v in self.st.items()}
         self.st_first, self.st_reach = grown(self.st_first, n, _INT64_MAX), grown(self.st_reach, n, INT64_MIN)
-        o = np.argsort(sid, kind="stable")
+        o = part_order(sid)
         p, s, e, c = sid[o], start[o], end[o], cls[o]
         r, f = reach_by_part(p, e, self.st_reach)
         ups = p[f]
@@ -515,7 +526,7 @@ class _Measure:
 
     def result(self) -> tuple[dict[tuple, GpuTimeSplit], GpuTimeSplit | None, dict[tuple, _Stream]]:
         devs = {k: self.dev_sets.split(d) for k, d in self.devs.items()}
-        every = self.all_sets.split(0) if self.devs else None
+        every = (self.all_sets or self.dev_sets).split(0) if self.devs else None
         st = {k: v.tolist() for k, v in self.st.items()}
         idle = self._idle()
         streams = {}

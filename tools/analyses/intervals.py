@@ -148,15 +148,29 @@ class _Merged:
 
 def _running_max(end: np.ndarray, seg: np.ndarray) -> np.ndarray:
     """The running maximum of `end`, restarting in each partition (`seg`: each row's partition index, non-decreasing
-    from 0). The ends as ranks (0..n-1), offset by n per partition, so a partition's values all exceed the ones before
-    it; back to the ends through the sorted order."""
+    from 0). Each partition's ends are shifted above every end of the partitions before it, so one running maximum
+    restarts at each partition: by (span of the ends) x index when that fits in int64 (one O(n) pass), else as ranks
+    (0..n-1, an argsort) offset by n per partition; back to the ends by the same shift."""
     n = end.size
     if not n or seg[-1] == 0:
         return np.maximum.accumulate(end)
+    lo = int(end.min())
+    span = int(end.max()) - lo + 1
+    if span * (int(seg[-1]) + 1) < 2**62:
+        shift = seg * span  # with end - lo in [0, span): no value leaves int64
+        return np.maximum.accumulate((end - lo) + shift) - shift + lo
     order = np.argsort(end, kind="stable")
     rank = np.empty(n, dtype=np.int64)
     rank[order] = np.arange(n, dtype=np.int64)
     return end[order][np.maximum.accumulate(seg * n + rank) - seg * n]
+
+
+def part_order(part: np.ndarray) -> np.ndarray:
+    """The stable order of rows by partition id (ids >= 0): as 16-bit integers when the ids fit, which numpy
+    radix-sorts (~4x faster than int64's merge sort on a chunk)."""
+    if part.size and int(part.max()) < 2**15:
+        return np.argsort(part.astype(np.int16), kind="stable")
+    return np.argsort(part, kind="stable")
 
 
 def _merge_chunk(start: np.ndarray, end: np.ndarray, cuts: np.ndarray, reach0: int | None, edges: np.ndarray,
@@ -340,7 +354,7 @@ def merged(cur, sql: str, params: list[Any], keys: Keys):
     for ch in time_chunks(cur, sql, params, dict.fromkeys((*keys.cols, "start_ns", "end_ns"), 0)):
         part = keys(ch)
         reach, opened = grown(reach, len(keys.ids), INT64_MIN), grown(opened, len(keys.ids), INT64_MIN)
-        o = np.argsort(part, kind="stable")
+        o = part_order(part)
         p, s, e = part[o], ch["start_ns"][o], ch["end_ns"][o]
         r, _ = reach_by_part(p, e, reach)
         at = np.flatnonzero(s > r)  # ops opening an interval (a partition's first op: r = INT64_MIN)
