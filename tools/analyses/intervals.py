@@ -346,16 +346,25 @@ class Keys:
 def merged(cur, sql: str, params: list[Any], keys: Keys):
     """The merged intervals (disjoint, touching ones joined) of each partition of `sql`'s rows (columns: keys.cols,
     integers with NULL as NULL_KEY; start_ns, end_ns; non-empty, ordered by start_ns, end_ns), in chunks of
-    (partition ids of `keys`, starts, ends): one pass on `cur` (time_chunks), where an op starting after its
-    partition's reach opens an interval and closes the one before at that reach; a partition's last interval stays
-    open across chunks. Memory follows the chunk."""
+    (partition ids of `keys`, starts, ends): one pass on `cur` (time_chunks, merge_chunks). Memory follows the chunk."""
+    chunks = time_chunks(cur, sql, params, dict.fromkeys((*keys.cols, "start_ns", "end_ns"), 0))
+    yield from merge_chunks((keys(ch), ch["start_ns"], ch["end_ns"]) for ch in chunks)
+
+
+def merge_chunks(chunks):
+    """The merged intervals of each partition, in chunks of (partition ids, starts, ends), from chunks of non-empty
+    ops (partition ids >= 0, starts, ends) in time order, each start group whole in one chunk (time_chunks): an op
+    starting after its partition's reach opens an interval and closes the one before at that reach; a partition's
+    last interval stays open across chunks."""
     reach = np.zeros(0, dtype=np.int64)   # per partition: the latest end so far
     opened = np.zeros(0, dtype=np.int64)  # per partition: start of its open interval
-    for ch in time_chunks(cur, sql, params, dict.fromkeys((*keys.cols, "start_ns", "end_ns"), 0)):
-        part = keys(ch)
-        reach, opened = grown(reach, len(keys.ids), INT64_MIN), grown(opened, len(keys.ids), INT64_MIN)
+    for part, start, end in chunks:
+        if not part.size:
+            continue
+        n = int(part.max()) + 1
+        reach, opened = grown(reach, n, INT64_MIN), grown(opened, n, INT64_MIN)
         o = part_order(part)
-        p, s, e = part[o], ch["start_ns"][o], ch["end_ns"][o]
+        p, s, e = part[o], start[o], end[o]
         r, _ = reach_by_part(p, e, reach)
         at = np.flatnonzero(s > r)  # ops opening an interval (a partition's first op: r = INT64_MIN)
         if not at.size:
@@ -371,4 +380,3 @@ def merged(cur, sql: str, params: list[Any], keys: Keys):
     live = np.flatnonzero(opened > INT64_MIN)
     if live.size:
         yield live, opened[live], reach[live]
-
