@@ -266,12 +266,12 @@ def _measure(trace: Trace, where: str, params: list, lo: int, hi: int, include_u
     per-device split also as split_measures' answer over timeline_ops_sql, which comm_summary asks for).
 
     DuckDB sorts the ops by (start, end) (cheap: the tables are stored in time order) carrying four integers per op
-    (_op_rows_sql), numpy drops the empty ones: the sort holds every op at once, so its width sets the tool's peak
-    memory (ten columns, filtered in SQL, took the process from ~1.0 to 1.3-1.5 GB at 10 M kernels, and 3x the CPU).
-    numpy then follows every partition at once through the
-    sorted chunks (intervals.time_chunks, intervals.reach_by_part): a union adds max(0, end - max(start, reach)) per
-    op, where reach is the latest end before it in its partition (stacked.py's formula), for each class set of
-    SPLIT_SETS and for each stream. A stream's idle gap [reach, start) is decided by the ops starting exactly at the
+    (_op_rows_sql), and numpy drops the empty ones: the sort holds every op at once, so its width sets the tool's
+    peak memory (ten columns, filtered in SQL, took the process from ~1.0 to 1.3-1.5 GB at 10 M kernels, with 3-4x
+    the statement's CPU). numpy then follows every partition at once through the sorted chunks
+    (intervals.time_chunks, intervals.reach_by_part): a union adds max(0, end - max(start, reach)) per op, where
+    reach is the latest end before it in its partition (stacked.py's formula), for each class set of SPLIT_SETS and
+    for each stream. A stream's idle gap [reach, start) is decided by the ops starting exactly at the
     gap's end (its start group, whole in one chunk) with their earliest launch-call start; any op without a launch in
     the profile makes it launch_unknown. Only those ops meet their rows again (for the launch keys) and the API
     calls, in statements at the end over the gaps collected in a temp table (so the joins' size follows the gaps, and
