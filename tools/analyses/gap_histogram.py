@@ -117,7 +117,8 @@ def gap_histogram(
             gap_count=u.gaps,
             buckets=[Bucket(bucket=label, count=u.bucket_counts[i], total_ns=u.bucket_ns[i]) for i, (label, _) in enumerate(BUCKETS)],
             largest_gaps=trace.memo(("gap_histogram.largest", acts, tuple(acts_params), key, u.top_gaps[:top_gaps]),
-                                    lambda: _largest_gaps(trace, acts, acts_params, key, u, top_gaps)) if top_gaps else [],
+                                    lambda: _largest_gaps(trace, include_memops, where, params, window, key, u, top_gaps))
+            if top_gaps else [],
         ))
     activity = "kernels, memory copies and memsets" if include_memops else "kernels only"
     return GapHistogramResult(
@@ -129,23 +130,38 @@ def gap_histogram(
     )
 
 
-def _largest_gaps(trace: Trace, acts: str, params: list, key: tuple, u: Union, top: int) -> list[Gap]:
+def _largest_gaps(trace: Trace, include_memops: bool, where: str, params: list, window: Window, key: tuple, u: Union,
+                  top: int) -> list[Gap]:
     # Longest first; equal lengths in time order (unions' top_gaps).
     starts, ends = [g[0] for g in u.top_gaps[:top]], [g[1] for g in u.top_gaps[:top]]
+    if not starts:
+        return []
     same_part = "a.device_id = ?" + (" AND a.stream_id IS NOT DISTINCT FROM ?" if len(key) > 1 else "")
+    parts = 2 if include_memops else 1
+
+    def at(col: str, times: list[int]) -> tuple[str, list]:
+        # The ops whose unclipped `col` is one of `times`: a gap lies inside the window (lo <= gs < ge <= hi), so an op
+        # clipped to end at gs (start at ge) ends (starts) there unclipped. Constants in the scan's filter keep these
+        # few rows apart before any join: matching the gaps against every op held ~500 MB at 10 M kernels.
+        marks = ", ".join("?" * len(times))
+        return (f"SELECT device_id, stream_id, greatest(start_ns, {window.start_ns}) AS start_ns, "
+                f"least(end_ns, {window.end_ns}) AS end_ns, kind, name, pid, tid "
+                f"FROM ({gpu_activity_sql(include_memops, f'{where} AND {col} IN ({marks})')})"), (params + times) * parts
+    before_sql, before_params = at("end_ns", starts)
+    after_sql, after_params = at("start_ns", ends)
     # The ops bounding each gap: the one ending where it starts and the one starting where it ends
     # (zero-length ops excluded, ties broken deterministically).
     rows = trace.sql(
         f"""
-        WITH a AS ({acts}), g AS (SELECT unnest(?::BIGINT[]) AS gs, unnest(?::BIGINT[]) AS ge)
+        WITH b AS ({before_sql}), f AS ({after_sql}), g AS (SELECT unnest(?::BIGINT[]) AS gs, unnest(?::BIGINT[]) AS ge)
         SELECT g.gs,
-            (SELECT arg_max((kind, name, stream_id), (start_ns, stream_id, name)) FROM a
+            (SELECT arg_max((kind, name, stream_id), (start_ns, stream_id, name)) FROM b a
              WHERE {same_part} AND a.end_ns = g.gs AND a.end_ns > a.start_ns) AS before,
-            (SELECT arg_min((kind, name, stream_id, pid, tid), (end_ns, stream_id, name)) FROM a
+            (SELECT arg_min((kind, name, stream_id, pid, tid), (end_ns, stream_id, name)) FROM f a
              WHERE {same_part} AND a.start_ns = g.ge AND a.end_ns > a.start_ns) AS after
         FROM g
         """,
-        params + [starts, ends] + list(key) * 2,
+        before_params + after_params + [starts, ends] + list(key) * 2,
     )
     around = {r[0]: (r[1], r[2]) for r in rows}
     has_api = trace.count("api_calls") > 0

@@ -31,7 +31,7 @@ from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import (GpuTimeSplit, ToolResult, WholeGraphTime, Window, data_issue_notes, data_issues_field, pct, resolve_selection,
                      skipped_note, split_gpu_time, whole_graph_time)
-from .intervals import INT64_MIN, NULL_KEY, Keys, Union, grown, reach_by_part, time_chunks
+from .intervals import INT64_MIN, NULL_KEY, Keys, Union, grown, part_order, reach_by_part, time_chunks
 from .requirements import require
 
 ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
@@ -170,8 +170,8 @@ def gpu_timeline(
     sel, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = max(1, min(int(limit), 200))
     where, params = sel.where(time_mode="overlap")
-    ops = timeline_ops_sql(trace, where, window.start_ns, window.end_ns, include_unlinked, comm_patterns)
-    by_key, every, per_stream = _measure(trace, ops, params * 2, kernel_wait_threshold_ns)
+    by_key, every, per_stream = _measure(trace, where, params, window.start_ns, window.end_ns, include_unlinked, comm_patterns,
+                                         kernel_wait_threshold_ns)
     if not by_key:
         what = "" if include_unlinked else " with their host launch in the profile (include_unlinked=False)"
         raise ProfileError(f"no GPU operation{what} in the selection (device/time window); widen it. trace_info lists devices and spans."
@@ -247,7 +247,7 @@ def split_measures(trace: Trace, intervals: str, params: list, partition: tuple[
         try:
             for ch in time_chunks(cur, sql, params, dict.fromkeys((*partition, "cls", "start_ns", "end_ns"), 0)):
                 part = ids(ch)
-                o = np.argsort(part, kind="stable")
+                o = part_order(part)
                 sets.add(part[o], ch["start_ns"][o], ch["end_ns"][o], ch["cls"][o])
         finally:
             cur.close()
@@ -259,33 +259,41 @@ def _split_key(intervals: str, params: list, partition: tuple[str, ...]) -> tupl
     return ("split_measures", intervals, tuple(params), partition)
 
 
-def _measure(trace: Trace, ops: str, params: list, threshold: int
-             ) -> tuple[dict[tuple, GpuTimeSplit], GpuTimeSplit | None, dict[tuple, _Stream]]:
+def _measure(trace: Trace, where: str, params: list, lo: int, hi: int, include_unlinked: bool, patterns: list[str] | None,
+             threshold: int) -> tuple[dict[tuple, GpuTimeSplit], GpuTimeSplit | None, dict[tuple, _Stream]]:
     """The TraceLens split per (device, owner) and of every op together, and per stream (device, owner, stream) its
     union, op counts and HTA idle categories: one pass over the ops in time order (memoized on the trace; the
-    per-device split also as split_measures' answer, which comm_summary asks for).
+    per-device split also as split_measures' answer over timeline_ops_sql, which comm_summary asks for).
 
-    DuckDB sorts the non-empty ops by (start, end) (cheap: the tables are stored in time order); numpy then follows
-    every partition at once through the sorted chunks (intervals.time_chunks, intervals.reach_by_part): a union adds
-    max(0, end - max(start, reach)) per op, where reach is the latest end before it in its partition (stacked.py's
-    formula), for each class set of SPLIT_SETS and for each stream. A stream's idle gap [reach, start) is decided by
-    the ops starting exactly at the gap's end (its start group, whole in one chunk) with their earliest launch-call
-    start; any op without a launch in the profile makes it launch_unknown. Only those ops meet the API calls, in one
-    statement at the end over the gaps collected in a temp table (so the join's size follows the gaps, and no sort
-    waits on it: the two together did not fit a 64 MiB DuckDB limit). Memory follows the chunk, not the profile."""
+    DuckDB sorts the ops by (start, end) (cheap: the tables are stored in time order) carrying four integers per op
+    (_op_rows_sql), and numpy drops the empty ones: the sort holds every op at once, so its width sets the tool's
+    peak memory (ten columns, filtered in SQL, took the process from ~1.0 to 1.3-1.5 GB at 10 M kernels, with 3-4x
+    the statement's CPU). numpy then follows every partition at once through the sorted chunks
+    (intervals.time_chunks, intervals.reach_by_part): a union adds max(0, end - max(start, reach)) per op, where
+    reach is the latest end before it in its partition (stacked.py's formula), for each class set of SPLIT_SETS and
+    for each stream. A stream's idle gap [reach, start) is decided by the ops starting exactly at the
+    gap's end (its start group, whole in one chunk) with their earliest launch-call start; any op without a launch in
+    the profile makes it launch_unknown. Only those ops meet their rows again (for the launch keys) and the API
+    calls, in statements at the end over the gaps collected in a temp table (so the joins' size follows the gaps, and
+    no sort waits on them). Memory follows the chunk, not the profile."""
+    ops = timeline_ops_sql(trace, where, lo, hi, include_unlinked, patterns)
+    linked = "" if include_unlinked else " AND launched"
+
     def compute():
+        keys = _stream_codes(trace, where + linked, params)
         sql = f"""
-            SELECT device_id, coalesce(owner, {NULL_KEY}) AS owner, coalesce(stream_id, {NULL_KEY}) AS stream_id, cls,
-                   launched::INTEGER AS launched, pid, tid, correlation_id, start_ns, end_ns
-            FROM ({ops}) WHERE end_ns > start_ns ORDER BY start_ns, end_ns"""
-        cols = {"device_id": 0, "owner": 0, "stream_id": 0, "cls": 0, "launched": 0, "pid": None, "tid": None,
-                "correlation_id": None, "start_ns": 0, "end_ns": 0}
+            SELECT o.start_ns, o.end_ns, s.code * 8 + o.cl AS k, o.ref
+            FROM ({_op_rows_sql(where, lo, hi, include_unlinked, patterns)}) o
+            JOIN _tl_streams s ON o.device_id = s.device_id AND o.pid IS NOT DISTINCT FROM s.pid
+                              AND o.stream_id IS NOT DISTINCT FROM s.stream_id
+            ORDER BY o.start_ns, o.end_ns"""
         gaps = trace.con.cursor()
         try:
-            m = _Measure(threshold, gaps)
+            m = _Measure(threshold, gaps, keys)
             cur = trace.con.cursor()
             try:
-                for ch in time_chunks(cur, sql, params, cols):
+                cur.register("_tl_streams", keys.frame)
+                for ch in time_chunks(cur, sql, params * 2, {"start_ns": 0, "end_ns": 0, "k": 0, "ref": 0}):
                     m.add(ch)
             finally:
                 cur.close()  # before the launch join: the sorted ops' memory goes back first
@@ -294,9 +302,62 @@ def _measure(trace: Trace, ops: str, params: list, threshold: int
             gaps.execute("DROP TABLE IF EXISTS temp.main._tl_gap_ops")
             gaps.close()
     found = trace.memo(("gpu_timeline.measure", ops, tuple(params), threshold), compute)
-    trace.memo(_split_key(f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", params, ("device_id", "owner")),
+    trace.memo(_split_key(f"SELECT device_id, owner, cls, start_ns, end_ns FROM ({ops})", params * 2, ("device_id", "owner")),
                lambda: found[0])
     return found
+
+
+def _op_rows_sql(where: str, lo: int, hi: int, include_unlinked: bool, patterns: list[str] | None) -> str:
+    """timeline_ops_sql's ops as _measure sorts them: the stream's keys (device_id, pid, stream_id; joined to a stream
+    code before the sort), `cl` = class * 2 + launched, the clipped times, and `ref` = rowid * 2 (+1 for memops),
+    which finds the row's launch keys again for the few ops that start an idle gap."""
+    comm = is_comm_sql("name", patterns)
+    linked = "" if include_unlinked else " AND launched"
+    return f"""
+        WITH named AS (
+            SELECT name, CASE WHEN {comm} THEN {COMM} WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY}
+                              ELSE {COMP} END AS name_cls
+            FROM (SELECT DISTINCT name FROM kernels))
+        SELECT device_id, pid, stream_id, (CASE WHEN whole_graph THEN {GRAPH} ELSE name_cls END) * 2 + launched::INTEGER AS cl,
+               greatest(start_ns, {lo}) AS start_ns, least(end_ns, {hi}) AS end_ns, kernels.rowid * 2 AS ref
+        FROM kernels JOIN named USING (name) WHERE {where}{linked}
+        UNION ALL
+        SELECT device_id, pid, stream_id, CASE WHEN op = 'copy' THEN {MEMCPY} ELSE {COMP} END * 2 + launched::INTEGER,
+               greatest(start_ns, {lo}), least(end_ns, {hi}), rowid * 2 + 1
+        FROM memops WHERE {where}{linked}"""
+
+
+# the launch keys of the op `ref` (_op_rows_sql) names
+_REF_KEYS = """(SELECT rowid * 2 AS ref, start_ns, pid, tid, correlation_id FROM kernels
+               UNION ALL SELECT rowid * 2 + 1, start_ns, pid, tid, correlation_id FROM memops)"""
+
+
+class _StreamCodes:
+    """The streams (device, owner, stream) of a selection, numbered: `frame` maps each (device_id, pid, stream_id) of
+    the ops to its stream's code; `keys[code]` is the stream's key (None for NULL)."""
+
+    def __init__(self, rows: list[tuple]):
+        pids: dict[int, set] = {}
+        for d, p, _ in rows:
+            pids.setdefault(d, set())
+            if p is not None:
+                pids[d].add(p)
+        # timeline_ops_sql's owner: the device's only process (count(DISTINCT pid) <= 1, NULLs aside), else the op's
+        owner = lambda d, p: (min(pids[d]) if pids[d] else None) if len(pids[d]) <= 1 else p  # noqa: E731
+        codes: dict[tuple, int] = {}
+        cols = [[], [], [], []]
+        for d, p, s in rows:
+            c = codes.setdefault((d, owner(d, p), s), len(codes))
+            for col, v in zip(cols, (d, p, s, c)):
+                col.append(v)
+        self.keys = list(codes)
+        self.frame = pd.DataFrame({"device_id": pd.array(cols[0], dtype="Int64"), "pid": pd.array(cols[1], dtype="Int64"),
+                                   "stream_id": pd.array(cols[2], dtype="Int64"), "code": pd.array(cols[3], dtype="Int64")})
+
+
+def _stream_codes(trace: Trace, where: str, params: list) -> _StreamCodes:
+    parts = " UNION ".join(f"SELECT DISTINCT device_id, pid, stream_id FROM {t} WHERE {where}" for t in ("kernels", "memops"))
+    return _StreamCodes(trace.sql(parts, params * 2))
 
 
 _INT64_MAX = np.iinfo(np.int64).max
@@ -327,6 +388,12 @@ class _SetUnions:
         f = np.concatenate(([0], np.flatnonzero(part[1:] != part[:-1]) + 1))
         self.first[part[f]] = np.minimum(self.first[part[f]], start[f])
 
+    def first_part(self) -> "_SetUnions":
+        """A copy holding partition 0's figures only."""
+        out = _SetUnions()
+        out.busy, out.reach, out.first = self.busy[:, :1].copy(), self.reach[:, :1].copy(), self.first[:1].copy()
+        return out
+
     def split(self, i: int) -> GpuTimeSplit:
         u = [int(v) for v in self.busy[:, i]]
         return split_gpu_time(u[0], u[1], u[2], u[3], u[5], int(self.first[i]), int(self.reach[-1, i]), whole_graph=u[4])
@@ -339,43 +406,62 @@ _STREAM_SUMS = ("ops", "work", "busy", "gaps", "comm", "memcpy", "unlinked", "un
 class _Measure:
     """_measure's running figures: per stream, per (device, owner) and over every op."""
 
-    def __init__(self, threshold: int, gaps):
+    def __init__(self, threshold: int, gaps, codes: _StreamCodes):
         self.threshold = int(threshold)
         self.gaps = gaps  # a cursor whose temp table collects the streams' gaps with the ops starting them
         self.seen = 0  # rows of the chunks before (row positions plus it: gap ids unique over chunks)
         gaps.execute("CREATE OR REPLACE TEMP TABLE _tl_gap_ops (gap BIGINT, sid BIGINT, gs BIGINT, ge BIGINT, "
-                     "lost BOOLEAN, pid BIGINT, tid BIGINT, correlation_id BIGINT)")
-        self.streams = Keys(("device_id", "owner", "stream_id"))
+                     "unlaunched BOOLEAN, ref BIGINT)")
+        self.codes = codes
+        self.sid_of = np.full(len(codes.keys), -1, dtype=np.int64)  # stream code -> stream id, in order of first op
+        self.streams: dict[tuple, int] = {}          # (device, owner, stream) -> stream id
         self.devs: dict[tuple, int] = {}            # (device, owner) -> id
         self.dev_of = np.zeros(0, dtype=np.int64)   # stream id -> (device, owner) id
         self.st = {k: np.zeros(0, dtype=np.int64) for k in _STREAM_SUMS}
         self.st_first = np.zeros(0, dtype=np.int64)
         self.st_reach = np.zeros(0, dtype=np.int64)
-        self.dev_sets, self.all_sets = _SetUnions(), _SetUnions()
+        # every op together: while one (device, owner) has been seen, its own figures (the same rows in the same order);
+        # its own _SetUnions from the chunk that brings a second one, starting from the first one's figures
+        self.dev_sets, self.all_sets = _SetUnions(), None
 
     def add(self, ch: dict) -> None:
-        sid = self.streams(ch)
-        for key in list(self.streams.ids)[self.dev_of.size:]:  # new streams
-            self.dev_of = np.append(self.dev_of, self.devs.setdefault(key[:2], len(self.devs)))
-        start, end, cls = ch["start_ns"], ch["end_ns"], ch["cls"]
-        self._streams(sid, start, end, cls, ch)
+        keep = ch["end_ns"] > ch["start_ns"]  # empty ops neither fill nor split gaps (here, not in the sort's SQL:
+        if not keep.all():                    # a filter there doubled the statement's CPU and memory at 10 M kernels)
+            ch = {c: v[keep] for c, v in ch.items()}
+            if not keep.any():
+                return
+        k = ch["k"]
+        code = k >> 3
+        fresh = self.sid_of[code] < 0
+        if fresh.any():  # streams met for the first time, numbered in order of their first op
+            u, at = np.unique(code[fresh], return_index=True)
+            for c in u[np.argsort(at)].tolist():
+                key = self.codes.keys[c]
+                self.sid_of[c] = self.streams.setdefault(key, len(self.streams))
+                self.dev_of = np.append(self.dev_of, self.devs.setdefault(key[:2], len(self.devs)))
+        sid = self.sid_of[code]
+        start, end, cls = ch["start_ns"], ch["end_ns"], (k >> 1) & 3
+        self._streams(sid, start, end, cls, (k & 1) == 0, ch["ref"])
         did = self.dev_of[sid]
-        o = np.argsort(did, kind="stable")
+        o = part_order(did)
+        if self.all_sets is None and len(self.devs) > 1:
+            self.all_sets = self.dev_sets.first_part()
         self.dev_sets.add(did[o], start[o], end[o], cls[o])
-        self.all_sets.add(np.zeros(start.size, dtype=np.int64), start, end, cls)
+        if self.all_sets is not None:
+            self.all_sets.add(np.zeros(start.size, dtype=np.int64), start, end, cls)
 
-    def _streams(self, sid, start, end, cls, ch) -> None:
+    def _streams(self, sid, start, end, cls, unlaunched, ref) -> None:
         """Add a chunk (rows in time order; `sid` their stream ids) to the per-stream figures."""
-        n = len(self.streams.ids)
+        n = len(self.streams)
         self.st = {k: grown(v, n, 0) for k, v in self.st.items()}
         self.st_first, self.st_reach = grown(self.st_first, n, _INT64_MAX), grown(self.st_reach, n, INT64_MIN)
-        o = np.argsort(sid, kind="stable")
+        o = part_order(sid)
         p, s, e, c = sid[o], start[o], end[o], cls[o]
         r, f = reach_by_part(p, e, self.st_reach)
         ups = p[f]
         sums = lambda v: np.add.reduceat(v.astype(np.int64), f)  # noqa: E731 (exact int64 sums per stream)
         gap = (s > r) & (r > INT64_MIN)
-        unl = ch["launched"][o] == 0
+        unl = unlaunched[o]
         st = self.st
         st["ops"][ups] += np.diff(np.append(f, p.size))
         st["work"][ups] += sums(e - s)
@@ -389,7 +475,7 @@ class _Measure:
         self.st_first[ups] = np.minimum(self.st_first[ups], s[f])
         # start groups: a stream's ops starting at one time (whole in this chunk); a gap precedes the group when it
         # precedes the group's first op. The ops of such groups go to the temp table with their gap; one not
-        # launched, or without the keys to find its call (lost), makes its gap launch_unknown.
+        # launched, or without the keys to find its call (NULL: the join misses), makes its gap launch_unknown.
         base, self.seen = self.seen, self.seen + p.size
         new = np.ones(p.size, dtype=bool)
         new[1:] = (p[1:] != p[:-1]) | (s[1:] != s[:-1])
@@ -400,30 +486,35 @@ class _Measure:
             return
         rows = np.flatnonzero(is_gap[group])
         first = g[group[rows]]  # each row's group's first row: the gap's end and start
-        k = ch["pid_null"][o] | ch["tid_null"][o] | ch["correlation_id_null"][o]
         df = pd.DataFrame({"gap": base + first, "sid": p[rows], "gs": r[first], "ge": s[rows],
-                           "lost": unl[rows] | k[rows], "pid": ch["pid"][o][rows], "tid": ch["tid"][o][rows],
-                           "correlation_id": ch["correlation_id"][o][rows]})
+                           "unlaunched": unl[rows], "ref": ref[o][rows]})
         self.gaps.register("_tl_chunk", df)
         self.gaps.execute("INSERT INTO _tl_gap_ops SELECT * FROM _tl_chunk")
         self.gaps.unregister("_tl_chunk")
 
     def _idle(self) -> dict[int, list[int]]:
         """Per stream id, its idle time per HTA category (c0..c3 of _Stream.idle) from the collected gaps: the
-        gap-starting ops meet the earliest call of their keys (the calls of those keys only: a semi join), a batch
-        of gaps per statement (IDLE_BATCH ops' positions), so the join's memory follows the batch."""
+        gap-starting ops find their launch keys (their rows by `ref`, among the rows starting in the batch's time
+        range) and meet the earliest call of those keys (the calls of those keys only: a semi join), a batch of gaps
+        per statement (IDLE_BATCH ops' positions), so the joins' memory follows the batch."""
         cat = f"CASE WHEN unknown THEN 3 WHEN launch_ns > gs THEN 0 WHEN ge - gs < {self.threshold} THEN 1 ELSE 2 END"
         sums = ", ".join(f"coalesce(sum(ge - gs) FILTER (WHERE {cat} = {c}), 0)::BIGINT" for c in range(4))
         keys = "a.pid = o.pid AND a.tid = o.tid AND a.correlation_id = o.correlation_id"
         out: dict[int, list[int]] = {}
         for lo in range(0, self.seen, IDLE_BATCH):
+            t0, t1 = self.gaps.execute(f"SELECT min(ge), max(ge) FROM _tl_gap_ops WHERE gap >= {lo} AND gap < {lo + IDLE_BATCH}"
+                                       ).fetchone()
+            if t0 is None:
+                continue
             rows = self.gaps.execute(f"""
-                WITH o AS (SELECT * FROM _tl_gap_ops WHERE gap >= {lo} AND gap < {lo + IDLE_BATCH}),
+                WITH g AS (SELECT * FROM _tl_gap_ops WHERE gap >= {lo} AND gap < {lo + IDLE_BATCH}),
+                o AS (SELECT g.gap, g.sid, g.gs, g.ge, g.unlaunched, r.pid, r.tid, r.correlation_id
+                      FROM g JOIN (SELECT * FROM {_REF_KEYS} WHERE start_ns BETWEEN {int(t0)} AND {int(t1)}) r USING (ref)),
                 l AS (SELECT pid, tid, correlation_id, min(start_ns) AS launch_ns
                       FROM api_calls a SEMI JOIN o ON {keys} GROUP BY ALL)
                 SELECT sid, {sums}
                 FROM (SELECT o.gap, any_value(o.sid) AS sid, any_value(o.gs) AS gs, any_value(o.ge) AS ge,
-                             bool_or(o.lost OR a.launch_ns IS NULL) AS unknown, min(a.launch_ns) AS launch_ns
+                             bool_or(o.unlaunched OR a.launch_ns IS NULL) AS unknown, min(a.launch_ns) AS launch_ns
                       FROM o LEFT JOIN l a ON {keys}
                       GROUP BY o.gap)
                 GROUP BY sid""").fetchall()
@@ -435,11 +526,11 @@ class _Measure:
 
     def result(self) -> tuple[dict[tuple, GpuTimeSplit], GpuTimeSplit | None, dict[tuple, _Stream]]:
         devs = {k: self.dev_sets.split(d) for k, d in self.devs.items()}
-        every = self.all_sets.split(0) if self.devs else None
+        every = (self.all_sets or self.dev_sets).split(0) if self.devs else None
         st = {k: v.tolist() for k, v in self.st.items()}
         idle = self._idle()
         streams = {}
-        for k, i in self.streams.ids.items():
+        for k, i in self.streams.items():
             u = Union(key=k, ops=st["ops"][i], first_ns=int(self.st_first[i]), last_ns=int(self.st_reach[i]),
                       work_ns=st["work"][i], busy_ns=st["busy"][i], gaps=st["gaps"][i])
             streams[k] = _Stream(u, tuple(st[c][i] for c in ("comm", "memcpy", "unlinked", "unlinked_ns", "graph")),

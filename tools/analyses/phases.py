@@ -43,7 +43,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note, ToolResult
-from .intervals import Keys, merged, unions, unions_on
+from .intervals import merge_chunks, time_chunks, unions, unions_on
 from .iterations import iterations
 from . import projection
 from .stacked import gaps_sql
@@ -279,39 +279,38 @@ def _bin_coverage(trace: Trace, dev_acts: str, params: list, t0: int, width: int
                   others: bool, memop_names: list[str], nfeat: int) -> tuple[np.ndarray, np.ndarray]:
     """Per feature and bin, the summed time of its ops inside the bin (ns, overlaps counted per op); and per bin the
     busy time (the union of every op) inside it. An op adds its clipped part to its first and last bin and a whole
-    bin to each bin between, as a +1/-1 pair around them (summed over bins afterwards), so DuckDB emits at most four
-    rows per op and returns one per (feature, bin) touched; busy is the same over the merged intervals, in numpy."""
+    bin to each bin between, as a +1/-1 pair around them (summed over bins afterwards). One pass over the device's
+    ops in time order (DuckDB sorts three integers per op: feature id, start, end): numpy adds each non-empty op to
+    its feature and each merged interval (intervals.merge_chunks) to the busy row, chunk by chunk."""
     other = len(top) if others else -1
     first = len(top) + (1 if others else 0)
     fid = (f"CASE WHEN kind = 'kernel' THEN coalesce(list_position(?::VARCHAR[], name) - 1, {other}) "
            f"ELSE {first} + list_position(?::VARCHAR[], name) - 1 END")
-    rows = trace.sql(f"""
-        WITH a AS (SELECT {fid} AS fid, start_ns AS s, end_ns AS e, (start_ns - {t0}) // {width} AS b0,
-                          (end_ns - 1 - {t0}) // {width} AS b1
-                   FROM ({dev_acts}) WHERE end_ns > start_ns),
-        p AS (SELECT fid, unnest(CASE WHEN b0 = b1 THEN [{{'bin': b0, 't': e - s, 'd': 0}}]
-                                      ELSE [{{'bin': b0, 't': {t0} + (b0 + 1) * {width} - s, 'd': 0}},
-                                            {{'bin': b1, 't': e - ({t0} + b1 * {width}), 'd': 0}},
-                                            {{'bin': b0 + 1, 't': 0, 'd': 1}}, {{'bin': b1, 't': 0, 'd': -1}}] END,
-                                 recursive := true) FROM a)
-        SELECT fid, bin, sum(t)::BIGINT, sum(d)::BIGINT FROM p GROUP BY ALL""", [top, memop_names] + params)
+    # Empty ops are dropped in numpy (their names may have no feature: NULL read as 0), not by a WHERE in the sort.
+    sql = f"SELECT {fid} AS fid, start_ns, end_ns FROM ({dev_acts}) ORDER BY start_ns, end_ns"
     t = np.zeros((nfeat + 1, nbins), dtype=np.int64)  # row -1 (the last): busy
     d = np.zeros((nfeat + 1, nbins), dtype=np.int64)
-    if rows:
-        r = np.asarray(rows, dtype=np.int64)  # one row per (feature, bin): GROUP BY made them unique
-        t[r[:, 0], r[:, 1]] = r[:, 2]
-        d[r[:, 0], r[:, 1]] = r[:, 3]
-    # busy: the device's merged intervals (intervals.merged, one pass in time order), each added the same way
+    tf, df = t.reshape(-1), d.reshape(-1)  # views: feature f, bin b at f * nbins + b
+
+    def add(row: np.ndarray, s: np.ndarray, e: np.ndarray) -> None:
+        b0, b1 = (s - t0) // width, (e - 1 - t0) // width
+        one = b0 == b1
+        np.add.at(tf, row + b0, np.where(one, e - s, t0 + (b0 + 1) * width - s))
+        np.add.at(tf, (row + b1)[~one], e[~one] - (t0 + b1[~one] * width))
+        np.add.at(df, (row + b0)[~one] + 1, 1)
+        np.add.at(df, (row + b1)[~one], -1)
+
+    def ops(cur):
+        for ch in time_chunks(cur, sql, [top, memop_names] + params, {"fid": 0, "start_ns": 0, "end_ns": 0}):
+            keep = ch["end_ns"] > ch["start_ns"]
+            s, e = ch["start_ns"][keep], ch["end_ns"][keep]
+            add(ch["fid"][keep] * nbins, s, e)
+            yield np.zeros(s.size, dtype=np.int64), s, e
+
     cur = trace.con.cursor()
     try:
-        sql = f"SELECT 0 AS z, start_ns, end_ns FROM ({dev_acts}) WHERE end_ns > start_ns ORDER BY start_ns, end_ns"
-        for _, s, e in merged(cur, sql, params, Keys(("z",))):
-            b0, b1 = (s - t0) // width, (e - 1 - t0) // width
-            one = b0 == b1
-            np.add.at(t[-1], b0, np.where(one, e - s, t0 + (b0 + 1) * width - s))
-            np.add.at(t[-1], b1[~one], e[~one] - (t0 + b1[~one] * width))
-            np.add.at(d[-1], b0[~one] + 1, 1)
-            np.add.at(d[-1], b1[~one], -1)
+        for _, s, e in merge_chunks(ops(cur)):  # busy: the device's merged intervals, each added the same way
+            add(np.full(s.size, nfeat * nbins, dtype=np.int64), s, e)
     finally:
         cur.close()
     cov = t + width * np.cumsum(d, axis=1)

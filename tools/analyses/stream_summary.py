@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, ToolResult
-from .intervals import NULL_KEY, Keys, merged
+from .intervals import merge_chunks, time_chunks
 from .requirements import require
 
 
@@ -98,29 +98,14 @@ def stream_summary(
     limit = max(1, min(int(limit), 500))
     where, params = sel.where(time_mode="overlap")
     lo, hi = window.start_ns, window.end_ns
-    parts = [f"SELECT device_id, stream_id, pid, 0 AS what, start_ns, end_ns FROM kernels WHERE {where}"]
-    if include_memops:
-        parts.append(f"SELECT device_id, stream_id, pid, CASE WHEN op = 'set' THEN 2 ELSE 1 END, start_ns, end_ns FROM memops WHERE {where}")
-    acts_params = params * len(parts)
-    # The owner: the op's process, or the stream's only process when the op's is unknown.
-    acts = f"""
-        WITH a AS ({' UNION ALL '.join(parts)}),
-        o AS (SELECT device_id, stream_id, count(DISTINCT pid) AS n, min(pid) AS only FROM a GROUP BY ALL)
-        SELECT a.device_id, a.stream_id, CASE WHEN o.n = 1 THEN o.only ELSE a.pid END AS owner, a.what,
-               greatest(a.start_ns, {lo}) AS start_ns, least(a.end_ns, {hi}) AS end_ns
-        FROM a JOIN o ON o.device_id = a.device_id AND o.stream_id IS NOT DISTINCT FROM a.stream_id"""
-    stats_sql = f"""
-        SELECT device_id, stream_id, owner, count(*) FILTER (WHERE what = 0) AS kernels,
-               count(*) FILTER (WHERE what = 1) AS copies, count(*) FILTER (WHERE what = 2) AS sets,
-               coalesce(sum(end_ns - start_ns) FILTER (WHERE what = 0), 0)::BIGINT AS kernel_work,
-               coalesce(sum(end_ns - start_ns) FILTER (WHERE what > 0), 0)::BIGINT AS memop_work
-        FROM ({acts}) GROUP BY ALL"""
-    stats = trace.memo(("stream_summary", stats_sql, tuple(acts_params)), lambda: trace.sql_dicts(stats_sql, acts_params))
-    if not stats:
+    tables = ("kernels", "memops") if include_memops else ("kernels",)
+    found = trace.memo(("stream_summary", where, tuple(params), lo, hi, include_memops),
+                       lambda: _pass(trace, where, params, lo, hi, tables))
+    if found is None:
         what = "kernels, copies or sets" if include_memops else "kernels"
         raise ProfileError(f"no GPU activity ({what}) in the selection (device/time window), so there are no streams to "
                            "summarise. trace_info shows what the profile holds." + skipped_note(trace, ("kernels", "memops")))
-    sweeps, per_stream = trace.memo(("stream_summary.sweep", acts, tuple(acts_params)), lambda: _sweeps(trace, acts, acts_params))
+    stats, sweeps, per_stream = found
     names = dict(trace.sql("SELECT device_id, name FROM devices"))
     devices, rows, truncated = [], [], False
     for dev in sorted({r["device_id"] for r in stats}):
@@ -175,7 +160,68 @@ def stream_summary(
     )
 
 
-def _sweeps(trace: Trace, acts: str, params: list) -> tuple[dict[int, dict], dict[tuple, tuple[int, int, int]]]:
+class _Streams:
+    """The streams (device, stream, owner) of a selection, numbered: `frame` maps each (device_id, stream_id, pid) of
+    its ops to its stream's code; `keys[code]` is the stream's key (None for NULL). The owner: the op's process, or
+    the stream's only process when the op's is unknown."""
+
+    def __init__(self, rows: list[tuple]):
+        pids: dict[tuple, set] = {}
+        for d, st, p in rows:
+            pids.setdefault((d, st), set())
+            if p is not None:
+                pids[(d, st)].add(p)
+        codes: dict[tuple, int] = {}
+        cols = [[], [], [], []]
+        for d, st, p in rows:
+            only = pids[(d, st)]
+            c = codes.setdefault((d, st, min(only) if len(only) == 1 else p), len(codes))
+            for col, v in zip(cols, (d, st, p, c)):
+                col.append(v)
+        self.keys = list(codes)
+        self.frame = pd.DataFrame({c: pd.array(v, dtype="Int64") for c, v in zip(("device_id", "stream_id", "pid", "code"), cols)})
+
+
+def _pass(trace: Trace, where: str, params: list, lo: int, hi: int, tables: tuple[str, ...]
+          ) -> tuple[list[dict], dict[int, dict], dict[tuple, tuple[int, int, int]]] | None:
+    """(per stream, its op counts and summed work; per device, the sweep (_sweeps); per stream, its busy ns, first and
+    last ns), or None without ops: one pass over the ops in time order. DuckDB sorts three integers per op (clipped
+    times; stream code x 4 + kind: 0 kernel, 1 copy, 2 set), the streams numbered beforehand from their distinct
+    keys (a few rows); numpy counts every op and merges the non-empty ones (intervals.merge_chunks) into the temp
+    table the sweep reads. Filtering the empty ones or finding the owners in SQL had DuckDB hold every op twice."""
+    kinds = {"kernels": "0", "memops": "CASE WHEN op = 'set' THEN 2 ELSE 1 END"}
+    rows = trace.sql(" UNION ".join(f"SELECT DISTINCT device_id, stream_id, pid FROM {t} WHERE {where}" for t in tables),
+                     params * len(tables))
+    if not rows:
+        return None
+    streams = _Streams(rows)
+    n = len(streams.keys)
+    counts, work = np.zeros(n * 3, dtype=np.int64), np.zeros(n * 3, dtype=np.int64)  # per stream code x 3 + kind
+    ops = " UNION ALL ".join(f"SELECT device_id, stream_id, pid, {kinds[t]} AS what, start_ns, end_ns FROM {t} WHERE {where}"
+                             for t in tables)
+    sql = f"""
+        SELECT greatest(a.start_ns, {lo}) AS start_ns, least(a.end_ns, {hi}) AS end_ns, s.code * 4 + a.what AS k
+        FROM ({ops}) a JOIN _ss_streams s ON a.device_id = s.device_id AND a.stream_id IS NOT DISTINCT FROM s.stream_id
+                                         AND a.pid IS NOT DISTINCT FROM s.pid
+        ORDER BY start_ns, end_ns"""
+
+    def chunks(cur):
+        for ch in time_chunks(cur, sql, params * len(tables), {"start_ns": 0, "end_ns": 0, "k": 0}):
+            k, start, end = ch["k"], ch["start_ns"], ch["end_ns"]
+            at = (k >> 2) * 3 + (k & 3)
+            np.add.at(counts, at, 1)
+            np.add.at(work, at, end - start)
+            keep = end > start
+            yield k[keep] >> 2, start[keep], end[keep]
+
+    sweeps, per_stream = _sweeps(trace, streams, chunks)
+    c, w = counts.reshape(n, 3), work.reshape(n, 3)
+    stats = [{"device_id": d, "stream_id": st, "owner": o, "kernels": int(c[i, 0]), "copies": int(c[i, 1]), "sets": int(c[i, 2]),
+              "kernel_work": int(w[i, 0]), "memop_work": int(w[i, 1] + w[i, 2])} for i, (d, st, o) in enumerate(streams.keys)]
+    return stats, sweeps, per_stream
+
+
+def _sweeps(trace: Trace, streams: _Streams, chunks) -> tuple[dict[int, dict], dict[tuple, tuple[int, int, int]]]:
     """(per device, a sweep over the streams' busy intervals; per stream (device, stream, owner), its busy ns, first
     and last ns), from the streams' merged intervals (disjoint within a stream, touching ones joined), so each
     stream's union is computed once. The sweep: +1 at a start, -1 at an end, ends before starts at equal times so
@@ -185,14 +231,11 @@ def _sweeps(trace: Trace, acts: str, params: list) -> tuple[dict[int, dict], dic
     try:
         # The merged intervals feed the per-stream figures and the sweep's two event lists: a temp table, made once
         # (by _merge, from one pass over the ops in time order) and read by both statements.
-        cur.execute("CREATE OR REPLACE TEMP TABLE _m (device_id BIGINT, stream_id BIGINT, owner BIGINT, start_ns BIGINT, "
-                    "end_ns BIGINT)")
+        cur.execute("CREATE OR REPLACE TEMP TABLE _m (device_id BIGINT, code BIGINT, start_ns BIGINT, end_ns BIGINT)")
         try:
-            _merge(src, cur, acts, params)
-            streams = {(d, None if s == NULL_KEY else s, None if o == NULL_KEY else o): (int(busy), int(first), int(last))
-                       for d, s, o, busy, first, last in cur.execute(
-                "SELECT device_id, stream_id, owner, sum(end_ns - start_ns)::BIGINT, min(start_ns), max(end_ns) FROM _m GROUP BY ALL")
-                .fetchall()}
+            _merge(src, cur, streams, chunks)
+            per_stream = {streams.keys[code]: (int(busy), int(first), int(last)) for code, busy, first, last in cur.execute(
+                "SELECT code, sum(end_ns - start_ns)::BIGINT, min(start_ns), max(end_ns) FROM _m GROUP BY ALL").fetchall()}
             rows = cur.execute("""
         WITH ev AS (SELECT device_id, start_ns AS t, 1 AS d FROM _m UNION ALL SELECT device_id, end_ns, -1 FROM _m),
         lv AS (SELECT device_id, t, sum(d) OVER w AS level, lead(t) OVER w - t AS seg   -- streams busy on [t, t + seg)
@@ -220,23 +263,16 @@ def _sweeps(trace: Trace, acts: str, params: list) -> tuple[dict[int, dict], dic
             hist[int(level)] = int(ns)
         out[dev] = {"first_ns": int(first), "last_ns": int(last), "span_ns": int(last - first), "busy_ns": sum(hist[1:]),
                     "hist": hist, "max_start_ns": int(max_start), "max_end_ns": int(max_end)}
-    return out, streams
+    return out, per_stream
 
 
-def _merge(src, dst, acts: str, params: list) -> None:
-    """Fill `dst`'s temp table _m with each stream's merged intervals, from one pass over `acts` (its non-empty ops)
-    in time order on `src` (intervals.merged: DuckDB sorts by time, cheap as the tables are stored in time order;
+def _merge(src, dst, streams: _Streams, chunks) -> None:
+    """Fill `dst`'s temp table _m with each stream's merged intervals (device, stream code, start, end), from the pass
+    `chunks` runs on `src` (intervals.merge_chunks: DuckDB sorts by time, cheap as the tables are stored in time order;
     numpy finds the intervals chunk by chunk, so memory follows the chunk)."""
-    cols = ("device_id", "stream_id", "owner")
-    keys = Keys(cols)
-    sql = (f"SELECT device_id, coalesce(stream_id, {NULL_KEY}) AS stream_id, coalesce(owner, {NULL_KEY}) AS owner, "
-           f"start_ns, end_ns FROM ({acts}) WHERE end_ns > start_ns ORDER BY start_ns, end_ns")
-    who = np.zeros((3, 0), dtype=np.int64)  # per stream id: its key columns (NULL as NULL_KEY)
-    for part, start, end in merged(src, sql, params, keys):
-        if who.shape[1] < len(keys.ids):
-            new = list(keys.ids)[who.shape[1]:]
-            who = np.hstack((who, np.array([[NULL_KEY if v is None else v for v in k] for k in new], dtype=np.int64).T))
-        dst.register("_m_chunk", pd.DataFrame({"device_id": who[0, part], "stream_id": who[1, part], "owner": who[2, part],
-                                               "start_ns": start, "end_ns": end}))
+    src.register("_ss_streams", streams.frame)
+    device = np.array([k[0] for k in streams.keys], dtype=np.int64)
+    for code, start, end in merge_chunks(chunks(src)):
+        dst.register("_m_chunk", pd.DataFrame({"device_id": device[code], "code": code, "start_ns": start, "end_ns": end}))
         dst.execute("INSERT INTO _m SELECT * FROM _m_chunk")
         dst.unregister("_m_chunk")
