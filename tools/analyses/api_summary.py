@@ -24,11 +24,10 @@ Three sections, each with its own denominators:
 
 from __future__ import annotations
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
-from ..model.trace import VALUE, Trace, cursor_dicts
+from ..model.trace import Trace, cursor_dicts
 from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .containment import temp_tables
 from .intervals import unions, unions_on
@@ -396,10 +395,6 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
     if pid is not None:
         where += " AND k.pid = ?"
         params = params + [pid]
-    # Shared ids (calls) and graph launches (kernels) are rare: where a sort of the packed keys finds no repeat, the
-    # grouping that finds them (a hash aggregate over every call / kernel, a quarter of the statement) is left out.
-    shared_where = "correlation_id IS NOT NULL" if _keys_repeat(trace, "api_calls", "TRUE") else "FALSE"
-    per_call_where = "launched" if _keys_repeat(trace, "kernels", "launched") else "FALSE"
     # Previous op on the same (device, process, stream): running max of the ends of all earlier
     # kernels/copies/sets, over the whole profile so a window does not hide the op before it.
     base = f"""
@@ -416,7 +411,7 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
         -- (start, end, name) as the model pairs them. Only the ids shared by several calls are chosen among (an
         -- aggregate: a window over one-call partitions cost twice as much); choosing for every id took twice the CPU
         -- of finding the shared ones and passing the others through.
-        shared AS (SELECT pid, correlation_id FROM api_calls WHERE {shared_where} GROUP BY ALL HAVING count(*) > 1),
+        shared AS (SELECT pid, correlation_id FROM api_calls WHERE correlation_id IS NOT NULL GROUP BY ALL HAVING count(*) > 1),
         calls AS (
             SELECT pid, correlation_id, start_ns, end_ns, name
             FROM api_calls a ANTI JOIN shared s ON s.pid IS NOT DISTINCT FROM a.pid AND s.correlation_id = a.correlation_id
@@ -429,7 +424,7 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
                   GROUP BY pid, correlation_id)),
         -- kernels per launching call, kept for the calls that launched several (graph launches): a linked kernel not
         -- among them is its call's only kernel, and the join probes a small table instead of one row per call
-        per_call AS (SELECT pid, correlation_id, count(*) AS n FROM kernels WHERE {per_call_where} GROUP BY ALL HAVING count(*) > 1),
+        per_call AS (SELECT pid, correlation_id, count(*) AS n FROM kernels WHERE launched GROUP BY ALL HAVING count(*) > 1),
         k AS (
             SELECT k.device_id, k.p, k.pid, k.stream_id, k.start_ns, k.end_ns, k.correlation_id, k.prev_end,
                    c.start_ns AS c_start, c.end_ns AS c_end, c.name AS c_name,
@@ -486,34 +481,6 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
             stats.launch_latency.count = int(r["l_n"])
             out.append(stats)
     return levels["device"], levels["stream"]
-
-
-def _keys_repeat(trace: Trace, table: str, where: str) -> bool:
-    """Whether two rows of `table` (gpuscope's own name and filter) with a correlation id share (pid, correlation id),
-    memoized for the profile. The key pair is packed into one integer (process rank x id span + id), read as one
-    array and sorted in place: about half the CPU of a hash aggregate over millions of distinct keys, in one int64 per
-    row. True when the packing would not fit (the caller then groups in SQL)."""
-    def compute() -> bool:
-        cond = f"correlation_id IS NOT NULL AND {where}"
-        n, lo, hi, pids = trace.sql(f"""SELECT count(*), min(correlation_id), max(correlation_id),
-                                               count(DISTINCT pid) + bool_or(pid IS NULL)::INTEGER FROM {table} WHERE {cond}""")[0]
-        if n < 2:
-            return False
-        span = int(hi) - int(lo) + 1
-        if span * int(pids) >= 2 ** 62:
-            return True
-        cur = trace.con.cursor()
-        try:
-            keys = cur.execute(f"""
-                SELECT (d.rank * {span} + t.correlation_id - {int(lo)})::BIGINT AS key
-                FROM {table} t JOIN (SELECT pid, (row_number() OVER (ORDER BY pid) - 1) AS rank
-                                     FROM (SELECT DISTINCT pid FROM {table} WHERE {cond})) d
-                  ON d.pid IS NOT DISTINCT FROM t.pid WHERE {cond.replace('correlation_id', 't.correlation_id')}""").fetchnumpy()["key"]
-        finally:
-            cur.close()
-        keys.sort()
-        return bool((keys[1:] == keys[:-1]).any())
-    return trace.memo(("api_summary.keys_repeat", table, where), compute, persist=VALUE)
 
 
 def _launch_rows_sql(keys: str) -> str:
