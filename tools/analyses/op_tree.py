@@ -68,12 +68,11 @@ def with_sql() -> str:
                thr.k * {SHIFT} + c.start_ns AS ks, thr.k * {SHIFT} + c.end_ns AS ke
         FROM cpu_ops c JOIN thr ON thr.pid = c.pid AND thr.tid = c.tid
         WHERE c.category = 'cpu_op' AND c.name NOT IN ({", ".join(f"'{n}'" for n in PASS_THROUGH)})),
-    launch AS (  -- one arg_min of a struct: the call's columns come from one row, and the group by aggregates once
-        SELECT pid, correlation_id, f.tid AS call_tid, start_ns AS call_start_ns, f.end_ns AS call_end_ns, f.name AS call_name FROM (
-            SELECT pid, correlation_id, min(start_ns) AS start_ns,
-                   arg_min({{'tid': tid, 'end_ns': end_ns, 'name': name}}, (start_ns, end_ns)) AS f
-            FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
-            GROUP BY pid, correlation_id)),
+    launch AS (  -- the first call of each (pid, correlation id), ties by rowid; a window, which spills (an arg_min of
+                 -- the call's columns cannot: it ran out of memory at 10 M calls), and was faster too
+        SELECT pid, correlation_id, tid AS call_tid, start_ns AS call_start_ns, end_ns AS call_end_ns, name AS call_name
+        FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
+        QUALIFY row_number() OVER (PARTITION BY pid, correlation_id ORDER BY start_ns, end_ns, rowid) = 1),
     gpu AS (
         SELECT rowid * 2 AS gop_id, 'kernel' AS op, device_id, stream_id, start_ns, end_ns, dur_ns, name, short_name,
                pid, correlation_id, launched, whole_graph FROM kernels
