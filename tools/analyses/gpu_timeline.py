@@ -41,18 +41,22 @@ COMP, COMM, MEMCPY, GRAPH = 0, 1, 2, 3  # op classes (integer codes, so they can
 # (as GPU work that is not known communication), and measured on their own so that every figure can say how much.
 
 
+def _named_sql(patterns: list[str] | None) -> str:
+    """CTE `named`: each kernel name's class (COMM / MEMCPY / COMP). A kernel's class follows from its name: the
+    patterns run once per distinct name (a profile has few), not per kernel."""
+    return f"""named AS (
+            SELECT name, CASE WHEN {is_comm_sql("name", patterns)} THEN {COMM}
+                              WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY} ELSE {COMP} END AS name_cls
+            FROM (SELECT DISTINCT name FROM kernels))"""
+
+
 def timeline_ops_sql(trace: Trace, where: str, lo: int, hi: int, include_unlinked: bool,
                      patterns: list[str] | None) -> str:
     """GPU ops overlapping the window, clipped to it, with class `cls` (COMP / COMM / MEMCPY), the kernels' recorded
     `collective` (comm_patterns.collective_index_sql) and an `owner` partition (the device's only process, or each process when several share the device)."""
-    comm = is_comm_sql("name", patterns)
     linked = "" if include_unlinked else " AND launched"
-    # A kernel's class follows from its name: the patterns run once per distinct name (a profile has few), not per kernel.
     return f"""
-        WITH named AS (
-            SELECT name, CASE WHEN {comm} THEN {COMM} WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY}
-                              ELSE {COMP} END AS name_cls
-            FROM (SELECT DISTINCT name FROM kernels)),
+        WITH {_named_sql(patterns)},
         ops AS (
             SELECT device_id, pid, tid, stream_id, correlation_id, launched, name, short_name, collective,
                    greatest(start_ns, {lo}) AS start_ns, least(end_ns, {hi}) AS end_ns,
@@ -311,13 +315,9 @@ def _op_rows_sql(where: str, lo: int, hi: int, include_unlinked: bool, patterns:
     """timeline_ops_sql's ops as _measure sorts them: the stream's keys (device_id, pid, stream_id; joined to a stream
     code before the sort), `cl` = class * 2 + launched, the clipped times, and `ref` = rowid * 2 (+1 for memops),
     which finds the row's launch keys again for the few ops that start an idle gap."""
-    comm = is_comm_sql("name", patterns)
     linked = "" if include_unlinked else " AND launched"
     return f"""
-        WITH named AS (
-            SELECT name, CASE WHEN {comm} THEN {COMM} WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY}
-                              ELSE {COMP} END AS name_cls
-            FROM (SELECT DISTINCT name FROM kernels))
+        WITH {_named_sql(patterns)}
         SELECT device_id, pid, stream_id, (CASE WHEN whole_graph THEN {GRAPH} ELSE name_cls END) * 2 + launched::INTEGER AS cl,
                greatest(start_ns, {lo}) AS start_ns, least(end_ns, {hi}) AS end_ns, kernels.rowid * 2 AS ref
         FROM kernels JOIN named USING (name) WHERE {where}{linked}
