@@ -282,3 +282,23 @@ def test_union_per_key_exact():
     # key 7: [0,20) (touching at 10, [2,4) inside) + [25,31) (touching at 30) = 26; key 3: [0,3) + [5,6) = 4;
     # key -1: [100,200) with [150,160) inside = 100
     assert got == [(-1, 100), (3, 4), (7, 26)]
+
+
+def test_kept_answer_follows_the_comm_patterns(tmp_path, monkeypatch):
+    """ops_summary's answer is kept in the store; GPUSCOPE_COMM_PATTERNS (what counts as communication) is part of its
+    key, so a server restarted with more patterns does not read back the answer made with fewer."""
+    from gpuscope.fixtures.catalog import ELEM_ADD
+    from gpuscope.fixtures.writers import kineto
+
+    s = SO.ops_tree()
+    path = kineto.write(s, tmp_path / "ops_tree.json")
+    adds = sum(k.name == ELEM_ADD[0] for k in s.kernels)  # the generator's elementwise-add kernels
+    monkeypatch.delenv("GPUSCOPE_COMM_PATTERNS", raising=False)
+    for extra, comm in ((None, 1), ("CUDAFunctor_add", 1 + adds)):  # 1: the NCCL kernel (test_kineto_direct_times_and_counts)
+        if extra:
+            monkeypatch.setenv("GPUSCOPE_COMM_PATTERNS", extra)
+        t = load_trace(path)
+        try:
+            assert ops_summary(t, limit=50).totals.comm_gpu_ops == comm, extra
+        finally:
+            t.close()

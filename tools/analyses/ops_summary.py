@@ -52,6 +52,7 @@ from ..model.quote import quote_ident, quote_literal
 from ..model.trace import VALUE, Trace, cursor_dicts
 from .common import (ALL_TABLES, CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct,
                      resolve_selection, ToolResult)
+from .comm_patterns import comm_patterns
 from .graph_summary import GRAPH_KERNELS_CTE, graph_kernel_count
 from .intervals import unions_on
 from .op_tree import Kept, launchers
@@ -476,10 +477,13 @@ def ops_summary(
     filters = {"device": device, "include_unlinked": include_unlinked, "name_contains": name_contains}
     device, start_ns, end_ns = (None if v is None else int(v) for v in (device, start_ns, end_ns))
     include_unlinked = bool(include_unlinked)
-    # The answer depends on the profile and the arguments only: kept in the store, so a repeated call, in this process or
-    # a later one, neither builds the frame nor aggregates it again.
-    a = trace.memo(("ops_summary", group_by, device, start_ns, end_ns, include_unlinked, name_contains, limit),
-                   lambda: _answer(trace, group_by, device, start_ns, end_ns, include_unlinked, name_contains, limit), persist=VALUE)
+    # The answer depends on the profile, the arguments and the communication patterns (GPUSCOPE_COMM_PATTERNS decides
+    # is_comm) only: kept in the store, so a repeated call, in this process or a later one, neither builds the frame
+    # nor aggregates it again.
+    patterns = tuple(comm_patterns())
+    a = trace.memo(("ops_summary", group_by, device, start_ns, end_ns, include_unlinked, name_contains, limit, patterns),
+                   lambda: _answer(trace, group_by, device, start_ns, end_ns, include_unlinked, name_contains, limit, patterns),
+                   persist=VALUE)
     rem_n = a["remainder_rows"]
     truncated = rem_n > 0
     return OpsSummaryResult(
@@ -495,12 +499,12 @@ _ROW = {"name": OpRow, "shapes": ShapeRow, "category": CategoryRow, "kernels": K
 
 
 def _answer(trace: Trace, group_by: str, device: int | None, start_ns: int | None, end_ns: int | None, include_unlinked: bool,
-            name_contains: str | None, limit: int) -> dict:
+            name_contains: str | None, limit: int, patterns: tuple[str, ...]) -> dict:
     """ops_summary's rows, totals and remainder, as JSON (model_dump)."""
     g = selected_frame(trace, device, start_ns, end_ns)
     with call_cursor(trace) as cur:
         # The totals depend on the device and window only: one computation for every group_by and filter.
-        totals = Totals.model_validate(trace.memo(("ops_summary.totals", device, start_ns, end_ns),
+        totals = Totals.model_validate(trace.memo(("ops_summary.totals", device, start_ns, end_ns, patterns),
                                                   lambda: _totals(cur, g, graph_kernel_count(trace) > 0).model_dump(), persist=VALUE))
         if name_contains:
             g = g.narrow(f"launcher_name {CONTAINS_SQL}", [contains_pattern(name_contains)])
