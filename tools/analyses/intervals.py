@@ -9,8 +9,8 @@ profile and the query, so they are memoized on the trace.
 
 A tool that needs several partitions (or class sets) at once reads the intervals once in time order instead
 (`time_chunks`: cheap to sort, the tables are stored in time order) and follows every partition through each chunk
-with `reach_by_part` (the running maximum per partition, carried between chunks); `merged` gives the merged
-intervals that way, and `Keys` numbers the partitions (gpu_timeline, stream_summary, phases)."""
+with `reach_by_part` (the running maximum per partition, carried between chunks); `merge_chunks` gives the merged
+intervals that way (stream_summary, phases), and `Keys` numbers partitions read as key columns (gpu_timeline)."""
 
 from __future__ import annotations
 
@@ -268,9 +268,9 @@ NULL_KEY = -(2**62)  # stands for a NULL partition value (e.g. unknown stream) w
 INT64_MIN = np.iinfo(np.int64).min  # "no reach yet": below every start, so max(start, reach) = start
 
 
-def time_chunks(cur, sql: str, params: list[Any], columns: dict[str, int | None]):
+def time_chunks(cur, sql: str, params: list[Any], columns: dict[str, int]):
     """The rows of `sql` (ordered by start_ns, end_ns) in chunks of int64 arrays, one per column of `columns` (name ->
-    the value standing for NULL; None: a NULL mark is kept as `<name>_null`, the value then 0), cut so that no start time
+    the value standing for NULL), cut so that no start time
     spans two chunks: a chunk's rows starting at its last start wait for the next one, so each start group (the ops of
     one partition starting at the same time) lies whole in one chunk. Memory follows the chunk, not the profile."""
     cur.execute(sql, params)
@@ -280,9 +280,7 @@ def time_chunks(cur, sql: str, params: list[Any], columns: dict[str, int | None]
         got = {}
         for c, fill in columns.items():
             col = df[c] if len(df) else pd.Series([], dtype="int64")
-            if fill is None:
-                got[c + "_null"] = col.isna().to_numpy()
-            got[c] = col.to_numpy(dtype=np.int64, na_value=0 if fill is None else fill)
+            got[c] = col.to_numpy(dtype=np.int64, na_value=fill)
         if held is not None:
             got = {c: np.concatenate((held[c], v)) for c, v in got.items()}
         if not len(df):
@@ -348,14 +346,6 @@ class Keys:
             key = tuple(None if (x := int(u[cd])) == NULL_KEY else x for u, cd in zip(uniques, reversed(codes)))
             lut[j] = self.ids.setdefault(key, len(self.ids))
         return lut[local]
-
-
-def merged(cur, sql: str, params: list[Any], keys: Keys):
-    """The merged intervals (disjoint, touching ones joined) of each partition of `sql`'s rows (columns: keys.cols,
-    integers with NULL as NULL_KEY; start_ns, end_ns; non-empty, ordered by start_ns, end_ns), in chunks of
-    (partition ids of `keys`, starts, ends): one pass on `cur` (time_chunks, merge_chunks). Memory follows the chunk."""
-    chunks = time_chunks(cur, sql, params, dict.fromkeys((*keys.cols, "start_ns", "end_ns"), 0))
-    yield from merge_chunks((keys(ch), ch["start_ns"], ch["end_ns"]) for ch in chunks)
 
 
 def merge_chunks(chunks):
