@@ -241,6 +241,28 @@ def test_small_memory_limit_spills_instead_of_failing(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "(3000000, True)"
 
 
+def test_two_instances_of_one_process_spill_without_mixing_their_rows(tmp_path, monkeypatch):
+    """The hub and a build behind a preview live in one process and both spill: each must read back its own rows.
+    With one spill folder per process their same-named spill files overwrote each other and sums came back wrong."""
+    import duckdb
+
+    from gpuscope.tools.model.limits import duckdb_config
+
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    n = 6_000_000  # three BIGINT columns: ~144 MB per instance against a 64 MiB limit
+    cons = [duckdb.connect(config={**duckdb_config(64 * 2**20), "threads": "2"}) for _ in range(2)]
+    try:
+        for k, con in enumerate(cons):
+            con.execute(f"CREATE TABLE t AS SELECT i, i * {k + 2} AS j, i % 7 AS m FROM range({n}) r(i)")
+        assert len({con.execute("SELECT current_setting('temp_directory')").fetchone()[0] for con in cons}) == 2
+        for k, con in enumerate(cons):
+            assert con.execute("SELECT sum(i)::HUGEINT, sum(j)::HUGEINT, count(*) FROM t").fetchone() == (
+                n * (n - 1) // 2, (k + 2) * n * (n - 1) // 2, n)
+    finally:
+        for con in cons:
+            con.close()
+
+
 def test_a_cache_that_turns_read_only_falls_back_to_memory(tmp_path, monkeypatch):
     """Lock files cannot be created (EROFS): the profile is still analysed, in memory, with the warning."""
     import errno

@@ -12,12 +12,14 @@ Sizes accept a plain number of bytes or a number with KB/MB/GB/TB (powers of 100
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from pathlib import Path
 
 from .errors import ProfileError
 
+_instances = itertools.count()
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -116,5 +118,9 @@ def duckdb_config(memory_limit: int | None = None, spill: bool = True) -> dict[s
         "merge_join_threshold": "0",
     }
     if spill:
-        config["temp_directory"] = str(private_dir("spill", str(os.getpid())))
+        # A folder per instance, not per process: DuckDB names its spill files the same in every instance, so two
+        # instances of one process (the hub and a build behind a preview) sharing a folder overwrote each other's
+        # spilled blocks and read back wrong rows. DuckDB creates the folder on first spill and removes it on close;
+        # the process's folder goes when the process is gone (store.cleanup_stale_spill).
+        config["temp_directory"] = str(private_dir("spill", str(os.getpid())) / f"db{next(_instances)}")
     return config
