@@ -434,3 +434,64 @@ def test_a_base_name_missing_from_string_ids(tmp_path):
     finally:
         stored.close()
 
+
+
+def _gz(scenario, path: Path) -> Path:
+    plain = kineto.write(scenario, path.with_name(path.name.removesuffix(".gz")))
+    path.write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+    return path
+
+
+def test_the_build_after_a_kineto_preview_reads_the_parts_the_preview_staged(tmp_path, monkeypatch):
+    """A .json.gz is decompressed once: the store's build that follows the preview parses the parts the preview staged,
+    which are removed once the build is over; the store holds every kernel the generator wrote."""
+    staged, kept = [], []
+    stage, keep = kineto_reader._stage, kineto_reader._staged.keep
+    monkeypatch.setattr(kineto_reader, "_stage", lambda *a, **kw: staged.append(1) or stage(*a, **kw))
+    monkeypatch.setattr(kineto_reader._staged, "keep", lambda path, staged: kept.append(staged[0]) or keep(path, staged))
+    scenario = scenarios_diagnose.launch_bound()
+    path = _gz(scenario, tmp_path / "t.pt.trace.json.gz")
+    pending, first = _answered_then_built(path)
+    assert len(staged) == 1 and len(kept) == 1
+    assert not Path(kept[0]).exists() and kineto_reader._staged._kept is None
+    assert pending.count("kernels") == len(scenario.kernels)
+    assert sum(d["kernel_count"] for d in first["devices"]) == len(scenario.kernels)
+    pending.close()
+    cache.clear()
+
+
+def test_a_trace_rewritten_between_its_preview_and_its_build_is_staged_anew(tmp_path):
+    """The parts a preview kept are for the content it read: rewritten in between, the build reads the new file."""
+    path = _gz(scenarios_diagnose.launch_bound(), tmp_path / "t.pt.trace.json.gz")
+    view = trace_mod._preview_trace(path, "kineto", lambda *_: None)
+    assert view is not None and kineto_reader._staged._kept is not None
+    view.close()
+    other = catalog.SCENARIOS["concurrent_streams"]()
+    _gz(other, path)
+    stored = trace_mod.load_trace(path, store_now=True)
+    try:
+        assert stored.count("kernels") == len(other.kernels)
+        assert kineto_reader._staged._kept is None
+    finally:
+        stored.close()
+
+
+def test_a_gzip_bomb_refused_by_the_preview_is_not_unpacked_again_by_the_build(tmp_path, monkeypatch):
+    """The preview stops at the decompression cap; the store's build that follows says the same without unpacking the
+    file a second time (a few MB of gzip that expand past the cap cost that time once)."""
+    monkeypatch.setenv("GPUSCOPE_MAX_DECOMPRESSED_GB", "0.001")  # 1 MB
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1, "args": {"pad": "x" * 200}}
+              for i in range(10_000)]
+    path = tmp_path / "bomb.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}).encode()))
+    opened = []
+    reader = kineto_reader._gzip_reader
+    monkeypatch.setattr(kineto_reader, "_gzip_reader", lambda *a: opened.append(1) or reader(*a))
+    pending = cache.open_trace(path)
+    assert not pending.ready
+    with pytest.raises(ProfileError, match="GPUSCOPE_MAX_DECOMPRESSED_GB"):
+        top_kernels(pending)
+    assert len(opened) == 1
+    pending.close()
+    cache.clear()

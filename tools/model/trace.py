@@ -190,6 +190,11 @@ class Trace:
             self._settle()
         except BaseException:  # raised again to whoever next reads the model
             pass
+        finally:
+            # What the preview left for this build (a Kineto trace's staged parts) goes, whoever built the store.
+            drop = getattr(importlib.import_module(f"{__package__}.readers.{self.format}"), "drop_staged", None)
+            if drop is not None:
+                drop(self.path)
 
     @property
     def format_name(self) -> str:

@@ -19,6 +19,7 @@ same staging, read_json call and SQL, into memory, keeping only what the kernels
 
 from __future__ import annotations
 
+import atexit
 import codecs
 import gc
 import gzip
@@ -28,6 +29,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -46,6 +48,7 @@ from ..limits import max_decompressed_bytes, memory_limit_bytes
 from ..names import create_short_names
 from ..quote import quote_literal
 from ..quality import check_model, count_sql, record_query
+from ..store import content_key
 
 # Pre-2022 category names (and the 2022 gpu_user_Annotation typo) → current ActivityType names.
 CAT_ALIASES = {
@@ -142,9 +145,8 @@ def preview(con, path: Path, names: bool = True, streams: bool = True) -> None:
     of the model only what kernels need is built. The store's build repeats this work and the rest in the background.
 
     Raises NoPreview where load() would not take this path (a layout, values or entries only json.loads reads, an
-    error it reports) and for a trace without kernels. A .json.gz is decompressed here and again by the store's
-    build: the first answer waits for one decompression instead of the whole build, the store is ready that much
-    later. `names` and `streams` (what the one question reads) change nothing here: the names and streams come with
+    error it reports) and for a trace without kernels. The parts staged here (a .json.gz decompressed) are kept for
+    the store's build that follows in this process (_Handoff), which parses them without staging again. `names` and `streams` (what the one question reads) change nothing here: the names and streams come with
     the kernel events the preview parses anyway."""
     try:
         top = _load_duckdb(con, path, detect(path), lambda *_: None, preview=True)
@@ -225,14 +227,25 @@ def _create_store(con, source: str, params: list | None = None) -> None:
 
 
 def _load_duckdb(con, path: Path, detected, progress, preview: bool = False) -> dict:
-    try:
-        tmp = tempfile.mkdtemp(prefix="gpuscope-kineto-")  # private (0700), removed below
-    except OSError:
-        raise _Fallback from None
     threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
+    kept = _staged.take(path) if not preview else None
+    if kept is not None:
+        tmp, files, top = kept
+    else:
+        try:
+            tmp = tempfile.mkdtemp(prefix="gpuscope-kineto-")  # private (0700), removed below
+        except OSError:
+            raise _Fallback from None
+    done = False
     try:
-        progress(0.05, "locating traceEvents")
-        files, top = _stage(path, detected, Path(tmp), int(threads))
+        if kept is None:
+            progress(0.05, "locating traceEvents")
+            try:
+                files, top = _stage(path, detected, Path(tmp), int(threads))
+            except ProfileError as exc:
+                if preview:
+                    _staged.keep(path, exc)  # the build would only unpack it again to say the same
+                raise
         progress(0.3, "parsing events (DuckDB read_json)")
         try:
             try:
@@ -250,10 +263,14 @@ def _load_duckdb(con, path: Path, detected, progress, preview: bool = False) -> 
             raise ProfileError(_out_of_memory(path, "DuckDB's JSON reader")) from None
         finally:
             con.execute(f"SET threads = {int(threads)}")
+        done = True
     except MemoryError:
         raise ProfileError(_out_of_memory(path, "the staging step")) from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if preview and done:
+            _staged.keep(path, (tmp, files, top))  # for the store's build, which reads the same parts
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     n, blank = con.execute(
         """SELECT count(*), count(*) FILTER (WHERE ph IS NULL AND cat IS NULL AND name IS NULL AND pid IS NULL AND tid IS NULL
                                               AND ts_ns IS NULL AND dur_ns IS NULL AND args IS NULL AND time_issue IS NULL)
@@ -266,6 +283,69 @@ def _load_duckdb(con, path: Path, detected, progress, preview: bool = False) -> 
         raise _Fallback
     _check_nesting(con, path)
     return top
+
+
+class _Handoff:
+    """What staging the one trace a preview last read gave, kept for the store's build that follows it in this
+    process: its parts, which the build parses again without decompressing a .json.gz a second time (or copying a
+    plain trace's parts again), or the error that refused the file (a corrupt .json.gz, or one that decompresses past
+    the cap), which the build raises without unpacking it again. Keyed by path and content identity, so a file
+    rewritten in between is staged anew. At most one trace is kept; trace.py drops it once that build is over,
+    whoever built the store, and what is left at exit goes then."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        # path, content key, then (folder, parts, top-level keys) or the ProfileError
+        self._kept: tuple[str, str, tuple[str, list[Path], dict] | ProfileError] | None = None
+        atexit.register(self.drop)
+
+    def keep(self, path: Path, staged: tuple[str, list[Path], dict] | ProfileError) -> None:
+        try:
+            key = content_key(path)
+        except OSError:
+            key = None
+        with self._lock:
+            old, self._kept = self._kept, ((str(path), key, staged) if key is not None else None)
+        for gone in (old, None if key is not None else (None, None, staged)):
+            if gone is not None and isinstance(gone[2], tuple):
+                shutil.rmtree(gone[2][0], ignore_errors=True)
+
+    def take(self, path: Path) -> tuple[str, list[Path], dict] | None:
+        """The staged parts kept for `path` (now the caller's to remove), None, or the kept error raised."""
+        with self._lock:
+            kept, self._kept = self._kept, None
+        if kept is None:
+            return None
+        try:
+            same = kept[0] == str(path) and kept[1] == content_key(path)
+        except OSError:
+            same = False
+        staged = kept[2]
+        if same and isinstance(staged, ProfileError):
+            raise staged
+        if same and all(p.exists() for p in staged[1]):
+            return staged
+        if isinstance(staged, tuple):
+            shutil.rmtree(staged[0], ignore_errors=True)
+        return None
+
+    def drop(self, path: Path | None = None) -> None:
+        """Let go of what is kept (for `path` only, when given)."""
+        with self._lock:
+            kept = self._kept
+            if kept is None or (path is not None and kept[0] != str(path)):
+                return
+            self._kept = None
+        if isinstance(kept[2], tuple):
+            shutil.rmtree(kept[2][0], ignore_errors=True)
+
+
+_staged = _Handoff()
+
+
+def drop_staged(path: Path) -> None:
+    """Called by trace.py when the store's build that followed a preview of `path` is over."""
+    _staged.drop(path)
 
 
 def _read_events(con, files: list[Path], preview: bool = False) -> None:
