@@ -24,7 +24,7 @@ from .comm_patterns import COLLECTIVES, collective_index_sql
 from .comm_patterns import comm_patterns as active_patterns
 from .common import ToolResult, WholeGraphTime, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, whole_graph_time
 from .gpu_timeline import COMM, split_measures, timeline_ops_sql
-from .intervals import NULL_KEY, unions
+from .intervals import unions
 from .nccl_bandwidth import TIME_NOTE, BandwidthGroup, bandwidth
 from .requirements import require
 
@@ -162,8 +162,8 @@ def comm_summary(
     p2 = params * 2
     coll = collective_index_sql("name")
     base = f"SELECT *, {coll} AS coll FROM ({ops}) WHERE cls = {COMM} AND end_ns > start_ns"
-    dev_rows = {(r[0], None if r[1] == NULL_KEY else r[1]): r[2:] for r in trace.sql(
-        f"""SELECT device_id, coalesce(owner, {NULL_KEY}), count(*), count(*) FILTER (WHERE NOT launched), sum(end_ns - start_ns)::BIGINT
+    dev_rows = {(r[0], r[1]): r[2:] for r in trace.sql(
+        f"""SELECT device_id, owner, count(*), count(*) FILTER (WHERE NOT launched), sum(end_ns - start_ns)::BIGINT
             FROM ({base}) GROUP BY ALL""", p2)}
     # A device is reported when its communication time |COMM| is not 0, i.e. when it has a communication kernel of
     # non-zero duration in the selection (a row of dev_rows). Without any, the unions over every GPU op (most of the
