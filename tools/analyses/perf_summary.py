@@ -127,7 +127,11 @@ def perf_summary(
             raise ProfileError("no GPU op in the selection was launched from inside a PyTorch cpu_op; ops_summary shows "
                                "what launched them.")
         instances(cur, g, subtree=False)
-        conds, params = ["name IS NOT NULL"], []
+        # The instances named, with their cpu_op's shapes, scalar inputs and strides.
+        named = f"""SELECT i.*, n.name, coalesce(c.input_dims, '') AS dims, coalesce(c.input_types, '') AS types,
+                           coalesce(c.concrete_inputs, '') AS conc, coalesce(c.input_strides, '') AS strides
+                    FROM _ops_inst i JOIN {g.frame.names} n ON n.id = i.name_id LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id"""
+        conds, params = ["TRUE"], []
         if category:
             conds.append("lower(category) = lower(?)")
             params.append(category)
@@ -137,14 +141,12 @@ def perf_summary(
         if name_contains:
             conds.append(f"name {CONTAINS_SQL}")
             params.append(contains_pattern(name_contains))
-            if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM _ops_inst WHERE {' AND '.join(conds)})", params).fetchone()[0]:
+            if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM ({named}) WHERE {' AND '.join(conds)})", params).fetchone()[0]:
                 raise ProfileError(f"no op name contains {name_contains!r} in the selection; call perf_summary without it to see the names.")
         # Signatures: name, category, shapes, dtypes, scalar inputs and strides (cpu_ops columns of the launcher)
         df = pd.DataFrame(cursor_dicts(cur, f"""
-            SELECT i.name, i.category, coalesce(i.input_dims, '') AS dims, coalesce(i.input_types, '') AS types,
-                   coalesce(c.concrete_inputs, '') AS conc, coalesce(c.input_strides, '') AS strides, count(*) AS count,
-                   sum(i.direct_ns)::BIGINT AS total
-            FROM (SELECT * FROM _ops_inst WHERE {' AND '.join(conds)}) i LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
+            SELECT name, category, dims, types, conc, strides, count(*) AS count, sum(direct_ns)::BIGINT AS total
+            FROM ({named}) WHERE {' AND '.join(conds)}
             GROUP BY ALL ORDER BY total DESC, name, category, dims, types, conc, strides""", params),
             columns=["name", "category", "dims", "types", "conc", "strides", "count", "total"])
     attributed = int(df["total"].sum())
