@@ -526,13 +526,13 @@ def _answer(trace: Trace, group_by: str, device: int | None, start_ns: int | Non
         else:
             if not include_unlinked:
                 g = g.narrow("launcher_kind <> 'unattributed'")
-            instances(cur, g, subtree=group_by != "category")
+            inst = instances(cur, g, subtree=group_by != "category")
             if group_by == "name":
-                rows, rem_n, rem_t = _name_rows(cur, g, totals, limit)
+                rows, rem_n, rem_t = _name_rows(cur, g, inst, totals, limit)
             elif group_by == "category":
-                rows, rem_n, rem_t = _category_rows(cur, g, totals, limit)
+                rows, rem_n, rem_t = _category_rows(cur, g, inst, totals, limit)
             else:
-                rows, rem_n, rem_t = _shape_rows(cur, g, totals, limit)
+                rows, rem_n, rem_t = _shape_rows(cur, g, inst, totals, limit)
     return {"attribution": g.frame.attribution, "totals": totals.model_dump(), "rows": [r.model_dump() for r in rows],
             "remainder_rows": rem_n, "remainder_direct_ns": rem_t}
 
@@ -580,12 +580,14 @@ def _totals(cur, g: Selection, graphs: bool) -> Totals:
                   other_category_pct_of_categorised_gpu_time=pct(int(other), int(categorised), 4))
 
 
-def instances(cur, g: Selection, subtree: bool = True) -> None:
-    """Temp table _ops_inst of `cur`: one row per launcher instance in the selection: inst, name_id (its launcher name,
-    an id of the frame's names), kind, category, launcher_id, lstart, lend (all of its first GPU op by (start, id): the same on every GPU op
-    of an instance where there is an op tree; without one an instance is a range, and it takes the category of its
-    first GPU op), gpu_ops, direct_ns (|union| of its GPU ops), subtree_ns (cpu_ops with `subtree`: |union| of the
-    selected GPU ops launched inside it; else direct_ns), cpu_ns (host duration), attributed."""
+def instances(cur, g: Selection, subtree: bool = True) -> tuple[str, list]:
+    """A subquery and its parameters: one row per launcher instance in the selection: inst, name_id (its launcher name,
+    an id of the frame's names), kind, category, launcher_id, lstart, lend (all of its first GPU op by (start, id): the
+    same on every GPU op of an instance where there is an op tree; without one an instance is a range, and it takes the
+    category of its first GPU op), gpu_ops, direct_ns (|union| of its GPU ops), subtree_ns (cpu_ops with `subtree`:
+    |union| of the selected GPU ops launched inside it; else direct_ns), cpu_ns (host duration), attributed.
+    The instances of several GPU ops are aggregated into temp table _ops_inst of `cur`; those of one GPU op (class 3:
+    millions in an export without ranges) are their frame rows, read where the subquery is read, never copied."""
     sub = g.frame.subtree if subtree else None
     if sub is None:
         subtree_ns, sub_join = "i.direct_ns", ""
@@ -607,11 +609,14 @@ def instances(cur, g: Selection, subtree: bool = True) -> None:
                                      'launcher_id': launcher_id, 'lstart': launcher_start_ns, 'lend': launcher_end_ns}},
                                    (start_ns, gop_id)) AS f
                     FROM {g.sql} WHERE NOT {ONE_OP} GROUP BY inst) i
-              LEFT JOIN ({direct}) u USING (inst)
-              UNION ALL
-              SELECT inst, lname_id, launcher_kind, category, launcher_id, launcher_start_ns, launcher_end_ns, 1,
-                     greatest(end_ns - start_ns, 0) FROM {g.sql} WHERE {ONE_OP}) i
-        {sub_join}""", g.params + params + g.params)
+              LEFT JOIN ({direct}) u USING (inst)) i
+        {sub_join}""", g.params + params)
+    # A one-op instance is never a cpu_op's (class 3): its subtree is its direct time.
+    return (f"""(SELECT * FROM _ops_inst UNION ALL
+                 SELECT inst, lname_id, launcher_kind, category, launcher_id, launcher_start_ns, launcher_end_ns, 1,
+                        greatest(end_ns - start_ns, 0)::BIGINT AS d, d, launcher_end_ns - launcher_start_ns,
+                        launcher_kind <> 'unattributed'
+                 FROM {g.sql} WHERE {ONE_OP})""", list(g.params))
 
 
 def _ranked(cur, grouped: str, params: list, order: str, limit: int, value: str = "direct_ns",
@@ -647,19 +652,19 @@ def _nf(v) -> float | None:
     return None if v is None else float(v)
 
 
-def _name_rows(cur, g, totals, limit):
+def _name_rows(cur, g, inst, totals, limit):
     grouped = f"""
         SELECT n.name, i.* EXCLUDE (name_id), d.* EXCLUDE (name_id, kind) FROM (
             SELECT name_id, kind, count(*) AS count, sum(direct_ns)::BIGINT AS direct_ns, sum(subtree_ns)::BIGINT AS subtree_ns,
                    sum(cpu_ns)::BIGINT AS cpu_ns, count(cpu_ns) AS cpu_n, bool_or(attributed) AS attributed
-            FROM _ops_inst WHERE name_id IS NOT NULL GROUP BY name_id, kind) i
+            FROM {inst[0]} WHERE name_id IS NOT NULL GROUP BY name_id, kind) i
         JOIN (SELECT lname_id AS name_id, launcher_kind AS kind, count(*) AS n_ops, median(launch_delay_ns) AS ld,
                      median(queue_free_delay_ns) AS qf, count(*) FILTER (WHERE delay_excluded) AS excluded,
                      count(*) FILTER (WHERE in_graph) AS gops, sum(graph_dur_ns)::BIGINT AS gns,
                      list_sort(list(DISTINCT category)) AS cats
               FROM {g.sql} WHERE lname_id IS NOT NULL GROUP BY ALL) d USING (name_id, kind)
         JOIN {g.frame.names} n ON n.id = i.name_id"""
-    shown, rem_n, rem_t, denom = _ranked(cur, grouped, g.params, "direct_ns DESC, name, kind", limit)
+    shown, rem_n, rem_t, denom = _ranked(cur, grouped, inst[1] + g.params, "direct_ns DESC, name, kind", limit)
     totals.attributed_kernel_time_ns = denom
     graphs = totals.graph_kernels is not None
     rows = []
@@ -678,11 +683,11 @@ def _name_rows(cur, g, totals, limit):
     return rows, rem_n, rem_t
 
 
-def _category_rows(cur, g, totals, limit):
+def _category_rows(cur, g, inst, totals, limit):
     if g.frame.attribution == "cpu_op":
-        grouped = """SELECT category, count(*) AS count, sum(direct_ns)::BIGINT AS direct_ns, bool_or(attributed) AS attributed
-                     FROM _ops_inst GROUP BY category"""
-        params = []
+        grouped = f"""SELECT category, count(*) AS count, sum(direct_ns)::BIGINT AS direct_ns, bool_or(attributed) AS attributed
+                      FROM {inst[0]} GROUP BY category"""
+        params = inst[1]
     else:  # no op tree: each GPU op is classified by its kernel name; direct = union per (range instance, category)
         per, per_params = union_per_instance(g, "inst, category")
         grouped = f"""
@@ -704,10 +709,10 @@ def _category_rows(cur, g, totals, limit):
     return rows, rem_n, rem_t
 
 
-def _shape_rows(cur, g, totals, limit):
+def _shape_rows(cur, g, inst, totals, limit):
     # The instances with their cpu_op's shapes (none for other launchers: launcher_id -1 is no row).
-    shaped = """SELECT i.*, coalesce(c.input_dims, '') AS dims, coalesce(c.input_types, '') AS types
-                FROM _ops_inst i LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id WHERE i.name_id IS NOT NULL"""
+    shaped = f"""SELECT i.*, coalesce(c.input_dims, '') AS dims, coalesce(c.input_types, '') AS types
+                 FROM {inst[0]} i LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id WHERE i.name_id IS NOT NULL"""
     grouped = f"""
         SELECT n.name, s.* FROM (
             SELECT name_id, category, dims, types, count(*) AS count,
@@ -715,7 +720,7 @@ def _shape_rows(cur, g, totals, limit):
                    stddev_samp(direct_ns) AS std, min(direct_ns) AS mn, max(direct_ns) AS mx, sum(subtree_ns)::BIGINT AS subtree_ns,
                    bool_or(attributed) AS attributed
             FROM ({shaped}) GROUP BY ALL) s JOIN {g.frame.names} n ON n.id = s.name_id"""
-    shown, rem_n, rem_t, denom = _ranked(cur, grouped, [], "direct_ns DESC, name, category, dims, types", limit)
+    shown, rem_n, rem_t, denom = _ranked(cur, grouped, inst[1], "direct_ns DESC, name, category, dims, types", limit)
     totals.attributed_kernel_time_ns = denom
     # The GPU ops of every shown row in one join: per (row, kernel name, stream) count, Σ duration and first start.
     ks = cursor_dicts(cur, f"""
@@ -727,7 +732,7 @@ def _shape_rows(cur, g, totals, limit):
                   JOIN ({shaped}) i ON i.name_id = r.name_id AND i.category = r.category AND i.dims = r.dims AND i.types = r.types
                   JOIN {g.sql} s USING (inst)
                   GROUP BY r.pos, s.name_id, s.stream_id) JOIN {g.frame.names} n ON n.id = name_id)
-        WHERE k <= 12 ORDER BY pos, k""", g.params)
+        WHERE k <= 12 ORDER BY pos, k""", inst[1] + g.params)
     by_row: dict[int, list] = {}
     for k in ks:
         by_row.setdefault(k["pos"], []).append({"name": clip_name(k["name"], 96), "stream": k["stream_id"], "count": k["count"],

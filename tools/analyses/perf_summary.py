@@ -126,17 +126,17 @@ def perf_summary(
         if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM {g.sql})", g.params).fetchone()[0]:
             raise ProfileError("no GPU op in the selection was launched from inside a PyTorch cpu_op; ops_summary shows "
                                "what launched them.")
-        instances(cur, g, subtree=False)
+        inst, inst_params = instances(cur, g, subtree=False)
         # The instances named, with their cpu_op's shapes, scalar inputs and strides.
         named = f"""SELECT i.*, n.name, coalesce(c.input_dims, '') AS dims, coalesce(c.input_types, '') AS types,
                            coalesce(c.concrete_inputs, '') AS conc, coalesce(c.input_strides, '') AS strides
-                    FROM _ops_inst i JOIN {g.frame.names} n ON n.id = i.name_id LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id"""
-        conds, params = ["TRUE"], []
+                    FROM {inst} i JOIN {g.frame.names} n ON n.id = i.name_id LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id"""
+        conds, params = ["TRUE"], list(inst_params)
         if category:
             conds.append("lower(category) = lower(?)")
             params.append(category)
-            if not cur.execute("SELECT EXISTS (SELECT 1 FROM _ops_inst WHERE lower(category) = lower(?))", [category]).fetchone()[0]:
-                cats = [r[0] for r in cur.execute("SELECT DISTINCT category FROM _ops_inst ORDER BY 1").fetchall()]
+            if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM {inst} WHERE lower(category) = lower(?))", inst_params + [category]).fetchone()[0]:
+                cats = [r[0] for r in cur.execute(f"SELECT DISTINCT category FROM {inst} ORDER BY 1", inst_params).fetchall()]
                 raise ProfileError(f"no op of category {category!r} in the selection; categories present: {cats}.")
         if name_contains:
             conds.append(f"name {CONTAINS_SQL}")
