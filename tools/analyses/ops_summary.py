@@ -305,9 +305,9 @@ class OpsSummaryResult(ToolResult):
 @dataclass(frozen=True)
 class Frame:
     """Every GPU op with its launcher instance (_build_frame): table `table`, columns gop_id, op, device_id, stream_id,
-    start_ns, end_ns, dur_ns, name_id, is_comm, launcher_id, launcher_kind, lname_id (launcher name), launcher_start_ns,
-    launcher_end_ns, inst (launcher instance), category, launch_delay_ns, queue_free_delay_ns, delay_excluded, in_graph,
-    graph_dur_ns. Names are ids of table `names` (op_tree.Launchers: id order is name order); a cpu_op launcher's
+    start_ns, end_ns, dur_ns, name_id, is_comm, launcher_id, launcher_kind, lname_id (launcher name), launcher_dur_ns,
+    inst (launcher instance), category, launch_delay_ns, queue_free_delay_ns, in_graph; a Selection adds delay_excluded and
+    graph_dur_ns, cheaper to derive where read than to write for every GPU op. Names are ids of table `names` (op_tree.Launchers: id order is name order); a cpu_op launcher's
     input_dims/types are its cpu_ops row's (launcher_id). `subtree`: op_tree's (op_id, gop_id) pairs, None without cpu_ops."""
 
     table: str
@@ -327,7 +327,9 @@ class Selection:
 
     @property
     def sql(self) -> str:
-        return f"(SELECT * FROM {self.frame.table} WHERE {self.where})"
+        # A linked GPU op (any launcher kind but unattributed) without a launch delay was left out of the delays.
+        return (f"(SELECT *, launch_delay_ns IS NULL AND launcher_kind <> 'unattributed' AS delay_excluded, "
+                f"CASE WHEN in_graph THEN dur_ns ELSE 0 END AS graph_dur_ns FROM {self.frame.table} WHERE {self.where})")
 
     def narrow(self, cond: str, params: list | None = None) -> "Selection":
         return Selection(self.frame, f"{self.where} AND {cond}", self.params + list(params or []))
@@ -447,10 +449,9 @@ def _frame_table(cur, table: str, with_clause: str, src: str) -> None:
     it is left out (delay_excluded). One statement: the frame is the only copy of the GPU ops it writes."""
     cur.execute(f"""CREATE TABLE {table} AS {with_clause}
         SELECT b.gop_id, b.op, b.device_id, b.stream_id, b.start_ns, b.end_ns, b.dur_ns, b.name_id, b.is_comm, b.launcher_id,
-               b.launcher_kind, b.lname_id, b.launcher_start_ns, b.launcher_end_ns, b.inst,
+               b.launcher_kind, b.lname_id, b.launcher_end_ns - b.launcher_start_ns AS launcher_dur_ns, b.inst,
                b.category, CASE WHEN b.bad THEN NULL ELSE b.launch END AS launch_delay_ns,
-               CASE WHEN b.bad THEN NULL ELSE b.qf END AS queue_free_delay_ns, b.bad AS delay_excluded, b.in_graph,
-               CASE WHEN b.in_graph THEN b.dur_ns ELSE 0 END AS graph_dur_ns
+               CASE WHEN b.bad THEN NULL ELSE b.qf END AS queue_free_delay_ns, b.in_graph
         FROM (SELECT *, coalesce(launch < 0, false) OR coalesce(qf < 0, false) AS bad FROM {src}) b""")
 
 
@@ -582,10 +583,10 @@ def _totals(cur, g: Selection, graphs: bool) -> Totals:
 
 def instances(cur, g: Selection, subtree: bool = True) -> tuple[str, list]:
     """A subquery and its parameters: one row per launcher instance in the selection: inst, name_id (its launcher name,
-    an id of the frame's names), kind, category, launcher_id, lstart, lend (all of its first GPU op by (start, id): the
+    an id of the frame's names), kind, category, launcher_id, cpu_ns (host duration; all of its first GPU op by (start, id): the
     same on every GPU op of an instance where there is an op tree; without one an instance is a range, and it takes the
     category of its first GPU op), gpu_ops, direct_ns (|union| of its GPU ops), subtree_ns (cpu_ops with `subtree`:
-    |union| of the selected GPU ops launched inside it; else direct_ns), cpu_ns (host duration), attributed.
+    |union| of the selected GPU ops launched inside it; else direct_ns), attributed.
     The instances of several GPU ops are aggregated into temp table _ops_inst of `cur`; those of one GPU op (class 3:
     millions in an export without ranges) are their frame rows, read where the subquery is read, never copied."""
     sub = g.frame.subtree if subtree else None
@@ -601,21 +602,20 @@ def instances(cur, g: Selection, subtree: bool = True) -> tuple[str, list]:
         sub_join = "LEFT JOIN _ops_sub s ON s.op_id = i.launcher_id"
     direct, params = union_per_instance(g, "inst")
     cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_inst AS
-        SELECT i.*, ({subtree_ns})::BIGINT AS subtree_ns, i.lend - i.lstart AS cpu_ns, i.kind <> 'unattributed' AS attributed
+        SELECT i.* EXCLUDE (cpu_ns), ({subtree_ns})::BIGINT AS subtree_ns, i.cpu_ns, i.kind <> 'unattributed' AS attributed
         FROM (SELECT inst, f.name_id AS name_id, f.kind AS kind, f.category AS category, f.launcher_id AS launcher_id,
-                     f.lstart AS lstart, f.lend AS lend, gpu_ops, coalesce(u.busy_ns, 0)::BIGINT AS direct_ns
+                     f.cpu_ns AS cpu_ns, gpu_ops, coalesce(u.busy_ns, 0)::BIGINT AS direct_ns
               FROM (SELECT inst, count(*) AS gpu_ops,
                            arg_min({{'name_id': lname_id, 'kind': launcher_kind, 'category': category,
-                                     'launcher_id': launcher_id, 'lstart': launcher_start_ns, 'lend': launcher_end_ns}},
+                                     'launcher_id': launcher_id, 'cpu_ns': launcher_dur_ns}},
                                    (start_ns, gop_id)) AS f
                     FROM {g.sql} WHERE NOT {ONE_OP} GROUP BY inst) i
               LEFT JOIN ({direct}) u USING (inst)) i
         {sub_join}""", g.params + params)
     # A one-op instance is never a cpu_op's (class 3): its subtree is its direct time.
     return (f"""(SELECT * FROM _ops_inst UNION ALL
-                 SELECT inst, lname_id, launcher_kind, category, launcher_id, launcher_start_ns, launcher_end_ns, 1,
-                        greatest(end_ns - start_ns, 0)::BIGINT AS d, d, launcher_end_ns - launcher_start_ns,
-                        launcher_kind <> 'unattributed'
+                 SELECT inst, lname_id, launcher_kind, category, launcher_id, 1, greatest(end_ns - start_ns, 0)::BIGINT AS d, d,
+                        launcher_dur_ns, launcher_kind <> 'unattributed'
                  FROM {g.sql} WHERE {ONE_OP})""", list(g.params))
 
 
