@@ -224,9 +224,10 @@ def _subtree(trace: Trace, tree: _Tree, key: int, depth: int, limit: int) -> tup
             stack.extend(tree.children(k).tolist())
         cur = trace.con.cursor()
         try:
-            for g in cursor_dicts(cur, f"""SELECT launcher_id, op, name, start_ns, dur_ns, device_id, stream_id, call_start_ns
-                                           FROM {L.gops} WHERE launcher_id IN (SELECT unnest(?::BIGINT[]))
-                                           ORDER BY start_ns, gop_id""", [ops]):
+            for g in cursor_dicts(cur, f"""SELECT g.launcher_id, g.op, n.name, g.start_ns, g.dur_ns, g.device_id, g.stream_id,
+                                                  g.call_start_ns
+                                           FROM {L.table} g JOIN {L.names} n ON n.id = g.name_id
+                                           WHERE g.launcher_id IN (SELECT unnest(?::BIGINT[])) ORDER BY g.start_ns, g.gop_id""", [ops]):
                 by_launcher.setdefault(g["launcher_id"], []).append(g)
         finally:
             cur.close()
@@ -261,7 +262,7 @@ def _subtree(trace: Trace, tree: _Tree, key: int, depth: int, limit: int) -> tup
     cnt, nk, kt, t = trace.sql(f"""
         SELECT count(*), count(*) FILTER (WHERE op = 'kernel'), coalesce(sum(dur_ns) FILTER (WHERE op = 'kernel'), 0)::BIGINT,
                coalesce(sum(dur_ns), 0)::BIGINT
-        FROM {L.gops} WHERE pid = ? AND call_tid = ? AND call_start_ns >= ? AND call_start_ns < ?""",
+        FROM {L.table} WHERE pid = ? AND call_tid = ? AND call_start_ns >= ? AND call_start_ns < ?""",
                                [_nan_int(n.pid[key]), _nan_int(n.tid[key]), s, e])[0]
     return out, Totals(gpu_ops=cnt, kernels=nk, kernel_time_ns=kt, gpu_time_ns=t, host_nodes=count_nodes), cut
 
@@ -292,7 +293,7 @@ def _kernel_mode(trace: Trace, kernel: str, instance: int | None, depth: int, li
     L = launchers(trace)
     match = f"gop_id IN (SELECT rowid * 2 FROM kernels WHERE name {CONTAINS_SQL} OR short_name {CONTAINS_SQL})"
     pat = [contains_pattern(kernel)] * 2
-    n = trace.scalar(f"SELECT count(*) FROM {L.gops} WHERE {match}", pat)
+    n = trace.scalar(f"SELECT count(*) FROM {L.table} WHERE {match}", pat)
     if not n:
         names = [r[0] for r in trace.sql("SELECT short_name FROM kernels GROUP BY 1 ORDER BY sum(dur_ns) DESC")]
         close = difflib.get_close_matches(kernel, names, n=5, cutoff=0.3) or names[:5]
@@ -304,9 +305,10 @@ def _kernel_mode(trace: Trace, kernel: str, instance: int | None, depth: int, li
     g = trace.sql_dicts(f"SELECT * FROM {L.gops} WHERE {match} ORDER BY {order} LIMIT 1 OFFSET ?",
                         pat + [int(instance) % n if instance is not None else 0])[0]
     pos = int(instance) % n if instance is not None else trace.scalar(
-        f"SELECT count(*) FROM {L.gops} WHERE {match} AND (start_ns < ? OR (start_ns = ? AND gop_id < ?))",
+        f"SELECT count(*) FROM {L.table} WHERE {match} AND (start_ns < ? OR (start_ns = ? AND gop_id < ?))",
         pat + [g["start_ns"], g["start_ns"], g["gop_id"]])
-    sel_names = trace.sql(f"SELECT name FROM {L.gops} WHERE {match} GROUP BY name ORDER BY min(start_ns), min(gop_id)", pat)
+    sel_names = trace.sql(f"SELECT n.name FROM {L.table} g JOIN {L.names} n ON n.id = g.name_id WHERE {match} "
+                          "GROUP BY n.name ORDER BY min(g.start_ns), min(g.gop_id)", pat)
     names = list(dict.fromkeys(clip_name(r[0], 120) for r in sel_names))
     chain: list[Level] = []
     hint = None
@@ -408,7 +410,7 @@ def _launched_ns(trace: Trace, pid: np.ndarray, tid: np.ndarray, start_ns: np.nd
                                                  "tid": pd.Series(tid).astype("Int64"), "s": start_ns, "e": start_ns + dur_ns}))
         got = cur.execute(f"""
             WITH t AS (SELECT g.pid, g.call_tid AS tid, g.call_start_ns AS t, sum(g.dur_ns) AS d
-                       FROM {L.gops} g SEMI JOIN (SELECT DISTINCT pid, tid FROM _cs_calls) q ON q.pid = g.pid AND q.tid = g.call_tid
+                       FROM {L.table} g SEMI JOIN (SELECT DISTINCT pid, tid FROM _cs_calls) q ON q.pid = g.pid AND q.tid = g.call_tid
                        WHERE g.call_start_ns IS NOT NULL GROUP BY ALL),
                  c AS (SELECT pid, tid, t, sum(d) OVER (PARTITION BY pid, tid ORDER BY t) AS cum FROM t),
                  hi AS (SELECT q.i, coalesce(c.cum, 0) AS cum FROM _cs_calls q ASOF LEFT JOIN c ON c.pid = q.pid AND c.tid = q.tid AND c.t < q.e),

@@ -39,7 +39,7 @@ Deliberate differences from TraceLens (each pinned in tests/analyses/test_ops_su
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Iterator, Literal
 
@@ -55,12 +55,10 @@ from .common import (ALL_TABLES, CONTAINS_SQL, Window, clip_name, contains_patte
 from .comm_patterns import comm_patterns
 from .graph_summary import GRAPH_KERNELS_CTE, graph_kernel_count
 from .intervals import unions_on
-from .op_tree import Kept, launchers
-from .projection import INNERMOST, tables as projection_tables
+from .op_tree import Kept, gop_kinds_sql, gops_sql, launchers, linked_sql, names as name_table
+from .projection import INNERMOST, RANGE_KINDS_SQL, tables as projection_tables
 from .requirements import require
 from .stacked import union_stats_sql
-
-UNATTRIBUTED = "<unattributed>"
 
 # -- categories (TraceLens PerfModel/torch_op_mapping.py, categorize_torch_op, + §12 fixes) -------------
 _GEMM = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm", "trtllm::cublas_scaled_mm",
@@ -307,11 +305,13 @@ class OpsSummaryResult(ToolResult):
 @dataclass(frozen=True)
 class Frame:
     """Every GPU op with its launcher instance (_build_frame): table `table`, columns gop_id, op, device_id, stream_id,
-    start_ns, end_ns, dur_ns, name, is_comm, launcher_id, launcher_kind, launcher_name, launcher_start_ns,
-    launcher_end_ns, input_dims, input_types, inst (launcher instance), category, launch_delay_ns, queue_free_delay_ns,
-    delay_excluded, in_graph, graph_dur_ns. `subtree`: op_tree's (op_id, gop_id) pairs, None without cpu_ops."""
+    start_ns, end_ns, dur_ns, name_id, is_comm, launcher_id, launcher_kind, lname_id (launcher name), launcher_dur_ns,
+    inst (launcher instance), category, launch_delay_ns, queue_free_delay_ns, in_graph; a Selection adds delay_excluded and
+    graph_dur_ns, cheaper to derive where read than to write for every GPU op. Names are ids of table `names` (op_tree.Launchers: id order is name order); a cpu_op launcher's
+    input_dims/types are its cpu_ops row's (launcher_id). `subtree`: op_tree's (op_id, gop_id) pairs, None without cpu_ops."""
 
     table: str
+    names: str
     subtree: str | None
     attribution: str
     keep: tuple  # the Kept tables live as long as this object
@@ -327,7 +327,9 @@ class Selection:
 
     @property
     def sql(self) -> str:
-        return f"(SELECT * FROM {self.frame.table} WHERE {self.where})"
+        # A linked GPU op (any launcher kind but unattributed) without a launch delay was left out of the delays.
+        return (f"(SELECT *, launch_delay_ns IS NULL AND launcher_kind <> 'unattributed' AS delay_excluded, "
+                f"CASE WHEN in_graph THEN dur_ns ELSE 0 END AS graph_dur_ns FROM {self.frame.table} WHERE {self.where})")
 
     def narrow(self, cond: str, params: list | None = None) -> "Selection":
         return Selection(self.frame, f"{self.where} AND {cond}", self.params + list(params or []))
@@ -370,7 +372,6 @@ def _build_frame(trace: Trace) -> Frame:
     innermost NVTX/rocTX/annotation range around the launching call (projection.py), else the GPU op, named by its
     kernel's base name. GPU ops without a launching call are '<unattributed>'. Instance ids: class in the top bits, the
     id below (ids are row numbers, far below 2^60)."""
-    L = launchers(trace)
     has_ops = trace.count("cpu_ops") > 0
     kept = Kept(trace, "frame")
     cur = kept.cur
@@ -378,56 +379,67 @@ def _build_frame(trace: Trace) -> Frame:
     if graphs:
         cur.execute(f"CREATE OR REPLACE TEMP TABLE _ops_graph AS WITH {GRAPH_KERNELS_CTE} SELECT DISTINCT kid * 2 AS gop_id FROM graph_kids")
     in_graph = "g.op = 'kernel' AND g.gop_id IN (SELECT gop_id FROM _ops_graph)" if graphs else "false"
-    common = f"""g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name, g.is_comm, g.whole_graph,
-                 g.launcher_id, g.input_dims, g.input_types, {in_graph} AS in_graph, g.start_ns - g.call_end_ns AS launch,
+    common = f"""g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.name_id, g.is_comm, g.whole_graph,
+                 g.launcher_id, {in_graph} AS in_graph, g.start_ns - g.call_end_ns AS launch,
                  g.start_ns - CASE WHEN g.prev_end_ns > g.call_end_ns THEN g.prev_end_ns ELSE g.call_end_ns END AS qf"""
     if has_ops:
         attribution = "cpu_op"
+        L = launchers(trace)
+        names, keep = L.names, L
         cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_base AS SELECT {common},
             CASE g.launcher_kind WHEN 'unlinked' THEN 'unattributed' ELSE g.launcher_kind END AS launcher_kind,
-            CASE g.launcher_kind WHEN 'unlinked' THEN '{UNATTRIBUTED}' ELSE g.launcher_name END AS launcher_name,
-            g.launcher_start_ns, g.launcher_end_ns,
+            g.launcher_name_id AS lname_id, g.launcher_start_ns, g.launcher_end_ns,
             CASE WHEN g.launcher_kind = 'cpu_op' THEN g.launcher_id
                  WHEN g.launcher_kind IN ('runtime', 'graph')
                      THEN (2::BIGINT << 60) + dense_rank() OVER (ORDER BY g.pid, g.call_tid, g.call_start_ns)
                  ELSE (3::BIGINT << 60) + g.gop_id END AS inst
-            FROM {L.gops} g""")
+            FROM {L.table} g""")
         # Category of an instance: op_category of its name, the name of its first GPU op by (start, id) and whether
         # all its GPU ops are communication; computed once per distinct combination.
         cur.execute("""CREATE OR REPLACE TEMP TABLE _ops_ic AS
             SELECT inst, f.n AS n, f.k AS k, c, f.kd AS kd FROM (
-                SELECT inst, arg_min({'n': launcher_name, 'k': name, 'kd': launcher_kind}, (start_ns, gop_id)) AS f,
+                SELECT inst, arg_min({'n': lname_id, 'k': name_id, 'kd': launcher_kind}, (start_ns, gop_id)) AS f,
                        bool_and(is_comm) AS c
                 FROM _ops_base GROUP BY inst)""")
 
         def cat(name, first_kernel, comm, kd):
             return "unattributed" if kd == "unattributed" else kd if kd in ("runtime", "graph") else op_category(name, first_kernel, comm)
-        match = _categories(cur, "_ops_ic", ("n", "k", "c", "kd"), cat, "i")
+        match = _categories(cur, "_ops_ic", ("n", "k", "c", "kd"), cat, "i", L.names, ("n", "k"))
         src = f"_ops_base JOIN (SELECT i.inst, _ops_cat.category FROM _ops_ic i JOIN _ops_cat ON {match}) USING (inst)"
         _frame_table(cur, kept.names["frame"], "", src)
     else:
         attribution = "range"
-        # Without an op tree each GPU op is classified by its own name. The linked GPU ops of the projection are those
-        # of the launchers table (the launching calls are grouped once).
-        match = _categories(cur, L.gops, ("name", "is_comm", "op", "whole_graph"), kernel_category, "g")
-        with projection_tables(cur, trace, gops=L.gops):
-            _frame_table(cur, kept.names["frame"], f"WITH inn AS ({INNERMOST})", f"""(
+        # Without an op tree each GPU op is classified by its own name, and the frame is the one reader of the launcher
+        # rows (op_tree.gops_sql): they are read as a subquery, not written as a table first. The projection reads the
+        # GPU ops linked as there (op_tree.linked_sql); without ranges there is none to make.
+        n = name_table(trace)
+        names, keep, src = n.table, n, f"({gops_sql(n.table)})"
+        match = _categories(cur, f"({gop_kinds_sql(names)})", ("name_id", "is_comm", "op", "whole_graph"), kernel_category, "g",
+                            names, ("name_id",))
+        ranged = trace.scalar(f"SELECT EXISTS (SELECT 1 FROM markers WHERE kind IN ({RANGE_KINDS_SQL}))")
+        # per projected GPU op, its innermost range
+        inner = (f"WITH inn AS ({INNERMOST}) SELECT inn.gop_id, r.rid, r.name, r.start_ns, r.end_ns FROM inn JOIN _proj_rng r USING (rid)"
+                 if ranged else "SELECT NULL::BIGINT AS gop_id, NULL::BIGINT AS rid, NULL::VARCHAR AS name, NULL::BIGINT AS start_ns, "
+                                "NULL::BIGINT AS end_ns WHERE false")
+        with projection_tables(cur, trace, gops=linked_sql()) if ranged else nullcontext():
+            _frame_table(cur, kept.names["frame"], "", f"""(
                 SELECT {common},
                     CASE WHEN r.rid IS NOT NULL THEN 'range' WHEN g.launcher_kind IN ('runtime', 'graph') THEN 'kernel'
                          WHEN g.launcher_kind = 'unlinked' THEN 'unattributed' ELSE g.launcher_kind END AS launcher_kind,
-                    CASE WHEN r.rid IS NOT NULL THEN r.name WHEN g.launcher_kind IN ('runtime', 'graph') THEN coalesce(g.short_name, g.name)
-                         WHEN g.launcher_kind = 'unlinked' THEN '{UNATTRIBUTED}' ELSE g.launcher_name END AS launcher_name,
+                    CASE WHEN r.rid IS NOT NULL THEN rn.id WHEN g.launcher_kind IN ('runtime', 'graph')
+                         THEN coalesce(g.short_name_id, g.name_id) ELSE g.launcher_name_id END AS lname_id,
                     CASE WHEN r.rid IS NOT NULL THEN r.start_ns WHEN g.launcher_kind IN ('runtime', 'graph') THEN NULL
                          ELSE g.launcher_start_ns END AS launcher_start_ns,
                     CASE WHEN r.rid IS NOT NULL THEN r.end_ns WHEN g.launcher_kind IN ('runtime', 'graph') THEN NULL
                          ELSE g.launcher_end_ns END AS launcher_end_ns,
                     CASE WHEN r.rid IS NOT NULL THEN (1::BIGINT << 60) + r.rid ELSE (3::BIGINT << 60) + g.gop_id END AS inst,
                     _ops_cat.category
-                FROM {L.gops} g LEFT JOIN inn USING (gop_id) LEFT JOIN _proj_rng r USING (rid)
-                JOIN _ops_cat ON {match})""")
+                FROM {src} g LEFT JOIN ({inner}) r USING (gop_id)
+                LEFT JOIN {names} rn ON rn.name = r.name JOIN _ops_cat ON {match})""")
     for t in ("_ops_base", "_ops_ic", "_ops_cat", "_ops_graph"):
         cur.execute(f"DROP TABLE IF EXISTS temp.main.{t}")
-    return Frame(table=kept.names["frame"], subtree=L.subtree if has_ops else None, attribution=attribution, keep=(kept, L))
+    return Frame(table=kept.names["frame"], names=names, subtree=L.subtree if has_ops else None, attribution=attribution,
+                 keep=(kept, keep))
 
 
 def _frame_table(cur, table: str, with_clause: str, src: str) -> None:
@@ -436,21 +448,21 @@ def _frame_table(cur, table: str, with_clause: str, src: str) -> None:
     launch that blocked), or before the previous op on its stream ended, has a negative difference, which is no delay:
     it is left out (delay_excluded). One statement: the frame is the only copy of the GPU ops it writes."""
     cur.execute(f"""CREATE TABLE {table} AS {with_clause}
-        SELECT b.gop_id, b.op, b.device_id, b.stream_id, b.start_ns, b.end_ns, b.dur_ns, b.name, b.is_comm, b.launcher_id,
-               b.launcher_kind, b.launcher_name, b.launcher_start_ns, b.launcher_end_ns, b.input_dims, b.input_types, b.inst,
+        SELECT b.gop_id, b.op, b.device_id, b.stream_id, b.start_ns, b.end_ns, b.dur_ns, b.name_id, b.is_comm, b.launcher_id,
+               b.launcher_kind, b.lname_id, b.launcher_end_ns - b.launcher_start_ns AS launcher_dur_ns, b.inst,
                b.category, CASE WHEN b.bad THEN NULL ELSE b.launch END AS launch_delay_ns,
-               CASE WHEN b.bad THEN NULL ELSE b.qf END AS queue_free_delay_ns, b.bad AS delay_excluded, b.in_graph,
-               CASE WHEN b.in_graph THEN b.dur_ns ELSE 0 END AS graph_dur_ns
+               CASE WHEN b.bad THEN NULL ELSE b.qf END AS queue_free_delay_ns, b.in_graph
         FROM (SELECT *, coalesce(launch < 0, false) OR coalesce(qf < 0, false) AS bad FROM {src}) b""")
 
 
-def _categories(cur, table: str, cols: tuple[str, ...], fn, alias: str) -> str:
+def _categories(cur, table: str, cols: tuple[str, ...], fn, alias: str, names: str, ids: tuple[str, ...]) -> str:
     """Temp table _ops_cat: each distinct combination of `cols` in `table` with category = fn(*cols), fn called once per
-    combination (a few hundred distinct ops or kernel names among millions of rows). Returns the join condition of a
-    row of alias `alias` to its combination."""
+    combination (a few hundred distinct ops or kernel names among millions of rows); the columns `ids` are name ids of
+    table `names`, which fn gets as the names. Returns the join condition of a row of alias `alias` to its combination."""
     c = ", ".join(cols)
     cur.execute(f"CREATE OR REPLACE TEMP TABLE _ops_cat_d AS SELECT row_number() OVER () AS combo, * FROM (SELECT DISTINCT {c} FROM {table})")
-    combos = cur.execute(f"SELECT combo, {c} FROM _ops_cat_d").fetchall()
+    named = ", ".join(f"(SELECT name FROM {names} WHERE id = d.{x})" if x in ids else f"d.{x}" for x in cols)
+    combos = cur.execute(f"SELECT combo, {named} FROM _ops_cat_d d").fetchall()
     values = ", ".join(f"({r[0]}, {quote_literal(fn(*r[1:]))})" for r in combos) or "(NULL, NULL)"
     cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_cat AS
         SELECT d.* EXCLUDE (combo), v.category FROM _ops_cat_d d JOIN (VALUES {values}) v(combo, category) USING (combo)""")
@@ -507,7 +519,7 @@ def _answer(trace: Trace, group_by: str, device: int | None, start_ns: int | Non
         totals = Totals.model_validate(trace.memo(("ops_summary.totals", device, start_ns, end_ns, patterns),
                                                   lambda: _totals(cur, g, graph_kernel_count(trace) > 0).model_dump(), persist=VALUE))
         if name_contains:
-            g = g.narrow(f"launcher_name {CONTAINS_SQL}", [contains_pattern(name_contains)])
+            g = g.narrow(f"lname_id IN (SELECT id FROM {g.frame.names} WHERE name {CONTAINS_SQL})", [contains_pattern(name_contains)])
             if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM {g.sql})", g.params).fetchone()[0]:
                 raise ProfileError(f"no launcher name contains {name_contains!r} in the selection; call ops_summary without it to see the names.")
         if group_by == "kernels":
@@ -515,13 +527,13 @@ def _answer(trace: Trace, group_by: str, device: int | None, start_ns: int | Non
         else:
             if not include_unlinked:
                 g = g.narrow("launcher_kind <> 'unattributed'")
-            instances(cur, g, subtree=group_by != "category")
+            inst = instances(cur, g, subtree=group_by != "category")
             if group_by == "name":
-                rows, rem_n, rem_t = _name_rows(cur, g, totals, limit)
+                rows, rem_n, rem_t = _name_rows(cur, g, inst, totals, limit)
             elif group_by == "category":
-                rows, rem_n, rem_t = _category_rows(cur, g, totals, limit)
+                rows, rem_n, rem_t = _category_rows(cur, g, inst, totals, limit)
             else:
-                rows, rem_n, rem_t = _shape_rows(cur, g, totals, limit)
+                rows, rem_n, rem_t = _shape_rows(cur, g, inst, totals, limit)
     return {"attribution": g.frame.attribution, "totals": totals.model_dump(), "rows": [r.model_dump() for r in rows],
             "remainder_rows": rem_n, "remainder_direct_ns": rem_t}
 
@@ -569,12 +581,14 @@ def _totals(cur, g: Selection, graphs: bool) -> Totals:
                   other_category_pct_of_categorised_gpu_time=pct(int(other), int(categorised), 4))
 
 
-def instances(cur, g: Selection, subtree: bool = True) -> None:
-    """Temp table _ops_inst of `cur`: one row per launcher instance in the selection: inst, name, kind, category,
-    launcher_id, lstart, lend, input_dims, input_types (all of its first GPU op by (start, id): the same on every GPU op
-    of an instance where there is an op tree; without one an instance is a range, and it takes the category of its
-    first GPU op), gpu_ops, direct_ns (|union| of its GPU ops), subtree_ns (cpu_ops with `subtree`: |union| of the
-    selected GPU ops launched inside it; else direct_ns), cpu_ns (host duration), attributed."""
+def instances(cur, g: Selection, subtree: bool = True) -> tuple[str, list]:
+    """A subquery and its parameters: one row per launcher instance in the selection: inst, name_id (its launcher name,
+    an id of the frame's names), kind, category, launcher_id, cpu_ns (host duration; all of its first GPU op by (start, id): the
+    same on every GPU op of an instance where there is an op tree; without one an instance is a range, and it takes the
+    category of its first GPU op), gpu_ops, direct_ns (|union| of its GPU ops), subtree_ns (cpu_ops with `subtree`:
+    |union| of the selected GPU ops launched inside it; else direct_ns), attributed.
+    The instances of several GPU ops are aggregated into temp table _ops_inst of `cur`; those of one GPU op (class 3:
+    millions in an export without ranges) are their frame rows, read where the subquery is read, never copied."""
     sub = g.frame.subtree if subtree else None
     if sub is None:
         subtree_ns, sub_join = "i.direct_ns", ""
@@ -588,20 +602,21 @@ def instances(cur, g: Selection, subtree: bool = True) -> None:
         sub_join = "LEFT JOIN _ops_sub s ON s.op_id = i.launcher_id"
     direct, params = union_per_instance(g, "inst")
     cur.execute(f"""CREATE OR REPLACE TEMP TABLE _ops_inst AS
-        SELECT i.*, ({subtree_ns})::BIGINT AS subtree_ns, i.lend - i.lstart AS cpu_ns, i.kind <> 'unattributed' AS attributed
-        FROM (SELECT inst, f.name AS name, f.kind AS kind, f.category AS category, f.launcher_id AS launcher_id,
-                     f.lstart AS lstart, f.lend AS lend, f.input_dims AS input_dims, f.input_types AS input_types, gpu_ops,
-                     coalesce(u.busy_ns, 0)::BIGINT AS direct_ns
+        SELECT i.* EXCLUDE (cpu_ns), ({subtree_ns})::BIGINT AS subtree_ns, i.cpu_ns, i.kind <> 'unattributed' AS attributed
+        FROM (SELECT inst, f.name_id AS name_id, f.kind AS kind, f.category AS category, f.launcher_id AS launcher_id,
+                     f.cpu_ns AS cpu_ns, gpu_ops, coalesce(u.busy_ns, 0)::BIGINT AS direct_ns
               FROM (SELECT inst, count(*) AS gpu_ops,
-                           arg_min({{'name': launcher_name, 'kind': launcher_kind, 'category': category,
-                                     'launcher_id': launcher_id, 'lstart': launcher_start_ns, 'lend': launcher_end_ns,
-                                     'input_dims': input_dims, 'input_types': input_types}}, (start_ns, gop_id)) AS f
+                           arg_min({{'name_id': lname_id, 'kind': launcher_kind, 'category': category,
+                                     'launcher_id': launcher_id, 'cpu_ns': launcher_dur_ns}},
+                                   (start_ns, gop_id)) AS f
                     FROM {g.sql} WHERE NOT {ONE_OP} GROUP BY inst) i
-              LEFT JOIN ({direct}) u USING (inst)
-              UNION ALL
-              SELECT inst, launcher_name, launcher_kind, category, launcher_id, launcher_start_ns, launcher_end_ns, input_dims,
-                     input_types, 1, greatest(end_ns - start_ns, 0) FROM {g.sql} WHERE {ONE_OP}) i
-        {sub_join}""", g.params + params + g.params)
+              LEFT JOIN ({direct}) u USING (inst)) i
+        {sub_join}""", g.params + params)
+    # A one-op instance is never a cpu_op's (class 3): its subtree is its direct time.
+    return (f"""(SELECT * FROM _ops_inst UNION ALL
+                 SELECT inst, lname_id, launcher_kind, category, launcher_id, 1, greatest(end_ns - start_ns, 0)::BIGINT AS d, d,
+                        launcher_dur_ns, launcher_kind <> 'unattributed'
+                 FROM {g.sql} WHERE {ONE_OP})""", list(g.params))
 
 
 def _ranked(cur, grouped: str, params: list, order: str, limit: int, value: str = "direct_ns",
@@ -637,18 +652,19 @@ def _nf(v) -> float | None:
     return None if v is None else float(v)
 
 
-def _name_rows(cur, g, totals, limit):
+def _name_rows(cur, g, inst, totals, limit):
     grouped = f"""
-        SELECT i.*, d.* EXCLUDE (name, kind) FROM (
-            SELECT name, kind, count(*) AS count, sum(direct_ns)::BIGINT AS direct_ns, sum(subtree_ns)::BIGINT AS subtree_ns,
+        SELECT n.name, i.* EXCLUDE (name_id), d.* EXCLUDE (name_id, kind) FROM (
+            SELECT name_id, kind, count(*) AS count, sum(direct_ns)::BIGINT AS direct_ns, sum(subtree_ns)::BIGINT AS subtree_ns,
                    sum(cpu_ns)::BIGINT AS cpu_ns, count(cpu_ns) AS cpu_n, bool_or(attributed) AS attributed
-            FROM _ops_inst WHERE name IS NOT NULL GROUP BY name, kind) i
-        JOIN (SELECT launcher_name AS name, launcher_kind AS kind, count(*) AS n_ops, median(launch_delay_ns) AS ld,
+            FROM {inst[0]} WHERE name_id IS NOT NULL GROUP BY name_id, kind) i
+        JOIN (SELECT lname_id AS name_id, launcher_kind AS kind, count(*) AS n_ops, median(launch_delay_ns) AS ld,
                      median(queue_free_delay_ns) AS qf, count(*) FILTER (WHERE delay_excluded) AS excluded,
                      count(*) FILTER (WHERE in_graph) AS gops, sum(graph_dur_ns)::BIGINT AS gns,
                      list_sort(list(DISTINCT category)) AS cats
-              FROM {g.sql} WHERE launcher_name IS NOT NULL GROUP BY ALL) d USING (name, kind)"""
-    shown, rem_n, rem_t, denom = _ranked(cur, grouped, g.params, "direct_ns DESC, name, kind", limit)
+              FROM {g.sql} WHERE lname_id IS NOT NULL GROUP BY ALL) d USING (name_id, kind)
+        JOIN {g.frame.names} n ON n.id = i.name_id"""
+    shown, rem_n, rem_t, denom = _ranked(cur, grouped, inst[1] + g.params, "direct_ns DESC, name, kind", limit)
     totals.attributed_kernel_time_ns = denom
     graphs = totals.graph_kernels is not None
     rows = []
@@ -667,11 +683,11 @@ def _name_rows(cur, g, totals, limit):
     return rows, rem_n, rem_t
 
 
-def _category_rows(cur, g, totals, limit):
+def _category_rows(cur, g, inst, totals, limit):
     if g.frame.attribution == "cpu_op":
-        grouped = """SELECT category, count(*) AS count, sum(direct_ns)::BIGINT AS direct_ns, bool_or(attributed) AS attributed
-                     FROM _ops_inst GROUP BY category"""
-        params = []
+        grouped = f"""SELECT category, count(*) AS count, sum(direct_ns)::BIGINT AS direct_ns, bool_or(attributed) AS attributed
+                      FROM {inst[0]} GROUP BY category"""
+        params = inst[1]
     else:  # no op tree: each GPU op is classified by its kernel name; direct = union per (range instance, category)
         per, per_params = union_per_instance(g, "inst, category")
         grouped = f"""
@@ -693,26 +709,30 @@ def _category_rows(cur, g, totals, limit):
     return rows, rem_n, rem_t
 
 
-def _shape_rows(cur, g, totals, limit):
-    grouped = """
-        SELECT name, category, coalesce(input_dims, '') AS dims, coalesce(input_types, '') AS types, count(*) AS count,
-               sum(direct_ns)::BIGINT AS direct_ns, avg(direct_ns) AS mean, median(direct_ns) AS median,
-               stddev_samp(direct_ns) AS std, min(direct_ns) AS mn, max(direct_ns) AS mx, sum(subtree_ns)::BIGINT AS subtree_ns,
-               bool_or(attributed) AS attributed
-        FROM _ops_inst WHERE name IS NOT NULL GROUP BY ALL"""
-    shown, rem_n, rem_t, denom = _ranked(cur, grouped, [], "direct_ns DESC, name, category, dims, types", limit)
+def _shape_rows(cur, g, inst, totals, limit):
+    # The instances with their cpu_op's shapes (none for other launchers: launcher_id -1 is no row).
+    shaped = f"""SELECT i.*, coalesce(c.input_dims, '') AS dims, coalesce(c.input_types, '') AS types
+                 FROM {inst[0]} i LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id WHERE i.name_id IS NOT NULL"""
+    grouped = f"""
+        SELECT n.name, s.* FROM (
+            SELECT name_id, category, dims, types, count(*) AS count,
+                   sum(direct_ns)::BIGINT AS direct_ns, avg(direct_ns) AS mean, median(direct_ns) AS median,
+                   stddev_samp(direct_ns) AS std, min(direct_ns) AS mn, max(direct_ns) AS mx, sum(subtree_ns)::BIGINT AS subtree_ns,
+                   bool_or(attributed) AS attributed
+            FROM ({shaped}) GROUP BY ALL) s JOIN {g.frame.names} n ON n.id = s.name_id"""
+    shown, rem_n, rem_t, denom = _ranked(cur, grouped, inst[1], "direct_ns DESC, name, category, dims, types", limit)
     totals.attributed_kernel_time_ns = denom
     # The GPU ops of every shown row in one join: per (row, kernel name, stream) count, Σ duration and first start.
     ks = cursor_dicts(cur, f"""
         SELECT pos, name, stream_id, count, total FROM (
-            SELECT r.pos, s.name, s.stream_id, count(*) AS count, sum(s.dur_ns)::BIGINT AS total, min(s.start_ns) AS first,
-                   row_number() OVER (PARTITION BY r.pos ORDER BY min(s.start_ns), s.name, s.stream_id NULLS LAST) AS k
-            FROM (SELECT * FROM _ops_rows WHERE pos <= {int(limit)}) r
-            JOIN _ops_inst i ON i.name = r.name AND i.category = r.category AND coalesce(i.input_dims, '') = r.dims
-                             AND coalesce(i.input_types, '') = r.types
-            JOIN {g.sql} s USING (inst)
-            GROUP BY r.pos, s.name, s.stream_id)
-        WHERE k <= 12 ORDER BY pos, k""", g.params)
+            SELECT pos, n.name, stream_id, count, total,
+                   row_number() OVER (PARTITION BY pos ORDER BY first, n.name, stream_id NULLS LAST) AS k
+            FROM (SELECT r.pos, s.name_id, s.stream_id, count(*) AS count, sum(s.dur_ns)::BIGINT AS total, min(s.start_ns) AS first
+                  FROM (SELECT * FROM _ops_rows WHERE pos <= {int(limit)}) r
+                  JOIN ({shaped}) i ON i.name_id = r.name_id AND i.category = r.category AND i.dims = r.dims AND i.types = r.types
+                  JOIN {g.sql} s USING (inst)
+                  GROUP BY r.pos, s.name_id, s.stream_id) JOIN {g.frame.names} n ON n.id = name_id)
+        WHERE k <= 12 ORDER BY pos, k""", inst[1] + g.params)
     by_row: dict[int, list] = {}
     for k in ks:
         by_row.setdefault(k["pos"], []).append({"name": clip_name(k["name"], 96), "stream": k["stream_id"], "count": k["count"],
@@ -735,9 +755,11 @@ def _kernel_rows(cur, g, totals, include_unlinked, limit):
     if not include_unlinked:
         k = k.narrow("launcher_kind <> 'unattributed'")
     grouped = f"""
-        SELECT category, launcher_name, name, stream_id, device_id, count(*) AS count, sum(dur_ns)::BIGINT AS total,
-               avg(dur_ns) AS mean, min(dur_ns) AS mn, max(dur_ns) AS mx, count(*) FILTER (WHERE in_graph) AS gn
-        FROM {k.sql} GROUP BY ALL"""
+        SELECT category, ln.name AS launcher_name, kn.name AS name, stream_id, device_id, count, total, mean, mn, mx, gn FROM (
+            SELECT category, lname_id, name_id, stream_id, device_id, count(*) AS count, sum(dur_ns)::BIGINT AS total,
+                   avg(dur_ns) AS mean, min(dur_ns) AS mn, max(dur_ns) AS mx, count(*) FILTER (WHERE in_graph) AS gn
+            FROM {k.sql} GROUP BY ALL)
+        LEFT JOIN {g.frame.names} ln ON ln.id = lname_id LEFT JOIN {g.frame.names} kn ON kn.id = name_id"""
     shown, rem_n, rem_t, _ = _ranked(
         cur, grouped, k.params, "total DESC, launcher_name NULLS LAST, category NULLS LAST, name NULLS LAST, "
         "stream_id NULLS LAST, device_id NULLS LAST", limit, value="total", attributed=None)

@@ -126,25 +126,27 @@ def perf_summary(
         if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM {g.sql})", g.params).fetchone()[0]:
             raise ProfileError("no GPU op in the selection was launched from inside a PyTorch cpu_op; ops_summary shows "
                                "what launched them.")
-        instances(cur, g, subtree=False)
-        conds, params = ["name IS NOT NULL"], []
+        inst, inst_params = instances(cur, g, subtree=False)
+        # The instances named, with their cpu_op's shapes, scalar inputs and strides.
+        named = f"""SELECT i.*, n.name, coalesce(c.input_dims, '') AS dims, coalesce(c.input_types, '') AS types,
+                           coalesce(c.concrete_inputs, '') AS conc, coalesce(c.input_strides, '') AS strides
+                    FROM {inst} i JOIN {g.frame.names} n ON n.id = i.name_id LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id"""
+        conds, params = ["TRUE"], list(inst_params)
         if category:
             conds.append("lower(category) = lower(?)")
             params.append(category)
-            if not cur.execute("SELECT EXISTS (SELECT 1 FROM _ops_inst WHERE lower(category) = lower(?))", [category]).fetchone()[0]:
-                cats = [r[0] for r in cur.execute("SELECT DISTINCT category FROM _ops_inst ORDER BY 1").fetchall()]
+            if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM {inst} WHERE lower(category) = lower(?))", inst_params + [category]).fetchone()[0]:
+                cats = [r[0] for r in cur.execute(f"SELECT DISTINCT category FROM {inst} ORDER BY 1", inst_params).fetchall()]
                 raise ProfileError(f"no op of category {category!r} in the selection; categories present: {cats}.")
         if name_contains:
             conds.append(f"name {CONTAINS_SQL}")
             params.append(contains_pattern(name_contains))
-            if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM _ops_inst WHERE {' AND '.join(conds)})", params).fetchone()[0]:
+            if not cur.execute(f"SELECT EXISTS (SELECT 1 FROM ({named}) WHERE {' AND '.join(conds)})", params).fetchone()[0]:
                 raise ProfileError(f"no op name contains {name_contains!r} in the selection; call perf_summary without it to see the names.")
         # Signatures: name, category, shapes, dtypes, scalar inputs and strides (cpu_ops columns of the launcher)
         df = pd.DataFrame(cursor_dicts(cur, f"""
-            SELECT i.name, i.category, coalesce(i.input_dims, '') AS dims, coalesce(i.input_types, '') AS types,
-                   coalesce(c.concrete_inputs, '') AS conc, coalesce(c.input_strides, '') AS strides, count(*) AS count,
-                   sum(i.direct_ns)::BIGINT AS total
-            FROM (SELECT * FROM _ops_inst WHERE {' AND '.join(conds)}) i LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id
+            SELECT name, category, dims, types, conc, strides, count(*) AS count, sum(direct_ns)::BIGINT AS total
+            FROM ({named}) WHERE {' AND '.join(conds)}
             GROUP BY ALL ORDER BY total DESC, name, category, dims, types, conc, strides""", params),
             columns=["name", "category", "dims", "types", "conc", "strides", "count", "total"])
     attributed = int(df["total"].sum())

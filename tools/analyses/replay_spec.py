@@ -185,7 +185,7 @@ def replay_spec(trace: Trace, *, op: str, shapes_index: int = 0, limit: int = 10
             FROM (SELECT rowid AS op_id, start_ns, dur_ns, coalesce(input_dims, '') AS dims, coalesce(input_types, '') AS types,
                          coalesce(input_strides, '') AS strides, coalesce(concrete_inputs, '') AS concrete
                   FROM cpu_ops WHERE category = 'cpu_op' AND name = ?) c
-            LEFT JOIN (SELECT p.op_id, sum(g.dur_ns) AS kt FROM {L.subtree} p JOIN {L.gops} g USING (gop_id)
+            LEFT JOIN (SELECT p.op_id, sum(g.dur_ns) AS kt FROM {L.subtree} p JOIN {L.table} g USING (gop_id)
                        WHERE g.op = 'kernel' AND p.op_id IN (SELECT rowid FROM cpu_ops WHERE category = 'cpu_op' AND name = ?)
                        GROUP BY p.op_id) k USING (op_id)""", [name, name])
         keys = ["dims", "types", "strides", "concrete"]
@@ -210,8 +210,8 @@ def replay_spec(trace: Trace, *, op: str, shapes_index: int = 0, limit: int = 10
         # The GPU ops launched inside these calls, per name in order of first appearance (call, launch, start), with the
         # most frequent launch configuration (smallest of equals) of the kernels.
         cur.execute(f"""CREATE OR REPLACE TEMP TABLE _rs_ops AS
-            SELECT g.gop_id, g.op, g.name, g.dur_ns, g.device_id, p.op_id, g.call_start_ns, g.start_ns
-            FROM {L.subtree} p JOIN {L.gops} g USING (gop_id) WHERE p.op_id IN (SELECT op_id FROM ({mine_sql}))""", mp)
+            SELECT g.gop_id, g.op, n.name, g.dur_ns, g.device_id, p.op_id, g.call_start_ns, g.start_ns
+            FROM {L.subtree} p JOIN {L.table} g USING (gop_id) JOIN {L.names} n ON n.id = g.name_id WHERE p.op_id IN (SELECT op_id FROM ({mine_sql}))""", mp)
         kern = cursor_dicts(cur, """
             SELECT o.name, arg_min(o.op, (o.op_id, o.call_start_ns, o.start_ns)) AS op, count(*) AS n, avg(o.dur_ns) AS mean,
                    sum(o.dur_ns)::BIGINT AS total, min((o.op_id, o.call_start_ns, o.start_ns)) AS first,
