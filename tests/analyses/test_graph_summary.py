@@ -193,6 +193,28 @@ def test_no_graph_replays_is_refused_with_the_reason(open_profile, fmt):
     assert A.ops_summary(t).totals.graph_kernel_time_ns is None
 
 
+def _unlinked_graph_launches():
+    """concurrent_streams plus two cudaGraphLaunch calls whose correlation ids no kernel carries."""
+    from dataclasses import replace
+
+    from gpuscope.fixtures.catalog import SCENARIOS
+    from gpuscope.fixtures.scenario import ApiCall
+
+    s = SCENARIOS["concurrent_streams"]()
+    c = s.api_calls[0]
+    top = max(a.correlation_id for a in s.api_calls) + max((k.correlation_id or 0 for k in s.kernels), default=0)
+    extra = [ApiCall(c.pid, c.tid, c.start_ns + i, c.start_ns + i + 1, "cudaGraphLaunch", top + 1 + i) for i in range(2)]
+    return replace(s, api_calls=[*s.api_calls, *extra])
+
+
+@pytest.mark.parametrize("fmt", ["nsys", "kineto"])
+def test_graph_launch_calls_without_kernels_are_counted_in_the_refusal(open_profile, fmt):
+    t = open_profile("unlinked_graph_launches", fmt, scenarios={"unlinked_graph_launches": _unlinked_graph_launches})
+    with pytest.raises(ProfileError, match="2 graph-launch API calls are in the profile, but none has kernels linked"):
+        A.graph_summary(t)
+    assert all(d.graph_kernels is None for d in A.top_kernels(t).devices)
+
+
 def test_catalog_graph_launch_is_one_replay(open_profile):
     """The catalog's single cudaGraphLaunch of 20 kernels: one replay whose figures add up."""
     for fmt in FORMATS:

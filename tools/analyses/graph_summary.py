@@ -274,8 +274,9 @@ def absent_reason(trace: Trace) -> str | None:
     """Why this profile holds no graph replay (the data the tool would need and how to capture it), or None."""
     if present(trace)["kernels"] == 0 or graph_kernel_count(trace):
         return None
-    launches = int(trace.scalar(
-        f"SELECT count(*) FROM api_calls WHERE regexp_matches(name, '{GRAPH_LAUNCH_RX}', 'i')"))
+    launches = int(trace.scalar(  # one regex per distinct name, not per call
+        f"""SELECT coalesce(sum(n), 0) FROM (SELECT name, count(*) AS n FROM api_calls GROUP BY name)
+            WHERE regexp_matches(name, '{GRAPH_LAUNCH_RX}', 'i')"""))
     parts = [f"no CUDA/HIP graph replay in this {trace.format_name}: no kernel carries a graph id and no kernel was "
              "launched by a cudaGraphLaunch/hipGraphLaunch call"]
     if trace.format == "nsys":
