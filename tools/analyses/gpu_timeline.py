@@ -495,8 +495,9 @@ class _Measure:
     def _idle(self) -> dict[int, list[int]]:
         """Per stream id, its idle time per HTA category (c0..c3 of _Stream.idle) from the collected gaps: the
         gap-starting ops find their launch keys (their rows by `ref`, among the rows starting in the batch's time
-        range) and meet the earliest call of those keys (the calls of those keys only: a semi join), a batch of gaps
-        per statement (IDLE_BATCH ops' positions), so the joins' memory follows the batch."""
+        range) and meet the calls of those keys in one join (the ops are its build side), whose earliest start per
+        gap decides it, a batch of gaps per statement (IDLE_BATCH ops' positions), so the join's memory follows the
+        batch. Grouping the calls per key first (a semi join, then a GROUP BY, then the join) took ~1.5x the CPU."""
         cat = f"CASE WHEN unknown THEN 3 WHEN launch_ns > gs THEN 0 WHEN ge - gs < {self.threshold} THEN 1 ELSE 2 END"
         sums = ", ".join(f"coalesce(sum(ge - gs) FILTER (WHERE {cat} = {c}), 0)::BIGINT" for c in range(4))
         keys = "a.pid = o.pid AND a.tid = o.tid AND a.correlation_id = o.correlation_id"
@@ -509,13 +510,11 @@ class _Measure:
             rows = self.gaps.execute(f"""
                 WITH g AS (SELECT * FROM _tl_gap_ops WHERE gap >= {lo} AND gap < {lo + IDLE_BATCH}),
                 o AS (SELECT g.gap, g.sid, g.gs, g.ge, g.unlaunched, r.pid, r.tid, r.correlation_id
-                      FROM g JOIN (SELECT * FROM {_REF_KEYS} WHERE start_ns BETWEEN {int(t0)} AND {int(t1)}) r USING (ref)),
-                l AS (SELECT pid, tid, correlation_id, min(start_ns) AS launch_ns
-                      FROM api_calls a SEMI JOIN o ON {keys} GROUP BY ALL)
+                      FROM g JOIN (SELECT * FROM {_REF_KEYS} WHERE start_ns BETWEEN {int(t0)} AND {int(t1)}) r USING (ref))
                 SELECT sid, {sums}
                 FROM (SELECT o.gap, any_value(o.sid) AS sid, any_value(o.gs) AS gs, any_value(o.ge) AS ge,
-                             bool_or(o.unlaunched OR a.launch_ns IS NULL) AS unknown, min(a.launch_ns) AS launch_ns
-                      FROM o LEFT JOIN l a ON {keys}
+                             bool_or(o.unlaunched OR a.start_ns IS NULL) AS unknown, min(a.start_ns) AS launch_ns
+                      FROM o LEFT JOIN api_calls a ON {keys}
                       GROUP BY o.gap)
                 GROUP BY sid""").fetchall()
             for r in rows:
