@@ -409,7 +409,7 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
     try:
         cur.execute(f"CREATE OR REPLACE TEMP TABLE _kk ({_KK_COLUMNS})")
         try:
-            _fill_kk(trace, cur, reader, streams, named, where, params)
+            per_stream = _fill_kk(trace, cur, reader, streams, named, where, params)
             reader.close()  # the sort's memory goes back before the levels
             n, linked = cur.execute("SELECT count(*), count(api_ns) FROM _kk").fetchone()
             if not n:
@@ -417,7 +417,7 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
             if not linked:
                 absent.append("launch figures: no kernel in the selection is linked to its launching API call "
                               "(same process and correlation id), so API duration, queue delay and latency cannot be measured")
-            found = {level: cursor_dicts(cur, _launch_rows_sql(keys)) for level, keys in (("device", "device_id"), ("stream", "device_id, stream"))}
+            found = {level: cursor_dicts(cur, _launch_rows_sql(key)) for level, key in (("device", "stream >> 32"), ("stream", "stream"))}
         finally:
             cur.execute("DROP TABLE IF EXISTS temp.main._kk")
     finally:
@@ -427,17 +427,23 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
     for level, rows in found.items():
         levels[level] = out = []
         for r in rows:
-            p, stream_id = streams[r["stream"]][1:] if level == "stream" else (-1, None)
-            span = int(r["last"]) - int(r["first"])
+            if level == "stream":
+                device_id, p, stream_id = streams[r["key"] & 0xFFFFFFFF]
+                first, last, early = (int(v[r["key"] & 0xFFFFFFFF]) for v in per_stream)
+            else:
+                device_id, p, stream_id = r["key"], -1, None
+                on = np.array([s[0] == device_id for s in streams])
+                first, last, early = int(per_stream[0][on].min()), int(per_stream[1][on].max()), int(per_stream[2][on].sum())
+            span = last - first
             single, tiny = int(r["single"]), int(r["tiny"])
             stats = LaunchStats(
-                device_id=r["device_id"], pid=None if p == -1 else p, stream_id=stream_id, kernels=r["kernels"],
+                device_id=device_id, pid=None if p == -1 else p, stream_id=stream_id, kernels=r["kernels"],
                 unlinked_kernels=r["unlinked"], launch_calls=r["calls"] or 0,
                 launch_apis={names[a["name"]]: a["n"] for a in (r["apis"] or [])}, graph_launch_calls=r["graphs"] or 0,
                 api_duration=_dist(r["a_q"] if r["calls"] else None, r["a_avg"], r["a_max"]),
                 queue_delay=_dist(r["q_q"] if r["q_n"] else None, r["q_avg"], r["q_max"]),
                 launch_latency=_dist(r["l_q"] if r["l_n"] else None, r["l_avg"], r["l_max"]),
-                kernels_started_before_call_returned=r["early"], single_kernel_launches=single, tiny_kernels=tiny,
+                kernels_started_before_call_returned=early, single_kernel_launches=single, tiny_kernels=tiny,
                 tiny_pct_of_single_kernel_launches=pct(tiny, single), kernel_span_ns=span,
                 kernels_per_s_over_kernel_span=round(r["kernels"] * 1e9 / span, 3) if span > 0 else None)
             # count = number of values: launch calls, linked kernels, linked kernels with a latency.
@@ -448,18 +454,18 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
     return levels["device"], levels["stream"]
 
 
-# _kk: one row per kernel of the selection with what _launch_rows_sql reads. stream: the number of its (device,
-# process, stream); c_name: its call's name as an index into the sorted call names (no strings in the rows: a name
+# _kk: one row per kernel of the selection with what _launch_rows_sql reads. stream: device_id * 2^32 + the number
+# of its (device, process, stream) in `streams`, so that both levels group by it (the device: stream >> 32); c_name: its call's name as an index into the sorted call names (no strings in the rows: a name
 # per kernel through the join and the table cost ~0.5 s CPU on the 2 M-kernel export); call: the call's row number;
 # api_ns: NULL when the kernel is not linked to a call; tiny: NULL unless the kernel is linked and its call's only
 # kernel, so a linked kernel with a NULL tiny is one of a graph launch's kernels. Every column written costs (~0.04 s
 # CPU per 2 M rows): no more than these.
-_KK_COLUMNS = ("device_id INTEGER, stream BIGINT, start_ns BIGINT, end_ns BIGINT, c_name BIGINT, call BIGINT, api_ns BIGINT, "
-               "queue_ns BIGINT, latency_ns BIGINT, early BOOLEAN, tiny BOOLEAN")
+_KK_COLUMNS = "stream BIGINT, c_name BIGINT, call BIGINT, api_ns BIGINT, queue_ns BIGINT, latency_ns BIGINT, tiny BOOLEAN"
 _NONE = NULL_KEY  # stands for NULL in the integer arrays numpy fills _kk from
 
 
-def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple], where: str, params: list) -> None:
+def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple], where: str,
+             params: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Fill `cur`'s temp table _kk with the kernels `where` selects (alias k), each with its launching call and the
     latest end of the earlier kernels/copies/sets on its (device, process, stream) over the whole profile (so a window
     does not hide the op before it).
@@ -472,8 +478,12 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
     every call and every kernel (~0.85 s CPU there): a kernel whose (process, correlation id) several calls share
     comes once per call, in adjacent rows (_launching_rows keeps its launching call's); a call with several kernels
     (a graph launch) is one whose row number the kernels name more than once, counted per call row in a byte array
-    (one byte per API call: 10 MB at 10 M calls), and its kernels lose `tiny` at the end."""
-    dev = np.array([r[0] for r in streams], dtype=np.int64)
+    (one byte per API call: 10 MB at 10 M calls), and its kernels lose `tiny` at the end. Per stream, numpy also
+    keeps the first start, last end and the count of kernels that started before their call returned (returned,
+    each indexed by stream number): figures that add up per device, so _kk need not hold them."""
+    stream_key = np.array([r[0] for r in streams], dtype=np.int64) * 2**32 + np.arange(len(streams), dtype=np.int64)
+    first, last = np.full(len(streams), np.iinfo(np.int64).max, dtype=np.int64), np.full(len(streams), INT64_MIN, dtype=np.int64)
+    early = np.zeros(len(streams), dtype=np.int64)
     reader.register("_ap_streams", pd.DataFrame({
         "device_id": pd.array([r[0] for r in streams], dtype="Int64"), "p": pd.array([r[1] for r in streams], dtype="Int64"),
         "stream_id": pd.array([r[2] for r in streams], dtype="Int64"), "code": np.arange(len(streams), dtype=np.int64)}))
@@ -527,15 +537,17 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
         before = np.where(prev == INT64_MIN, c_end, prev)  # coalesce(prev_end, c_end)
         ready = np.maximum(c_end, before)
         api = c_end - c_start
+        np.minimum.at(first, part, start)
+        np.maximum.at(last, part, end)
+        np.add.at(early, part, (linked & (start < c_end)).astype(np.int64))
         cur.register("_kk_chunk", pd.DataFrame({
-            "device_id": dev[part], "stream": part, "start_ns": start, "end_ns": end, "c_name": ch["name_id"][at], "call": ch["call"][at],
+            "stream": stream_key[part], "c_name": ch["name_id"][at], "call": ch["call"][at],
             "api_ns": np.where(linked, api, _NONE), "queue_ns": np.where(linked, np.maximum(0, before - c_end), _NONE),
-            "latency_ns": np.where(linked & (start >= ready), start - ready, _NONE), "early": linked & (start < c_end),
+            "latency_ns": np.where(linked & (start >= ready), start - ready, _NONE),
             # tiny: 1 / 0 for a linked kernel (its call's only one, until a second kernel of the call shows up), else NULL
             "tiny": np.where(linked, (end - start < api).astype(np.int64), _NONE)}))
-        cur.execute(f"""INSERT INTO _kk SELECT device_id, stream, start_ns, end_ns, nullif(c_name, {_NONE}), nullif(call, {_NONE}),
-                               nullif(api_ns, {_NONE}), nullif(queue_ns, {_NONE}), nullif(latency_ns, {_NONE}), early,
-                               CASE WHEN tiny = {_NONE} THEN NULL ELSE tiny = 1 END
+        cur.execute(f"""INSERT INTO _kk SELECT stream, nullif(c_name, {_NONE}), nullif(call, {_NONE}), nullif(api_ns, {_NONE}),
+                               nullif(queue_ns, {_NONE}), nullif(latency_ns, {_NONE}), CASE WHEN tiny = {_NONE} THEN NULL ELSE tiny = 1 END
                         FROM _kk_chunk""")
         cur.unregister("_kk_chunk")
     graphs = np.flatnonzero(calls > 1)
@@ -543,6 +555,7 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
         cur.register("_kk_graphs", pd.DataFrame({"call": graphs.astype(np.int64)}))
         cur.execute("UPDATE _kk SET tiny = NULL WHERE call IN (SELECT call FROM _kk_graphs)")
         cur.unregister("_kk_graphs")
+    return first, last, early
 
 
 def _launching_rows(ch: dict) -> dict:
@@ -573,36 +586,35 @@ def _count_calls(counts: np.ndarray, calls: np.ndarray) -> None:
     counts[u] = np.minimum(counts[u].astype(np.int64) + n, 2)
 
 
-def _launch_rows_sql(keys: str) -> str:
-    """Launch figures per `keys` (device_id, or device_id, stream) from _kk, _launches' temp table."""
+def _launch_rows_sql(key: str) -> str:
+    """Launch figures per `key` (an expression over _kk, _launches' temp table: the device or the stream) from _kk."""
     return f"""WITH
             -- A quantile holds every value of its group outside DuckDB's memory limit: one per aggregate, so that at
             -- most one set of values is held at a time (two together took 10 M kernels past 1.5 GB).
             g0 AS (
-                SELECT {keys}, count(*) AS kernels, count(*) FILTER (WHERE api_ns IS NULL) AS unlinked,
+                SELECT {key} AS key, count(*) AS kernels, count(*) FILTER (WHERE api_ns IS NULL) AS unlinked,
                        avg(queue_ns) AS q_avg, max(queue_ns) AS q_max, count(queue_ns) AS q_n,
                        avg(latency_ns) AS l_avg, max(latency_ns) AS l_max, count(latency_ns) AS l_n,
-                       count(*) FILTER (WHERE early) AS early, count(tiny) AS single, count(*) FILTER (WHERE tiny) AS tiny,
-                       min(start_ns) AS first, max(end_ns) AS last
-                FROM _kk GROUP BY {keys}),
+                       count(tiny) AS single, count(*) FILTER (WHERE tiny) AS tiny
+                FROM _kk GROUP BY key),
             -- (queue_ns is NULL exactly for the unlinked kernels: a quantile leaves them out)
-            gq AS (SELECT {keys}, quantile_cont(queue_ns, [0.5, 0.9]) AS q_q FROM _kk GROUP BY {keys}),
-            gl AS (SELECT {keys}, quantile_cont(latency_ns, [0.5, 0.9]) AS l_q FROM _kk GROUP BY {keys}),
-            g AS (SELECT g0.*, gq.q_q, gl.l_q FROM g0 JOIN gq USING ({keys}) JOIN gl USING ({keys})),
+            gq AS (SELECT {key} AS key, quantile_cont(queue_ns, [0.5, 0.9]) AS q_q FROM _kk GROUP BY key),
+            gl AS (SELECT {key} AS key, quantile_cont(latency_ns, [0.5, 0.9]) AS l_q FROM _kk GROUP BY key),
+            g AS (SELECT g0.*, gq.q_q, gl.l_q FROM g0 JOIN gq USING (key) JOIN gl USING (key)),
             -- one row per launch call of the row: a call that launched one kernel is that kernel's row; only the calls
             -- that launched several (graph launches) are grouped (grouping every call took most of the statement).
             -- Read twice but not materialized: at 10 M kernels the copy spilled, and scanning _kk twice costs less.
             c AS NOT MATERIALIZED (
-                SELECT {keys}, api_ns, c_name, false AS graph FROM _kk WHERE tiny IS NOT NULL
+                SELECT {key} AS key, api_ns, c_name, false AS graph FROM _kk WHERE tiny IS NOT NULL
                 UNION ALL
-                SELECT {keys}, any_value(api_ns), any_value(c_name), true FROM _kk WHERE api_ns IS NOT NULL AND tiny IS NULL
-                GROUP BY {keys}, call),
+                SELECT {key} AS key, any_value(api_ns), any_value(c_name), true FROM _kk WHERE api_ns IS NOT NULL AND tiny IS NULL
+                GROUP BY key, call),
             cs AS (
-                SELECT {keys}, count(*) AS calls, quantile_cont(api_ns, [0.5, 0.9]) AS a_q, avg(api_ns) AS a_avg,
+                SELECT key, count(*) AS calls, quantile_cont(api_ns, [0.5, 0.9]) AS a_q, avg(api_ns) AS a_avg,
                        max(api_ns) AS a_max, count(*) FILTER (WHERE graph) AS graphs
-                FROM c GROUP BY {keys}),
-            names AS (SELECT {keys}, list(struct_pack(name := c_name, n := m) ORDER BY m DESC, c_name) AS apis
-                      FROM (SELECT {keys}, c_name, count(*) AS m FROM c GROUP BY ALL) GROUP BY {keys})
+                FROM c GROUP BY key),
+            names AS (SELECT key, list(struct_pack(name := c_name, n := m) ORDER BY m DESC, c_name) AS apis
+                      FROM (SELECT key, c_name, count(*) AS m FROM c GROUP BY ALL) GROUP BY key)
             SELECT g.*, cs.calls, cs.a_q, cs.a_avg, cs.a_max, cs.graphs, names.apis
-            FROM g LEFT JOIN cs USING ({keys}) LEFT JOIN names USING ({keys})
-            ORDER BY g.kernels DESC, {keys}"""
+            FROM g LEFT JOIN cs USING (key) LEFT JOIN names USING (key)
+            ORDER BY g.kernels DESC, key"""
