@@ -540,19 +540,19 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
         np.minimum.at(first, part, start)
         np.maximum.at(last, part, end)
         np.add.at(early, part, (linked & (start < c_end)).astype(np.int64))
-        cur.register("_kk_chunk", pd.DataFrame({
+        cur.register("_kk_chunk", {  # numpy arrays as they are: a DataFrame would first copy them into one block
             "stream": stream_key[part], "c_name": ch["name_id"][at], "call": ch["call"][at],
             "api_ns": np.where(linked, api, _NONE), "queue_ns": np.where(linked, np.maximum(0, before - c_end), _NONE),
             "latency_ns": np.where(linked & (start >= ready), start - ready, _NONE),
             # tiny: 1 / 0 for a linked kernel (its call's only one, until a second kernel of the call shows up), else NULL
-            "tiny": np.where(linked, (end - start < api).astype(np.int64), _NONE)}))
+            "tiny": np.where(linked, (end - start < api).astype(np.int64), _NONE)})
         cur.execute(f"""INSERT INTO _kk SELECT stream, nullif(c_name, {_NONE}), nullif(call, {_NONE}), nullif(api_ns, {_NONE}),
                                nullif(queue_ns, {_NONE}), nullif(latency_ns, {_NONE}), CASE WHEN tiny = {_NONE} THEN NULL ELSE tiny = 1 END
                         FROM _kk_chunk""")
         cur.unregister("_kk_chunk")
     graphs = np.flatnonzero(calls > 1)
     if graphs.size:
-        cur.register("_kk_graphs", pd.DataFrame({"call": graphs.astype(np.int64)}))
+        cur.register("_kk_graphs", {"call": graphs.astype(np.int64)})
         cur.execute("UPDATE _kk SET tiny = NULL WHERE call IN (SELECT call FROM _kk_graphs)")
         cur.unregister("_kk_graphs")
     return first, last, early
