@@ -439,7 +439,8 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
             stats = LaunchStats(
                 device_id=device_id, pid=None if p == -1 else p, stream_id=stream_id, kernels=r["kernels"],
                 unlinked_kernels=r["unlinked"], launch_calls=r["calls"] or 0,
-                launch_apis={names[a["name"]]: a["n"] for a in (r["apis"] or [])}, graph_launch_calls=r["graphs"] or 0,
+                launch_apis={names[i]: n for i, n in sorted((r["apis"] or {}).items(), key=lambda a: (-a[1], a[0]))},
+                graph_launch_calls=r["graphs"] or 0,
                 api_duration=_dist(r["a_q"] if r["calls"] else None, r["a_avg"], r["a_max"]),
                 queue_delay=_dist(r["q_q"] if r["q_n"] else None, r["q_avg"], r["q_max"]),
                 launch_latency=_dist(r["l_q"] if r["l_n"] else None, r["l_avg"], r["l_max"]),
@@ -455,11 +456,11 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
 
 
 # _kk: one row per kernel of the selection with what _launch_rows_sql reads. stream: device_id * 2^32 + the number
-# of its (device, process, stream) in `streams`, so that both levels group by it (the device: stream >> 32); c_name: its call's name as an index into the sorted call names (no strings in the rows: a name
-# per kernel through the join and the table cost ~0.5 s CPU on the 2 M-kernel export); call: the call's row number;
-# api_ns: NULL when the kernel is not linked to a call; tiny: NULL unless the kernel is linked and its call's only
-# kernel, so a linked kernel with a NULL tiny is one of a graph launch's kernels. Every column written costs (~0.04 s
-# CPU per 2 M rows): no more than these.
+# of its (device, process, stream) in `streams`, so that both levels group by it (the device: stream >> 32); c_name:
+# its call's name as an index into the sorted call names (no strings in the rows: a name per kernel through the join
+# and the table cost ~0.5 s CPU on the 2 M-kernel export); call: the call's row number; api_ns: NULL when the kernel
+# is not linked to a call; tiny: NULL unless the kernel is linked and its call's only kernel, so a linked kernel with
+# a NULL tiny is one of a graph launch's kernels. Every column written costs ~0.04 s CPU per 2 M rows: no more.
 _KK_COLUMNS = "stream BIGINT, c_name BIGINT, call BIGINT, api_ns BIGINT, queue_ns BIGINT, latency_ns BIGINT, tiny BOOLEAN"
 _NONE = NULL_KEY  # stands for NULL in the integer arrays numpy fills _kk from
 
@@ -478,9 +479,10 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
     every call and every kernel (~0.85 s CPU there): a kernel whose (process, correlation id) several calls share
     comes once per call, in adjacent rows (_launching_rows keeps its launching call's); a call with several kernels
     (a graph launch) is one whose row number the kernels name more than once, counted per call row in a byte array
-    (one byte per API call: 10 MB at 10 M calls), and its kernels lose `tiny` at the end. Per stream, numpy also
-    keeps the first start, last end and the count of kernels that started before their call returned (returned,
-    each indexed by stream number): figures that add up per device, so _kk need not hold them."""
+    (one byte per API call: 10 MB at 10 M calls), and its kernels lose `tiny` at the end.
+
+    Returns, per stream number, the first start, the last end and the count of kernels that started before their
+    call returned: figures that add up per device, so _kk need not hold them."""
     stream_key = np.array([r[0] for r in streams], dtype=np.int64) * 2**32 + np.arange(len(streams), dtype=np.int64)
     first, last = np.full(len(streams), np.iinfo(np.int64).max, dtype=np.int64), np.full(len(streams), INT64_MIN, dtype=np.int64)
     early = np.zeros(len(streams), dtype=np.int64)
@@ -603,18 +605,16 @@ def _launch_rows_sql(key: str) -> str:
             g AS (SELECT g0.*, gq.q_q, gl.l_q FROM g0 JOIN gq USING (key) JOIN gl USING (key)),
             -- one row per launch call of the row: a call that launched one kernel is that kernel's row; only the calls
             -- that launched several (graph launches) are grouped (grouping every call took most of the statement).
-            -- Read twice but not materialized: at 10 M kernels the copy spilled, and scanning _kk twice costs less.
             c AS NOT MATERIALIZED (
                 SELECT {key} AS key, api_ns, c_name, false AS graph FROM _kk WHERE tiny IS NOT NULL
                 UNION ALL
                 SELECT {key} AS key, any_value(api_ns), any_value(c_name), true FROM _kk WHERE api_ns IS NOT NULL AND tiny IS NULL
                 GROUP BY key, call),
+            -- the calls per name in the same pass (histogram: a map name index -> calls), not a second read of c
             cs AS (
                 SELECT key, count(*) AS calls, quantile_cont(api_ns, [0.5, 0.9]) AS a_q, avg(api_ns) AS a_avg,
-                       max(api_ns) AS a_max, count(*) FILTER (WHERE graph) AS graphs
-                FROM c GROUP BY key),
-            names AS (SELECT key, list(struct_pack(name := c_name, n := m) ORDER BY m DESC, c_name) AS apis
-                      FROM (SELECT key, c_name, count(*) AS m FROM c GROUP BY ALL) GROUP BY key)
-            SELECT g.*, cs.calls, cs.a_q, cs.a_avg, cs.a_max, cs.graphs, names.apis
-            FROM g LEFT JOIN cs USING (key) LEFT JOIN names USING (key)
+                       max(api_ns) AS a_max, count(*) FILTER (WHERE graph) AS graphs, histogram(c_name) AS apis
+                FROM c GROUP BY key)
+            SELECT g.*, cs.calls, cs.a_q, cs.a_avg, cs.a_max, cs.graphs, cs.apis
+            FROM g LEFT JOIN cs USING (key)
             ORDER BY g.kernels DESC, key"""
