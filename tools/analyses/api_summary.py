@@ -417,7 +417,7 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
             if not linked:
                 absent.append("launch figures: no kernel in the selection is linked to its launching API call "
                               "(same process and correlation id), so API duration, queue delay and latency cannot be measured")
-            found = {level: cursor_dicts(cur, _launch_rows_sql(key)) for level, key in (("device", "stream >> 32"), ("stream", "stream"))}
+            found = {level: _launch_rows(cur, key) for level, key in (("device", "stream >> 32"), ("stream", "stream"))}
         finally:
             cur.execute("DROP TABLE IF EXISTS temp.main._kk")
     finally:
@@ -588,33 +588,34 @@ def _count_calls(counts: np.ndarray, calls: np.ndarray) -> None:
     counts[u] = np.minimum(counts[u].astype(np.int64) + n, 2)
 
 
-def _launch_rows_sql(key: str) -> str:
-    """Launch figures per `key` (an expression over _kk, _launches' temp table: the device or the stream) from _kk."""
-    return f"""WITH
-            -- A quantile holds every value of its group outside DuckDB's memory limit: one per aggregate, so that at
-            -- most one set of values is held at a time (two together took 10 M kernels past 1.5 GB).
-            g0 AS (
-                SELECT {key} AS key, count(*) AS kernels, count(*) FILTER (WHERE api_ns IS NULL) AS unlinked,
-                       avg(queue_ns) AS q_avg, max(queue_ns) AS q_max, count(queue_ns) AS q_n,
-                       avg(latency_ns) AS l_avg, max(latency_ns) AS l_max, count(latency_ns) AS l_n,
-                       count(tiny) AS single, count(*) FILTER (WHERE tiny) AS tiny
-                FROM _kk GROUP BY key),
-            -- (queue_ns is NULL exactly for the unlinked kernels: a quantile leaves them out)
-            gq AS (SELECT {key} AS key, quantile_cont(queue_ns, [0.5, 0.9]) AS q_q FROM _kk GROUP BY key),
-            gl AS (SELECT {key} AS key, quantile_cont(latency_ns, [0.5, 0.9]) AS l_q FROM _kk GROUP BY key),
-            g AS (SELECT g0.*, gq.q_q, gl.l_q FROM g0 JOIN gq USING (key) JOIN gl USING (key)),
-            -- one row per launch call of the row: a call that launched one kernel is that kernel's row; only the calls
-            -- that launched several (graph launches) are grouped (grouping every call took most of the statement).
-            c AS NOT MATERIALIZED (
-                SELECT {key} AS key, api_ns, c_name, false AS graph FROM _kk WHERE tiny IS NOT NULL
-                UNION ALL
-                SELECT {key} AS key, any_value(api_ns), any_value(c_name), true FROM _kk WHERE api_ns IS NOT NULL AND tiny IS NULL
-                GROUP BY key, call),
-            -- the calls per name in the same pass (histogram: a map name index -> calls), not a second read of c
-            cs AS (
-                SELECT key, count(*) AS calls, quantile_cont(api_ns, [0.5, 0.9]) AS a_q, avg(api_ns) AS a_avg,
-                       max(api_ns) AS a_max, count(*) FILTER (WHERE graph) AS graphs, histogram(c_name) AS apis
-                FROM c GROUP BY key)
-            SELECT g.*, cs.calls, cs.a_q, cs.a_avg, cs.a_max, cs.graphs, cs.apis
-            FROM g LEFT JOIN cs USING (key)
-            ORDER BY g.kernels DESC, key"""
+def _launch_rows(cur, key: str) -> list[dict]:
+    """Launch figures per `key` (an expression over _kk, _launches' temp table: the device or the stream), most
+    kernels first. A quantile holds every value of its group outside DuckDB's memory limit, so each runs in a
+    statement of its own: DuckDB runs a statement's independent aggregates at the same time where it has idle
+    threads, and two quantiles' values together took 10 M kernels past 1.5 GB."""
+    rows = {r["key"]: r for r in cursor_dicts(cur, f"""
+        SELECT {key} AS key, count(*) AS kernels, count(*) FILTER (WHERE api_ns IS NULL) AS unlinked,
+               avg(queue_ns) AS q_avg, max(queue_ns) AS q_max, count(queue_ns) AS q_n,
+               avg(latency_ns) AS l_avg, max(latency_ns) AS l_max, count(latency_ns) AS l_n,
+               count(tiny) AS single, count(*) FILTER (WHERE tiny) AS tiny
+        FROM _kk GROUP BY key""")}
+    # (queue_ns is NULL exactly for the unlinked kernels: a quantile leaves them out)
+    parts = [f"SELECT {key} AS key, quantile_cont(queue_ns, [0.5, 0.9]) AS q_q FROM _kk GROUP BY key",
+             f"SELECT {key} AS key, quantile_cont(latency_ns, [0.5, 0.9]) AS l_q FROM _kk GROUP BY key",
+             # one row per launch call: a call that launched one kernel is that kernel's row; only the calls that
+             # launched several (graph launches) are grouped (grouping every call took most of the statement). The
+             # calls per name in the same pass (histogram: a map name index -> calls).
+             f"""SELECT key, count(*) AS calls, quantile_cont(api_ns, [0.5, 0.9]) AS a_q, avg(api_ns) AS a_avg,
+                        max(api_ns) AS a_max, count(*) FILTER (WHERE graph) AS graphs, histogram(c_name) AS apis
+                 FROM (SELECT {key} AS key, api_ns, c_name, false AS graph FROM _kk WHERE tiny IS NOT NULL
+                       UNION ALL
+                       SELECT {key} AS key, any_value(api_ns), any_value(c_name), true FROM _kk
+                       WHERE api_ns IS NOT NULL AND tiny IS NULL GROUP BY key, call)
+                 GROUP BY key"""]
+    blank = {"q_q": None, "l_q": None, "calls": None, "a_q": None, "a_avg": None, "a_max": None, "graphs": None, "apis": None}
+    for r in rows.values():
+        r.update(blank)
+    for sql in parts:
+        for r in cursor_dicts(cur, sql):
+            rows[r["key"]].update(r)
+    return sorted(rows.values(), key=lambda r: (-r["kernels"], r["key"]))
