@@ -24,13 +24,15 @@ Three sections, each with its own denominators:
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace, cursor_dicts
 from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .containment import temp_tables
-from .intervals import unions, unions_on
+from .intervals import INT64_MIN, NULL_KEY, part_order, reach_by_part, time_chunks, unions, unions_on
 from .requirements import left_out, require
 
 CATEGORIES = ("synchronize", "blocking_copy", "pageable_async_copy", "event_query_spin")
@@ -395,84 +397,54 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
     if pid is not None:
         where += " AND k.pid = ?"
         params = params + [pid]
-    # Previous op on the same (device, process, stream): running max of the ends of all earlier
-    # kernels/copies/sets, over the whole profile so a window does not hide the op before it.
-    base = f"""
-        WITH ops AS (
-            SELECT device_id, coalesce(pid, -1) AS p, stream_id, start_ns, end_ns, 1 AS is_kernel, correlation_id, pid, launched
-            FROM kernels
-            UNION ALL
-            SELECT device_id, coalesce(pid, -1), stream_id, start_ns, end_ns, 0, correlation_id, pid, launched FROM memops),
-        seq AS (
-            SELECT *, max(end_ns) OVER (PARTITION BY device_id, p, stream_id ORDER BY start_ns, end_ns, is_kernel
-                                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-            FROM ops),
-        -- the launching call of a (process, correlation id): a launch-named non-HSA call first, then the first by
-        -- (start, end, name) as the model pairs them. Only the ids shared by several calls are chosen among (an
-        -- aggregate: a window over one-call partitions cost twice as much); choosing for every id took twice the CPU
-        -- of finding the shared ones and passing the others through.
-        shared AS (SELECT pid, correlation_id FROM api_calls WHERE correlation_id IS NOT NULL GROUP BY ALL HAVING count(*) > 1),
-        calls AS (
-            SELECT pid, correlation_id, start_ns, end_ns, name
-            FROM api_calls a ANTI JOIN shared s ON s.pid IS NOT DISTINCT FROM a.pid AND s.correlation_id = a.correlation_id
-            WHERE correlation_id IS NOT NULL
-            UNION ALL
-            SELECT pid, correlation_id, c.start_ns, c.end_ns, c.name
-            FROM (SELECT pid, correlation_id, arg_min(struct_pack(start_ns, end_ns, name),
-                                                      (api = 'hsa', NOT regexp_matches(name, '{LAUNCH_RE}'), start_ns, end_ns, name)) AS c
-                  FROM api_calls a SEMI JOIN shared s ON s.pid IS NOT DISTINCT FROM a.pid AND s.correlation_id = a.correlation_id
-                  GROUP BY pid, correlation_id)),
-        -- kernels per launching call, kept for the calls that launched several (graph launches): a linked kernel not
-        -- among them is its call's only kernel, and the join probes a small table instead of one row per call
-        per_call AS (SELECT pid, correlation_id, count(*) AS n FROM kernels WHERE launched GROUP BY ALL HAVING count(*) > 1),
-        k AS (
-            SELECT k.device_id, k.p, k.pid, k.stream_id, k.start_ns, k.end_ns, k.correlation_id, k.prev_end,
-                   c.start_ns AS c_start, c.end_ns AS c_end, c.name AS c_name,
-                   CASE WHEN c.end_ns IS NOT NULL THEN coalesce(pc.n, 1) END AS call_kernels
-            FROM seq k
-            LEFT JOIN calls c ON c.pid IS NOT DISTINCT FROM k.pid  -- launched as a key: a hash join (see _blocking_sql)
-                             AND c.correlation_id = CASE WHEN k.launched THEN k.correlation_id END
-            LEFT JOIN per_call pc ON pc.pid IS NOT DISTINCT FROM k.pid AND pc.correlation_id = k.correlation_id
-            WHERE k.is_kernel = 1 AND {where}),
-        -- only what _launch_rows_sql reads goes into the temp table (the call's and predecessor's times do not)
-        kk AS (
-            SELECT device_id, p, pid, stream_id, start_ns, end_ns, correlation_id, c_name, call_kernels,
-                   c_end IS NOT NULL AS linked, c_end - c_start AS api_ns,
-                   CASE WHEN c_end IS NOT NULL THEN greatest(0, coalesce(prev_end, c_end) - c_end) END AS queue_ns,
-                   CASE WHEN c_end IS NOT NULL AND start_ns >= greatest(c_end, coalesce(prev_end, c_end))
-                        THEN start_ns - greatest(c_end, coalesce(prev_end, c_end)) END AS latency_ns,
-                   c_end IS NOT NULL AND start_ns < c_end AS early,
-                   CASE WHEN c_end IS NOT NULL AND call_kernels = 1 THEN end_ns - start_ns < c_end - c_start END AS tiny
-            FROM k)"""
-    # The kernels with their calls and predecessors (joins and a window over every GPU op) are made once, as a temp
-    # table of one cursor, for the counts and both levels.
-    cur = trace.con.cursor()
+    # The streams (device, coalesce(pid, -1), stream) of every GPU op, numbered in their order (NULL stream last, as
+    # ORDER BY puts it): the sorted ops carry the number, the stream level groups by it and sorts by it.
+    streams = trace.sql("SELECT DISTINCT device_id, coalesce(pid, -1) AS p, stream_id FROM kernels "
+                        "UNION SELECT DISTINCT device_id, coalesce(pid, -1), stream_id FROM memops ORDER BY ALL")
+    # the call names, sorted, with whether each is launch-named (the rule that picks a launching call among several)
+    named = trace.sql(f"SELECT name, regexp_matches(name, '{LAUNCH_RE}') FROM (SELECT DISTINCT name FROM api_calls "
+                      "WHERE correlation_id IS NOT NULL) ORDER BY name")
+    names = [r[0] for r in named]
+    cur, reader = trace.con.cursor(), trace.con.cursor()  # _kk fills on `cur` while the sorted ops stream on `reader`
     try:
-        with temp_tables(cur, base, {"_kk": "kk"}, params):
-            n, linked = cur.execute("SELECT count(*), count(*) FILTER (WHERE linked) FROM _kk").fetchone()
+        cur.execute(f"CREATE OR REPLACE TEMP TABLE _kk ({_KK_COLUMNS})")
+        try:
+            per_stream = _fill_kk(trace, cur, reader, streams, named, where, params)
+            reader.close()  # the sort's memory goes back before the levels
+            n, linked = cur.execute("SELECT count(*), count(api_ns) FROM _kk").fetchone()
             if not n:
                 raise ProfileError("no kernel starts in the selection (device/stream/pid/time window). Widen it; trace_info lists devices and spans.")
             if not linked:
                 absent.append("launch figures: no kernel in the selection is linked to its launching API call "
                               "(same process and correlation id), so API duration, queue delay and latency cannot be measured")
-            found = {level: cursor_dicts(cur, _launch_rows_sql(keys)) for level, keys in (("device", "device_id"), ("stream", "device_id, p, stream_id"))}
+            found = {level: _launch_rows(cur, key) for level, key in (("device", "stream >> 32"), ("stream", "stream"))}
+        finally:
+            cur.execute("DROP TABLE IF EXISTS temp.main._kk")
     finally:
+        reader.close()
         cur.close()
     levels = {}
     for level, rows in found.items():
         levels[level] = out = []
         for r in rows:
-            span = int(r["last"]) - int(r["first"])
+            if level == "stream":
+                device_id, p, stream_id = streams[r["key"] & 0xFFFFFFFF]
+                first, last, early = (int(v[r["key"] & 0xFFFFFFFF]) for v in per_stream)
+            else:
+                device_id, p, stream_id = r["key"], -1, None
+                on = np.array([s[0] == device_id for s in streams])
+                first, last, early = int(per_stream[0][on].min()), int(per_stream[1][on].max()), int(per_stream[2][on].sum())
+            span = last - first
             single, tiny = int(r["single"]), int(r["tiny"])
             stats = LaunchStats(
-                device_id=r["device_id"], pid=None if level == "device" or r["p"] == -1 else r["p"],
-                stream_id=r["stream_id"] if level == "stream" else None, kernels=r["kernels"], unlinked_kernels=r["unlinked"],
-                launch_calls=r["calls"] or 0, launch_apis={a["name"]: a["n"] for a in (r["apis"] or [])},
+                device_id=device_id, pid=None if p == -1 else p, stream_id=stream_id, kernels=r["kernels"],
+                unlinked_kernels=r["unlinked"], launch_calls=r["calls"] or 0,
+                launch_apis={names[i]: n for i, n in sorted((r["apis"] or {}).items(), key=lambda a: (-a[1], a[0]))},
                 graph_launch_calls=r["graphs"] or 0,
                 api_duration=_dist(r["a_q"] if r["calls"] else None, r["a_avg"], r["a_max"]),
                 queue_delay=_dist(r["q_q"] if r["q_n"] else None, r["q_avg"], r["q_max"]),
                 launch_latency=_dist(r["l_q"] if r["l_n"] else None, r["l_avg"], r["l_max"]),
-                kernels_started_before_call_returned=r["early"], single_kernel_launches=single, tiny_kernels=tiny,
+                kernels_started_before_call_returned=early, single_kernel_launches=single, tiny_kernels=tiny,
                 tiny_pct_of_single_kernel_launches=pct(tiny, single), kernel_span_ns=span,
                 kernels_per_s_over_kernel_span=round(r["kernels"] * 1e9 / span, 3) if span > 0 else None)
             # count = number of values: launch calls, linked kernels, linked kernels with a latency.
@@ -483,37 +455,167 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
     return levels["device"], levels["stream"]
 
 
-def _launch_rows_sql(keys: str) -> str:
-    """Launch figures per `keys` (device_id, or device_id, p, stream_id) from _kk, _launches' temp table."""
-    return f"""WITH
-            -- A quantile holds every value of its group outside DuckDB's memory limit: one per aggregate, so that at
-            -- most one set of values is held at a time (two together took 10 M kernels past 1.5 GB).
-            g0 AS (
-                SELECT {keys}, count(*) AS kernels, count(*) FILTER (WHERE NOT linked) AS unlinked,
-                       avg(queue_ns) AS q_avg, max(queue_ns) AS q_max, count(queue_ns) AS q_n,
-                       avg(latency_ns) AS l_avg, max(latency_ns) AS l_max, count(latency_ns) AS l_n,
-                       count(*) FILTER (WHERE early) AS early, count(tiny) AS single, count(*) FILTER (WHERE tiny) AS tiny,
-                       min(start_ns) AS first, max(end_ns) AS last
-                FROM _kk GROUP BY {keys}),
-            gq AS (SELECT {keys}, quantile_cont(queue_ns, [0.5, 0.9]) FILTER (WHERE linked) AS q_q FROM _kk GROUP BY {keys}),
-            gl AS (SELECT {keys}, quantile_cont(latency_ns, [0.5, 0.9]) FILTER (WHERE linked) AS l_q FROM _kk GROUP BY {keys}),
-            g AS (SELECT g0.*, gq.q_q, gl.l_q FROM g0
-                  JOIN gq ON {" AND ".join(f"gq.{k} IS NOT DISTINCT FROM g0.{k}" for k in keys.split(", "))}
-                  JOIN gl ON {" AND ".join(f"gl.{k} IS NOT DISTINCT FROM g0.{k}" for k in keys.split(", "))}),
-            -- one row per launch call of the row: a call that launched one kernel is that kernel's row; only the calls
-            -- that launched several (graph launches) are grouped (grouping every call took most of the statement).
-            -- Read twice but not materialized: at 10 M kernels the copy spilled, and scanning _kk twice costs less.
-            c AS NOT MATERIALIZED (
-                SELECT {keys}, api_ns, c_name, call_kernels AS n FROM _kk WHERE linked AND call_kernels = 1
-                UNION ALL
-                SELECT {keys}, any_value(api_ns), any_value(c_name), any_value(call_kernels)
-                FROM _kk WHERE linked AND call_kernels > 1 GROUP BY {keys}, pid, correlation_id),
-            cs AS (
-                SELECT {keys}, count(*) AS calls, quantile_cont(api_ns, [0.5, 0.9]) AS a_q, avg(api_ns) AS a_avg,
-                       max(api_ns) AS a_max, count(*) FILTER (WHERE n > 1) AS graphs
-                FROM c GROUP BY {keys}),
-            names AS (SELECT {keys}, list(struct_pack(name := c_name, n := m) ORDER BY m DESC, c_name) AS apis
-                      FROM (SELECT {keys}, c_name, count(*) AS m FROM c GROUP BY ALL) GROUP BY {keys})
-            SELECT g.*, cs.calls, cs.a_q, cs.a_avg, cs.a_max, cs.graphs, names.apis
-            FROM g LEFT JOIN cs USING ({keys}) LEFT JOIN names USING ({keys})
-            ORDER BY g.kernels DESC, {keys}"""
+# _kk: one row per kernel of the selection with what _launch_rows_sql reads. stream: device_id * 2^32 + the number
+# of its (device, process, stream) in `streams`, so that both levels group by it (the device: stream >> 32); c_name:
+# its call's name as an index into the sorted call names (no strings in the rows: a name per kernel through the join
+# and the table cost ~0.5 s CPU on the 2 M-kernel export); call: the call's row number; api_ns: NULL when the kernel
+# is not linked to a call; tiny: NULL unless the kernel is linked and its call's only kernel, so a linked kernel with
+# a NULL tiny is one of a graph launch's kernels. Every column written costs ~0.04 s CPU per 2 M rows: no more.
+_KK_COLUMNS = "stream BIGINT, c_name BIGINT, call BIGINT, api_ns BIGINT, queue_ns BIGINT, latency_ns BIGINT, tiny BOOLEAN"
+_NONE = NULL_KEY  # stands for NULL in the integer arrays numpy fills _kk from
+
+
+def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple], where: str,
+             params: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fill `cur`'s temp table _kk with the kernels `where` selects (alias k), each with its launching call and the
+    latest end of the earlier kernels/copies/sets on its (device, process, stream) over the whole profile (so a window
+    does not hide the op before it).
+
+    DuckDB joins the launched kernels to the calls of their (process, correlation id) and sorts every GPU op by
+    (start, end), copies first at equal times (cheap: the tables are stored in time order); numpy follows each stream
+    through the sorted chunks with its running maximum of ends (intervals.reach_by_part) and computes the kernels'
+    figures. A SQL window partitioned by stream took ~1.1 s CPU of the 2 M-kernel export's first call (its sort by
+    stream, then time), the time sort ~0.15 s. The rare repeats are found in the sorted rows too, not by grouping
+    every call and every kernel (~0.85 s CPU there): a kernel whose (process, correlation id) several calls share
+    comes once per call, in adjacent rows (_launching_rows keeps its launching call's); a call with several kernels
+    (a graph launch) is one whose row number the kernels name more than once, counted per call row in a byte array
+    (one byte per API call: 10 MB at 10 M calls), and its kernels lose `tiny` at the end.
+
+    Returns, per stream number, the first start, the last end and the count of kernels that started before their
+    call returned: figures that add up per device, so _kk need not hold them."""
+    stream_key = np.array([r[0] for r in streams], dtype=np.int64) * 2**32 + np.arange(len(streams), dtype=np.int64)
+    first, last = np.full(len(streams), np.iinfo(np.int64).max, dtype=np.int64), np.full(len(streams), INT64_MIN, dtype=np.int64)
+    early = np.zeros(len(streams), dtype=np.int64)
+    reader.register("_ap_streams", pd.DataFrame({
+        "device_id": pd.array([r[0] for r in streams], dtype="Int64"), "p": pd.array([r[1] for r in streams], dtype="Int64"),
+        "stream_id": pd.array([r[2] for r in streams], dtype="Int64"), "code": np.arange(len(streams), dtype=np.int64)}))
+    reader.register("_ap_names", pd.DataFrame({"name": pd.array([r[0] for r in named], dtype=object),
+                                               "name_id": np.arange(len(named), dtype=np.int64),
+                                               "launch": np.array([bool(r[1]) for r in named], dtype=bool)}))
+    # k = stream number * 16 + the call's preference rank * 4 (0 best: a launch-named non-HSA call; see
+    # _launching_rows) + 2 for a selected kernel + 1 for a linked one. r: the kernel's row number (a copy's: -1 - its
+    # row number). At equal times a stream's copies come before its kernels (as the figures define the previous op),
+    # then rows in table order (as the SQL window's sort kept them: two kernels of one stream can share start and end).
+    sql = f"""
+        WITH
+        calls AS (
+            SELECT a.pid, a.correlation_id, a.start_ns, a.end_ns, a.rowid AS call, n.name_id,
+                   CASE WHEN a.api = 'hsa' THEN 2 ELSE 0 END + CASE WHEN n.launch THEN 0 ELSE 1 END AS rank
+            FROM api_calls a JOIN _ap_names n USING (name) WHERE a.correlation_id IS NOT NULL),
+        sel AS (SELECT *, CASE WHEN launched THEN correlation_id END AS key
+                FROM (SELECT device_id, pid, stream_id, start_ns, end_ns, correlation_id, launched, ({where}) AS chosen, rowid AS r
+                      FROM kernels k)),
+        ops AS (
+            SELECT k.device_id, k.pid, k.stream_id, k.start_ns, k.end_ns, 1 AS kind, k.r,
+                   coalesce(c.rank, 0) * 4 + CASE WHEN k.chosen THEN 2 ELSE 0 END + CASE WHEN c.end_ns IS NOT NULL THEN 1 ELSE 0 END AS f,
+                   c.start_ns AS c_start, c.end_ns AS c_end, c.name_id, c.call
+            -- every launched kernel meets its calls (the key NULL otherwise: no match, and the join stays a hash join),
+            -- selected or not: a graph launch's kernels outside the selection count
+            FROM sel k LEFT JOIN calls c ON c.pid IS NOT DISTINCT FROM k.pid AND c.correlation_id = k.key
+            UNION ALL
+            SELECT device_id, pid, stream_id, start_ns, end_ns, 0, -1 - rowid, 0, NULL, NULL, NULL, NULL FROM memops)
+        SELECT o.start_ns, o.end_ns, o.f + s.code * 16 AS k, o.r, o.c_start, o.c_end, o.name_id, o.call
+        FROM ops o JOIN _ap_streams s ON o.device_id = s.device_id AND coalesce(o.pid, -1) = s.p
+                                      AND o.stream_id IS NOT DISTINCT FROM s.stream_id
+        ORDER BY o.start_ns, o.end_ns, o.kind, o.r"""
+    calls = np.zeros(int(trace.scalar("SELECT coalesce(max(rowid) + 1, 0) FROM api_calls")), dtype=np.uint8)  # kernels per call, up to 2
+    carry = np.full(len(streams), INT64_MIN, dtype=np.int64)
+    cols = {"start_ns": 0, "end_ns": 0, "k": 0, "r": 0, "c_start": 0, "c_end": 0, "name_id": _NONE, "call": _NONE}
+    for ch in time_chunks(reader, sql, params, cols):
+        if (ch["r"][1:] == ch["r"][:-1]).any():
+            ch = _launching_rows(ch)
+        k = ch["k"]
+        linked = (k & 1) == 1
+        _count_calls(calls, ch["call"][linked])
+        part = k >> 4
+        o = part_order(part)
+        prev, _ = reach_by_part(part[o], ch["end_ns"][o], carry)  # INT64_MIN: no op before it on its stream
+        mine = (k[o] & 2) == 2
+        if not mine.any():
+            continue
+        at, prev = o[mine], prev[mine]
+        linked, part = linked[at], part[at]
+        start, end, c_start, c_end = ch["start_ns"][at], ch["end_ns"][at], ch["c_start"][at], ch["c_end"][at]
+        before = np.where(prev == INT64_MIN, c_end, prev)  # coalesce(prev_end, c_end)
+        ready = np.maximum(c_end, before)
+        api = c_end - c_start
+        np.minimum.at(first, part, start)
+        np.maximum.at(last, part, end)
+        np.add.at(early, part, (linked & (start < c_end)).astype(np.int64))
+        cur.register("_kk_chunk", {  # numpy arrays as they are: a DataFrame would first copy them into one block
+            "stream": stream_key[part], "c_name": ch["name_id"][at], "call": ch["call"][at],
+            "api_ns": np.where(linked, api, _NONE), "queue_ns": np.where(linked, np.maximum(0, before - c_end), _NONE),
+            "latency_ns": np.where(linked & (start >= ready), start - ready, _NONE),
+            # tiny: 1 / 0 for a linked kernel (its call's only one, until a second kernel of the call shows up), else NULL
+            "tiny": np.where(linked, (end - start < api).astype(np.int64), _NONE)})
+        cur.execute(f"""INSERT INTO _kk SELECT stream, nullif(c_name, {_NONE}), nullif(call, {_NONE}), nullif(api_ns, {_NONE}),
+                               nullif(queue_ns, {_NONE}), nullif(latency_ns, {_NONE}), CASE WHEN tiny = {_NONE} THEN NULL ELSE tiny = 1 END
+                        FROM _kk_chunk""")
+        cur.unregister("_kk_chunk")
+    graphs = np.flatnonzero(calls > 1)
+    if graphs.size:
+        cur.register("_kk_graphs", {"call": graphs.astype(np.int64)})
+        cur.execute("UPDATE _kk SET tiny = NULL WHERE call IN (SELECT call FROM _kk_graphs)")
+        cur.unregister("_kk_graphs")
+    return first, last, early
+
+
+def _launching_rows(ch: dict) -> dict:
+    """A chunk's rows with one row per kernel: of the adjacent rows of a kernel met by several calls (same `r`), the
+    row of its launching call, as the model pairs them: a launch-named non-HSA call first, then the first by (start,
+    end, name), then by row number."""
+    r = ch["r"]
+    new = np.ones(r.size, dtype=bool)
+    new[1:] = r[1:] != r[:-1]
+    group = np.cumsum(new) - 1  # non-decreasing: sorting by it first keeps the rows in time order
+    o = np.lexsort((ch["call"], ch["name_id"], ch["c_end"], ch["c_start"], (ch["k"] >> 2) & 3, group))
+    g = group[o]
+    first = np.ones(o.size, dtype=bool)
+    first[1:] = g[1:] != g[:-1]
+    keep = o[first]
+    return {c: v[keep] for c, v in ch.items()}
+
+
+def _count_calls(counts: np.ndarray, calls: np.ndarray) -> None:
+    """Add each call row number's kernels to `counts` (saturating at 2: one, or several)."""
+    if not calls.size:
+        return
+    calls = np.sort(calls, kind="stable")  # nearly sorted already (calls and kernels in time order): a near-linear sort
+    first = np.ones(calls.size, dtype=bool)
+    first[1:] = calls[1:] != calls[:-1]
+    at = np.flatnonzero(first)
+    u, n = calls[at], np.diff(np.append(at, calls.size))
+    counts[u] = np.minimum(counts[u].astype(np.int64) + n, 2)
+
+
+def _launch_rows(cur, key: str) -> list[dict]:
+    """Launch figures per `key` (an expression over _kk, _launches' temp table: the device or the stream), most
+    kernels first. A quantile holds every value of its group outside DuckDB's memory limit, so each runs in a
+    statement of its own: DuckDB runs a statement's independent aggregates at the same time where it has idle
+    threads, and two quantiles' values together took 10 M kernels past 1.5 GB."""
+    rows = {r["key"]: r for r in cursor_dicts(cur, f"""
+        SELECT {key} AS key, count(*) AS kernels, count(*) FILTER (WHERE api_ns IS NULL) AS unlinked,
+               avg(queue_ns) AS q_avg, max(queue_ns) AS q_max, count(queue_ns) AS q_n,
+               avg(latency_ns) AS l_avg, max(latency_ns) AS l_max, count(latency_ns) AS l_n,
+               count(tiny) AS single, count(*) FILTER (WHERE tiny) AS tiny
+        FROM _kk GROUP BY key""")}
+    # (queue_ns is NULL exactly for the unlinked kernels: a quantile leaves them out)
+    parts = [f"SELECT {key} AS key, quantile_cont(queue_ns, [0.5, 0.9]) AS q_q FROM _kk GROUP BY key",
+             f"SELECT {key} AS key, quantile_cont(latency_ns, [0.5, 0.9]) AS l_q FROM _kk GROUP BY key",
+             # one row per launch call: a call that launched one kernel is that kernel's row; only the calls that
+             # launched several (graph launches) are grouped (grouping every call took most of the statement). The
+             # calls per name in the same pass (histogram: a map name index -> calls).
+             f"""SELECT key, count(*) AS calls, quantile_cont(api_ns, [0.5, 0.9]) AS a_q, avg(api_ns) AS a_avg,
+                        max(api_ns) AS a_max, count(*) FILTER (WHERE graph) AS graphs, histogram(c_name) AS apis
+                 FROM (SELECT {key} AS key, api_ns, c_name, false AS graph FROM _kk WHERE tiny IS NOT NULL
+                       UNION ALL
+                       SELECT {key} AS key, any_value(api_ns), any_value(c_name), true FROM _kk
+                       WHERE api_ns IS NOT NULL AND tiny IS NULL GROUP BY key, call)
+                 GROUP BY key"""]
+    blank = {"q_q": None, "l_q": None, "calls": None, "a_q": None, "a_avg": None, "a_max": None, "graphs": None, "apis": None}
+    for r in rows.values():
+        r.update(blank)
+    for sql in parts:
+        for r in cursor_dicts(cur, sql):
+            rows[r["key"]].update(r)
+    return sorted(rows.values(), key=lambda r: (-r["kernels"], r["key"]))
