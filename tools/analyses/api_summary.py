@@ -478,8 +478,9 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
     stream, then time), the time sort ~0.15 s. The rare repeats are found in the sorted rows too, not by grouping
     every call and every kernel (~0.85 s CPU there): a kernel whose (process, correlation id) several calls share
     comes once per call, in adjacent rows (_launching_rows keeps its launching call's); a call with several kernels
-    (a graph launch) is one whose row number the kernels name more than once, counted per call row in a byte array
-    (one byte per API call: 10 MB at 10 M calls), and its kernels lose `tiny` at the end.
+    (a graph launch) is one whose row number the kernels name more than once: the call rows of the linked kernels go
+    to a temp table (DuckDB's, which spills: nothing here grows with the profile), and the kernels of the calls found
+    there more than once lose `tiny` at the end.
 
     Returns, per stream number, the first start, the last end and the count of kernels that started before their
     call returned: figures that add up per device, so _kk need not hold them."""
@@ -518,7 +519,7 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
         FROM ops o JOIN _ap_streams s ON o.device_id = s.device_id AND coalesce(o.pid, -1) = s.p
                                       AND o.stream_id IS NOT DISTINCT FROM s.stream_id
         ORDER BY o.start_ns, o.end_ns, o.kind, o.r"""
-    calls = np.zeros(int(trace.scalar("SELECT coalesce(max(rowid) + 1, 0) FROM api_calls")), dtype=np.uint8)  # kernels per call, up to 2
+    cur.execute("CREATE OR REPLACE TEMP TABLE _kk_calls (call BIGINT)")  # the call row of every linked kernel
     carry = np.full(len(streams), INT64_MIN, dtype=np.int64)
     cols = {"start_ns": 0, "end_ns": 0, "k": 0, "r": 0, "c_start": 0, "c_end": 0, "name_id": _NONE, "call": _NONE}
     for ch in time_chunks(reader, sql, params, cols):
@@ -526,7 +527,7 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
             ch = _launching_rows(ch)
         k = ch["k"]
         linked = (k & 1) == 1
-        _count_calls(calls, ch["call"][linked])
+        _count_calls(cur, ch["call"][linked])
         part = k >> 4
         o = part_order(part)
         prev, _ = reach_by_part(part[o], ch["end_ns"][o], carry)  # INT64_MIN: no op before it on its stream
@@ -552,11 +553,11 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
                                nullif(queue_ns, {_NONE}), nullif(latency_ns, {_NONE}), CASE WHEN tiny = {_NONE} THEN NULL ELSE tiny = 1 END
                         FROM _kk_chunk""")
         cur.unregister("_kk_chunk")
-    graphs = np.flatnonzero(calls > 1)
-    if graphs.size:
-        cur.register("_kk_graphs", {"call": graphs.astype(np.int64)})
-        cur.execute("UPDATE _kk SET tiny = NULL WHERE call IN (SELECT call FROM _kk_graphs)")
-        cur.unregister("_kk_graphs")
+    try:
+        cur.execute("""UPDATE _kk SET tiny = NULL
+                       WHERE call IN (SELECT call FROM _kk_calls GROUP BY call HAVING count(*) > 1)""")
+    finally:
+        cur.execute("DROP TABLE IF EXISTS temp.main._kk_calls")
     return first, last, early
 
 
@@ -576,16 +577,13 @@ def _launching_rows(ch: dict) -> dict:
     return {c: v[keep] for c, v in ch.items()}
 
 
-def _count_calls(counts: np.ndarray, calls: np.ndarray) -> None:
-    """Add each call row number's kernels to `counts` (saturating at 2: one, or several)."""
+def _count_calls(cur, calls: np.ndarray) -> None:
+    """Append the call row numbers `calls` (one per linked kernel) to temp table _kk_calls."""
     if not calls.size:
         return
-    calls = np.sort(calls, kind="stable")  # nearly sorted already (calls and kernels in time order): a near-linear sort
-    first = np.ones(calls.size, dtype=bool)
-    first[1:] = calls[1:] != calls[:-1]
-    at = np.flatnonzero(first)
-    u, n = calls[at], np.diff(np.append(at, calls.size))
-    counts[u] = np.minimum(counts[u].astype(np.int64) + n, 2)
+    cur.register("_kk_chunk_calls", {"call": calls})
+    cur.execute("INSERT INTO _kk_calls SELECT call FROM _kk_chunk_calls")
+    cur.unregister("_kk_chunk_calls")
 
 
 def _launch_rows(cur, key: str) -> list[dict]:
