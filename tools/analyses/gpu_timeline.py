@@ -396,7 +396,7 @@ class _SetUnions:
             p, s, e = (part, start, end) if m.all() else (part[m], start[m], end[m])
             before = self.reach[i].copy()
             r, f = reach_by_part(p, e, self.reach[i])
-            added = np.zeros(n, dtype=np.int64)
+            added = np.zeros(self.busy.shape[1], dtype=np.int64)  # every partition so far: a chunk may hold fewer
             added[p[f]] = np.add.reduceat(np.maximum(0, e - np.maximum(s, r)), f)
             self.busy[i] += added
             done.setdefault(mine, (before, added, self.reach[i].copy()))
