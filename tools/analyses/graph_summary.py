@@ -257,9 +257,8 @@ def graph_kernel_count(trace: Trace) -> int:
 def _graph_kernel_count(trace: Trace) -> int:
     # Most profiles have neither a graph id nor a graph-launch call, which the column statistics and the names'
     # dictionary tell at once; the CTE scans every call and kernel even then (0.29 s CPU at 2 M kernels).
-    if not trace.scalar(f"""SELECT EXISTS (SELECT 1 FROM kernels WHERE graph_id IS NOT NULL)
-                                OR EXISTS (SELECT 1 FROM (SELECT DISTINCT name FROM api_calls)
-                                           WHERE regexp_matches(name, '{GRAPH_LAUNCH_RX}', 'i'))"""):
+    if not trace.scalar(f"""WITH {GRAPH_KERNELS_CTE}
+                            SELECT EXISTS (SELECT 1 FROM kernels WHERE graph_id IS NOT NULL) OR EXISTS (SELECT 1 FROM graph_names)"""):
         return 0
     return int(trace.scalar(f"WITH {GRAPH_KERNELS_CTE} SELECT count(*) FROM graph_kids"))
 

@@ -41,6 +41,7 @@ import numpy as np
 from ..model.trace import Trace
 from .comm_patterns import is_comm_sql
 from .containment import SHIFT, temp_tables
+from ..model.names import GRAPH_LAUNCH_RX
 from ..model.quote import quote_literal
 
 BLEED_NS = 1_000                 # tolerated overhang of a child past its parent's end (node tree only)
@@ -90,7 +91,7 @@ def with_sql() -> str:
         LEFT JOIN launch l ON l.pid = g.pid AND l.correlation_id = g.correlation_id
         LEFT JOIN thr ON thr.pid = l.pid AND thr.tid = l.call_tid),
     comm AS (SELECT name, {is_comm_sql("name")} AS comm FROM (SELECT DISTINCT name FROM kernels)),
-    graph_call AS (SELECT name FROM (SELECT DISTINCT name FROM api_calls) WHERE regexp_matches(name, 'graph.?launch', 'i'))
+    graph_call AS (SELECT name FROM (SELECT DISTINCT name FROM api_calls) WHERE regexp_matches(name, {quote_literal(GRAPH_LAUNCH_RX)}, 'i'))
     """
 
 
