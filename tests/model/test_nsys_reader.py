@@ -302,6 +302,14 @@ def test_repeated_correlation_ids_do_not_duplicate_kernels(tmp_path):
     assert t.count("kernels") == 6 and t.count("memops") == 8
     assert t.sql("SELECT tid FROM kernels WHERE pid = 1000 AND correlation_id = 10") == [(1000,)]
     assert any("repeats correlation ids" in w for w in t.warnings)
+    # The model check says the calls share an id, so the tools rank a pair's calls and take its first: every GPU op once
+    # (the kernel of id 10 is not counted per call), launched by the thread of the earlier call.
+    assert t.meta["correlation_ids_unique"] == "false"
+    from gpuscope.tools.analyses.ops_summary import ops_summary
+    r = ops_summary(t, group_by="kernels", limit=100)
+    assert r.totals.gpu_ops == 6 + 8 and sum(row.count for row in r.rows) == 6
+    assert r.totals.summed_kernel_time_ns == t.scalar("SELECT sum(dur_ns) FROM kernels")
+    assert load_trace(writer.write(base_scenario(), tmp_path / "unique.sqlite")).meta["correlation_ids_unique"] == "true"
 
 
 def test_runtime_only_and_kernel_less(tmp_path):

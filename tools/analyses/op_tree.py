@@ -42,6 +42,7 @@ from ..model.trace import Trace
 from .comm_patterns import is_comm_sql
 from .containment import SHIFT, temp_tables
 from ..model.names import GRAPH_LAUNCH_RX
+from ..model.quality import CORRELATION_IDS_UNIQUE
 from ..model.quote import quote_literal
 
 BLEED_NS = 1_000                 # tolerated overhang of a child past its parent's end (node tree only)
@@ -53,7 +54,7 @@ MEMOP_NAME = """CASE WHEN op = 'set' THEN 'Memset (' || coalesce(dst_kind, 'Devi
                     ELSE 'Memcpy ' || kind || ' (' || coalesce(src_kind, '?') || ' -> ' || coalesce(dst_kind, '?') || ')' END"""
 
 
-def with_sql() -> str:
+def with_sql(unique: bool = False) -> str:
     """WITH clause defining
         thr(pid, tid, k)  threads numbered from 0;
         op(op_id, pid, tid, start_ns, end_ns, dur_ns, name, ks, ke)  launcher candidates (cpu_op, not execute);
@@ -63,7 +64,9 @@ def with_sql() -> str:
         call(gop_id, call_tid, call_start_ns, call_end_ns, call_name, ks)  its launching call (NULLs: none);
         comm(name, comm)                                              whether a kernel name is communication (one regex per
                                                                       distinct name, not per kernel);
-        graph_call(name)                                              the API names that launch a graph."""
+        graph_call(name)                                              the API names that launch a graph.
+    `unique` (calls_unique): no two calls share a (pid, correlation id), so each is its pair's launching call and the calls
+    are not ranked per pair (a window sorting every call: 0.3-0.4 s CPU of a 2 M-call profile)."""
     return f"""
     WITH thr AS (
         SELECT pid, tid, (row_number() OVER (ORDER BY pid, tid) - 1)::HUGEINT AS k FROM (
@@ -78,7 +81,7 @@ def with_sql() -> str:
                  -- the call's columns cannot: it ran out of memory at 10 M calls), and was faster too
         SELECT pid, correlation_id, tid AS call_tid, start_ns AS call_start_ns, end_ns AS call_end_ns, name AS call_name
         FROM api_calls WHERE correlation_id IS NOT NULL AND pid IS NOT NULL AND tid IS NOT NULL
-        QUALIFY row_number() OVER (PARTITION BY pid, correlation_id ORDER BY start_ns, end_ns, rowid) = 1),
+        {"" if unique else "QUALIFY row_number() OVER (PARTITION BY pid, correlation_id ORDER BY start_ns, end_ns, rowid) = 1"}),
     gpu AS (
         SELECT rowid * 2 AS gop_id, 'kernel' AS op, device_id, stream_id, start_ns, end_ns, dur_ns, name, short_name,
                pid, correlation_id, launched, whole_graph FROM kernels
@@ -181,6 +184,11 @@ def _names(trace: Trace) -> Names:
     return Names(table=kept.names["names"], kept=kept)
 
 
+def calls_unique(trace: Trace) -> bool:
+    """Whether no two API calls share a (pid, correlation id): trace_meta's correlation_ids_unique (the model check)."""
+    return trace.meta.get(CORRELATION_IDS_UNIQUE) == "true"
+
+
 def launchers(trace: Trace) -> Launchers:
     """Memoized per trace: the launcher of every GPU op and the subtree pairs."""
     return trace.memo(("op_tree.launchers",), lambda: _launchers(trace))
@@ -190,7 +198,8 @@ def _launchers(trace: Trace) -> Launchers:
     n = names(trace)
     kept = Kept(trace, "gops", "subtree")
     cur = kept.cur
-    w = with_sql()
+    unique = calls_unique(trace)
+    w = with_sql(unique)
     gops, subtree = kept.names["gops"], kept.names["subtree"]
     # The containment join reads tables (containment.py): the launcher candidates are a temp table, and where there are
     # any, so is every GPU op's launching call. Without candidates (Nsight, rocpd) there is no join, and the launching
@@ -201,18 +210,18 @@ def _launchers(trace: Trace) -> Launchers:
                 cur.execute(f"""CREATE TABLE {subtree} AS
                                 SELECT o.op_id, g.gop_id, o.start_ns, o.dur_ns
                                 FROM _tree_call g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke""")
-                cur.execute(f"CREATE TABLE {gops} AS {gops_sql(n.table, subtree)}")
+                cur.execute(f"CREATE TABLE {gops} AS {gops_sql(n.table, subtree, unique)}")
         else:
             cur.execute(f"CREATE TABLE {subtree} (op_id BIGINT, gop_id BIGINT, start_ns BIGINT, dur_ns BIGINT)")
-            cur.execute(f"CREATE TABLE {gops} AS {gops_sql(n.table)}")
+            cur.execute(f"CREATE TABLE {gops} AS {gops_sql(n.table, unique=unique)}")
     return Launchers(table=gops, names=n.table, subtree=subtree, kept=(kept, n))
 
 
-def linked_sql() -> str:
+def linked_sql(unique: bool = False) -> str:
     """A subquery: every GPU op with its launching call as gops_sql finds it (gop_id, op, device_id, stream_id, start_ns,
     end_ns, dur_ns, pid, call_tid, call_start_ns, call_end_ns, linked), without the names and the stream lag: what the
-    NVTX projection reads."""
-    return f"""({with_sql()}
+    NVTX projection reads. `unique`: as with_sql's."""
+    return f"""({with_sql(unique)}
         SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.pid, l.call_tid, l.call_start_ns,
                l.call_end_ns, l.call_tid IS NOT NULL AS linked
         FROM gpu g LEFT JOIN launch l ON l.pid = g.pid AND l.correlation_id = g.correlation_id)"""
@@ -229,7 +238,7 @@ def gop_kinds_sql(names: str) -> str:
         JOIN {names} n ON n.name = d.name LEFT JOIN comm cm ON cm.name = d.name"""
 
 
-def gops_sql(names: str, subtree: str | None = None) -> str:
+def gops_sql(names: str, subtree: str | None = None, unique: bool = False) -> str:
     """The query (WITH clause included) of Launchers.table's rows: the GPU ops, their launching calls and, with
     `subtree` (a table of Launchers.subtree's pairs, and temp table _tree_call of `call` on the cursor), the innermost
     op of `subtree` around each call; without it (no cpu_ops) there is no op launcher and the calls are joined here.
@@ -246,7 +255,7 @@ def gops_sql(names: str, subtree: str | None = None) -> str:
                                GROUP BY gop_id) i USING (gop_id)
                     LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id LEFT JOIN {names} ln ON ln.name = c.name"""
         op_cols = "i.launcher_id, ln.id AS op_name_id, c.start_ns AS op_start_ns, c.end_ns AS op_end_ns"
-    return f"""{with_sql()},
+    return f"""{with_sql(unique)},
         gname AS (SELECT d.name, d.short_name, n.id AS name_id, s.id AS short_name_id, coalesce(cm.comm, false) AS comm
                   FROM (SELECT DISTINCT name, short_name FROM kernels UNION SELECT DISTINCT {MEMOP_NAME}, NULL FROM memops) d
                   JOIN {names} n ON n.name = d.name

@@ -39,6 +39,8 @@ NAME_COLUMNS = (("kernels", "name"), ("kernels", "short_name"), ("api_calls", "n
                 ("cpu_ops", "name"))
 
 GPU_OP_TABLES = ("kernels", "memops")
+# trace_meta key: 'true' when no two api_calls rows share (pid, correlation_id), both known ('false' otherwise).
+CORRELATION_IDS_UNIQUE = "correlation_ids_unique"
 LAUNCH_BEFORE_CALL = ("model check: GPU op starts before its launching API call starts (wrong pairing or clocks out of step): "
                       "link to the call removed (correlation_id and tid set to NULL, launched = false)")
 # The launching call of each (process, correlation id), as the tools pair them: the first by (start, end, name).
@@ -123,6 +125,11 @@ def _check_launches(con: duckdb.DuckDBPyConnection) -> None:
     # of the ops that start inside their call; grouping them per statement took three passes over every call.
     con.execute(f"CREATE OR REPLACE TEMP TABLE _first_call AS {_FIRST_CALL}")
     try:
+        # One call per (process, correlation id), as CUPTI makes them: then each call is its pair's launching call and
+        # the tools take it as is instead of ranking the calls of every pair (op_tree's launch: a window over all calls).
+        unique = con.execute("""SELECT (SELECT count(*) FROM _first_call) =
+                                       (SELECT count(*) FROM api_calls WHERE pid IS NOT NULL AND correlation_id IS NOT NULL)""").fetchone()[0]
+        con.execute(f"INSERT INTO trace_meta VALUES ('{CORRELATION_IDS_UNIQUE}', ?)", [str(bool(unique)).lower()])
         for table in GPU_OP_TABLES:
             n = con.execute(
                 f"""UPDATE {table} SET correlation_id = NULL, tid = NULL, launched = false FROM _first_call c
