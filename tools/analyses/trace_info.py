@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
+from ..model.quality import CORRELATION_IDS_UNIQUE
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns
 from .common import WHOLE_GRAPH_ADVICE, ToolResult, Window, capture_window, data_issues, gpu_activity_sql, pct
@@ -82,7 +83,10 @@ class TraceInfoResult(ToolResult):
     meta: dict[str, str] = Field(description="other facts the reader recorded")
 
 
-_SHOWN_META = {"format", "format_version", "product_version", "capture_start_ns", "capture_end_ns", "capture_span_source", "absent"}
+# Facts shown in their own fields, and the model check's correlation_ids_unique (a fact for the tools' SQL; sql_query
+# reads it in trace_meta).
+_SHOWN_META = {"format", "format_version", "product_version", "capture_start_ns", "capture_end_ns", "capture_span_source", "absent",
+               CORRELATION_IDS_UNIQUE}
 
 
 def trace_info(trace: Trace) -> TraceInfoResult:
