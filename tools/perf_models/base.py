@@ -115,20 +115,17 @@ class Bytes:
         self.unknown: list[str] = []
 
     def read(self, n: int, dtype: str):
-        b = bpe(dtype)
-        if b is None:
-            self.unknown.append(dtype)
-            self.r = None
-        elif self.r is not None:
-            self.r += n * b
+        self.r = self._add(self.r, n, dtype)
 
     def write(self, n: int, dtype: str):
+        self.w = self._add(self.w, n, dtype)
+
+    def _add(self, total: int | None, n: int, dtype: str) -> int | None:
         b = bpe(dtype)
         if b is None:
             self.unknown.append(dtype)
-            self.w = None
-        elif self.w is not None:
-            self.w += n * b
+            return None
+        return None if total is None else total + n * b
 
     def notes(self) -> tuple[str, ...]:
         if not self.unknown:
