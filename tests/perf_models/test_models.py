@@ -19,7 +19,8 @@ def test_each_name_goes_to_its_family():
     # norm is a reduction (2 FLOPs per input element); _foreach_norm a list op, by its prefix
     r = m("aten::norm", [[4, 8], [], [], []], [F32, "Scalar", "ScalarList", "Scalar"], ["", "2", "[1]", "False"])
     assert (r.model, r.flops, r.bytes_written) == ("reduce", 2 * 32, 4 * 4)
-    assert model_for("aten::_foreach_norm", [[[4, 8], [5]]], [[F32, F32]], [""]).model != "reduce"
+    r = model_for("aten::_foreach_norm", [[[4, 8], [5]]], [[F32, F32]], [""])
+    assert (r.model, r.flops, r.bytes_read, r.bytes_written) == ("foreach", 2 * 37, 37 * 4, 2 * 4)  # one norm per tensor
 
 
 def test_modelled_ops_are_the_names_a_model_answers():

@@ -38,12 +38,12 @@ from dataclasses import dataclass
 import duckdb
 import numpy as np
 
-from ..model.trace import Trace
-from .comm_patterns import is_comm_sql
-from .containment import SHIFT, temp_tables
 from ..model.names import GRAPH_LAUNCH_RX
 from ..model.quality import CORRELATION_IDS_UNIQUE
 from ..model.quote import quote_literal
+from ..model.trace import Trace
+from .comm_patterns import is_comm_sql
+from .containment import SHIFT, temp_tables
 
 BLEED_NS = 1_000                 # tolerated overhang of a child past its parent's end (node tree only)
 PASS_THROUGH = ("execute",)      # cpu_ops that never launch on their own (TraceLens get_kernel_launchers)

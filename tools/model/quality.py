@@ -129,7 +129,7 @@ def _check_launches(con: duckdb.DuckDBPyConnection) -> None:
         # the tools take it as is instead of ranking the calls of every pair (op_tree's launch: a window over all calls).
         unique = con.execute("""SELECT (SELECT count(*) FROM _first_call) =
                                        (SELECT count(*) FROM api_calls WHERE pid IS NOT NULL AND correlation_id IS NOT NULL)""").fetchone()[0]
-        con.execute(f"INSERT INTO trace_meta VALUES ('{CORRELATION_IDS_UNIQUE}', ?)", [str(bool(unique)).lower()])
+        con.execute("INSERT INTO trace_meta VALUES (?, ?)", [CORRELATION_IDS_UNIQUE, str(bool(unique)).lower()])
         for table in GPU_OP_TABLES:
             n = con.execute(
                 f"""UPDATE {table} SET correlation_id = NULL, tid = NULL, launched = false FROM _first_call c

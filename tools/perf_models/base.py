@@ -102,10 +102,6 @@ def numel(shape: Sequence[int]) -> int:
     return math.prod(shape) if shape else 1
 
 
-def bpe(dtype: str) -> int | None:
-    return bytes_per_element(dtype)
-
-
 class Bytes:
     """Accumulates read/written bytes; any unknown dtype poisons the sum to None."""
 
@@ -121,7 +117,7 @@ class Bytes:
         self.w = self._add(self.w, n, dtype)
 
     def _add(self, total: int | None, n: int, dtype: str) -> int | None:
-        b = bpe(dtype)
+        b = bytes_per_element(dtype)
         if b is None:
             self.unknown.append(dtype)
             return None
@@ -202,7 +198,7 @@ def promote(tensors: list[tuple[str, int]], scalar_kinds: list[int]) -> str:
         # widest within highest category
         cat = max(category(d) for d in ds)
         cands = [d for d in ds if category(d) == cat]
-        return max(cands, key=lambda d: bpe(d) or 0)
+        return max(cands, key=lambda d: bytes_per_element(d) or 0)
 
     res = best(dim) if dim else (best(zero) if zero else None)
     if res is None:
