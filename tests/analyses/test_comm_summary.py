@@ -4,6 +4,7 @@ and on the real distributed traces under shared/data."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -42,8 +43,8 @@ def collective(name: str) -> str:
     return "Other"
 
 
-def expected(name: str, fmt: str, pid: int | None):
-    s = T.expressed(SCENARIOS[name](), fmt, pid)
+def expected(name: str, fmt: str, pid: int | None, makers=SCENARIOS):
+    s = T.expressed(makers[name](), fmt, pid)
     ops = [o for o in [*s.kernels, *s.memops] if o.end_ns > o.start_ns]
     pids_of = {}
     for o in ops:
@@ -110,6 +111,23 @@ def test_scenarios(open_case, name, fmt, pid):
         else:
             assert r.mpi == []
         assert ranks == (1 if fmt == "kineto" else 2)
+
+
+def with_pid(s, old: int, new: int):
+    """The scenario with process `old` renamed `new` in every row."""
+    return dataclasses.replace(s, **{f.name: [dataclasses.replace(x, pid=new) if getattr(x, "pid", None) == old else x for x in v]
+                                     for f in dataclasses.fields(s) if isinstance(v := getattr(s, f.name), list)})
+
+
+@pytest.mark.parametrize("fmt,pid", [("rocpd", None), ("kineto", -(2**62))])
+def test_any_pid_is_a_key(open_profile, fmt, pid):
+    """A process id is any BIGINT: -2^62, which the split's partition ids once took for NULL, is a process of its own
+    (its comm kernel counted under it, not under an unknown owner)."""
+    makers = {"shared_device_pid": lambda: with_pid(SCENARIOS["shared_device"](), 6001, -(2**62))}
+    r = comm_summary(open_profile("shared_device_pid", fmt, pid, scenarios=makers))
+    devices = expected("shared_device_pid", fmt, pid, makers)[0]
+    assert -(2**62) in {k[1] for k in devices} and None not in {k[1] for k in devices}
+    assert {(d.device_id, d.pid): {k: getattr(d, k) for k in devices[(d.device_id, d.pid)]} for d in r.devices} == devices
 
 
 def test_record_param_comms_fallback(tmp_path):

@@ -32,7 +32,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace, cursor_dicts
 from .common import CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .containment import temp_tables
-from .intervals import INT64_MIN, NULL_KEY, part_order, reach_by_part, time_chunks, unions, unions_on
+from .intervals import INT64_MIN, part_order, reach_by_part, time_chunks, unions, unions_on
 from .requirements import left_out, require
 
 CATEGORIES = ("synchronize", "blocking_copy", "pageable_async_copy", "event_query_spin")
@@ -462,7 +462,6 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
 # is not linked to a call; tiny: NULL unless the kernel is linked and its call's only kernel, so a linked kernel with
 # a NULL tiny is one of a graph launch's kernels. Every column written costs ~0.04 s CPU per 2 M rows: no more.
 _KK_COLUMNS = "stream BIGINT, c_name BIGINT, call BIGINT, api_ns BIGINT, queue_ns BIGINT, latency_ns BIGINT, tiny BOOLEAN"
-_NONE = NULL_KEY  # stands for NULL in the integer arrays numpy fills _kk from
 
 
 def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple], where: str,
@@ -521,7 +520,8 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
         ORDER BY o.start_ns, o.end_ns, o.kind, o.r"""
     cur.execute("CREATE OR REPLACE TEMP TABLE _kk_calls (call BIGINT)")  # the call row of every linked kernel
     carry = np.full(len(streams), INT64_MIN, dtype=np.int64)
-    cols = {"start_ns": 0, "end_ns": 0, "k": 0, "r": 0, "c_start": 0, "c_end": 0, "name_id": _NONE, "call": _NONE}
+    # NULL reads as 0: the call's columns are NULL exactly where the kernel is not linked, and go into _kk as NULL there
+    cols = {"start_ns": 0, "end_ns": 0, "k": 0, "r": 0, "c_start": 0, "c_end": 0, "name_id": 0, "call": 0}
     for ch in time_chunks(reader, sql, params, cols):
         if (ch["r"][1:] == ch["r"][:-1]).any():
             ch = _launching_rows(ch)
@@ -544,13 +544,13 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
         np.maximum.at(last, part, end)
         np.add.at(early, part, (linked & (start < c_end)).astype(np.int64))
         cur.register("_kk_chunk", {  # numpy arrays as they are: a DataFrame would first copy them into one block
-            "stream": stream_key[part], "c_name": ch["name_id"][at], "call": ch["call"][at],
-            "api_ns": np.where(linked, api, _NONE), "queue_ns": np.where(linked, np.maximum(0, before - c_end), _NONE),
-            "latency_ns": np.where(linked & (start >= ready), start - ready, _NONE),
-            # tiny: 1 / 0 for a linked kernel (its call's only one, until a second kernel of the call shows up), else NULL
-            "tiny": np.where(linked, (end - start < api).astype(np.int64), _NONE)})
-        cur.execute(f"""INSERT INTO _kk SELECT stream, nullif(c_name, {_NONE}), nullif(call, {_NONE}), nullif(api_ns, {_NONE}),
-                               nullif(queue_ns, {_NONE}), nullif(latency_ns, {_NONE}), CASE WHEN tiny = {_NONE} THEN NULL ELSE tiny = 1 END
+            "stream": stream_key[part], "linked": linked, "timed": linked & (start >= ready),
+            "c_name": ch["name_id"][at], "call": ch["call"][at], "api_ns": api, "queue_ns": np.maximum(0, before - c_end),
+            # tiny: for a linked kernel, its call's only one (until a second kernel of the call shows up)
+            "latency_ns": start - ready, "tiny": end - start < api})
+        cur.execute("""INSERT INTO _kk SELECT stream, CASE WHEN linked THEN c_name END, CASE WHEN linked THEN call END,
+                               CASE WHEN linked THEN api_ns END, CASE WHEN linked THEN queue_ns END,
+                               CASE WHEN timed THEN latency_ns END, CASE WHEN linked THEN tiny END
                         FROM _kk_chunk""")
         cur.unregister("_kk_chunk")
     try:

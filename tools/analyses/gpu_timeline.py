@@ -31,7 +31,7 @@ from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import (GpuTimeSplit, ToolResult, WholeGraphTime, Window, data_issue_notes, data_issues_field, pct, resolve_selection,
                      skipped_note, split_gpu_time, whole_graph_time)
-from .intervals import INT64_MIN, NULL_KEY, Keys, Union, grown, part_order, reach_by_part, time_chunks
+from .intervals import INT64_MIN, Keys, Union, grown, part_order, reach_by_part, time_chunks
 from .requirements import require
 
 ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
@@ -244,12 +244,11 @@ def split_measures(trace: Trace, intervals: str, params: list, partition: tuple[
     """Per partition of `intervals` (columns: partition, integers or NULL; cls, start_ns, end_ns), the TraceLens split
     of its time: one pass over the intervals in time order (memoized on the trace)."""
     def compute() -> dict[tuple, GpuTimeSplit]:
-        keys = ", ".join(f"coalesce({c}, {NULL_KEY}) AS {c}" for c in partition)
-        sql = f"SELECT {keys}, cls, start_ns, end_ns FROM ({intervals}) WHERE end_ns > start_ns ORDER BY start_ns, end_ns"
         ids, sets = Keys(partition), _SetUnions()
+        sql = f"SELECT {ids.select_sql()}, cls, start_ns, end_ns FROM ({intervals}) WHERE end_ns > start_ns ORDER BY start_ns, end_ns"
         cur = trace.con.cursor()
         try:
-            for ch in time_chunks(cur, sql, params, dict.fromkeys((*partition, "cls", "start_ns", "end_ns"), 0)):
+            for ch in time_chunks(cur, sql, params, dict.fromkeys((*ids.arrays, "cls", "start_ns", "end_ns"), 0)):
                 part = ids(ch)
                 o = part_order(part)
                 sets.add(part[o], ch["start_ns"][o], ch["end_ns"][o], ch["cls"][o])

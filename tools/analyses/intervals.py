@@ -262,9 +262,6 @@ def overlaps(trace: Trace, a_sql: str, a_params: list[Any], partition: tuple[str
     return trace.memo(key, lambda: {tuple(r[:n]): int(r[n]) for r in trace.sql(sql, a_params + b_params)})
 
 
-NULL_KEY = -(2**62)  # stands for a NULL partition value (e.g. unknown stream) while numpy groups
-
-
 INT64_MIN = np.iinfo(np.int64).min  # "no reach yet": below every start, so max(start, reach) = start
 
 
@@ -323,17 +320,23 @@ def grown(a: np.ndarray, n: int, fill: int) -> np.ndarray:
 
 
 class Keys:
-    """Dense ids (0, 1, ...) for partition keys (tuples of integer columns, NULL_KEY read as None) across chunks;
-    Python loops over a chunk's distinct keys only."""
+    """Dense ids (0, 1, ...) for partition keys (tuples of nullable integer columns) across chunks. Each column comes
+    as two arrays (`select_sql`): its value, 0 where NULL, and its null flag, so that no value has to stand for NULL
+    (any BIGINT may be a real pid or stream). Python loops over a chunk's distinct keys only."""
 
     def __init__(self, cols: tuple[str, ...]):
         self.cols, self.ids = cols, {}
+        self.arrays = tuple(a for c in cols for a in (c, f"{c}__null"))  # the columns time_chunks reads, in order
+
+    def select_sql(self) -> str:
+        """The select list giving each key column as its two arrays."""
+        return ", ".join(f"coalesce({c}, 0) AS {c}, ({c} IS NULL)::BIGINT AS {c}__null" for c in self.cols)
 
     def __call__(self, ch: dict) -> np.ndarray:
-        combined = np.zeros(ch[self.cols[0]].size, dtype=np.int64)
+        combined = np.zeros(ch[self.arrays[0]].size, dtype=np.int64)
         uniques = []
-        for c in self.cols:
-            code, u = pd.factorize(ch[c])
+        for a in self.arrays:
+            code, u = pd.factorize(ch[a])
             combined = combined * len(u) + code
             uniques.append(np.asarray(u))
         local, found = pd.factorize(combined)
@@ -343,7 +346,8 @@ class Keys:
             for u in reversed(uniques):
                 v, rest = divmod(v, len(u))
                 codes.append(rest)
-            key = tuple(None if (x := int(u[cd])) == NULL_KEY else x for u, cd in zip(uniques, reversed(codes)))
+            values = [int(u[cd]) for u, cd in zip(uniques, reversed(codes))]
+            key = tuple(None if null else x for x, null in zip(values[::2], values[1::2]))
             lut[j] = self.ids.setdefault(key, len(self.ids))
         return lut[local]
 
