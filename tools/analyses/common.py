@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -36,6 +37,13 @@ def pct(part: float | int | None, whole: float | int | None, digits: int = 2) ->
     if part is None or not whole:
         return None
     return round(100.0 * float(part) / float(whole), digits)
+
+
+def sig(x: float | None, digits: int = 6) -> float | None:
+    """`x` to `digits` significant digits, or None when it is absent or not finite (never NaN or Infinity in JSON)."""
+    if x is None or not math.isfinite(x):
+        return None
+    return float(f"{x:.{digits}g}")
 
 
 class Window(BaseModel):

@@ -27,14 +27,13 @@ Differences from TraceLens (documented; pinned in tests/analyses/test_perf_summa
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace, cursor_dicts
 from ..perf_models import model_for
-from .common import (ALL_TABLES, CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct,
+from .common import (ALL_TABLES, CONTAINS_SQL, Window, clip_name, contains_pattern, data_issue_notes, data_issues_field, pct, sig,
                      resolve_selection, ToolResult)
 from .ops_summary import busy_by_device, call_cursor, instances, selected_frame
 from .requirements import require
@@ -95,12 +94,6 @@ class PerfSummaryResult(ToolResult):
     remainder_kernel_time_ns: int = Field(description="kernel time of the signatures beyond the limit, ns")
     hint: str | None = None
     data_issues: list[str] = data_issues_field()
-
-
-def _r(x: float | None, digits: int = 6) -> float | None:
-    if x is None or not np.isfinite(x):
-        return None
-    return float(f"{x:.{digits}g}")
 
 
 def perf_summary(
@@ -184,16 +177,16 @@ def perf_summary(
                 notes=list(mod.notes) if mod else [],
                 gflops_per_call=mod.flops / 1e9 if mod else None, bytes_per_call=bt,
                 mb_per_call=bt / MB if bt is not None else None,
-                flops_per_byte=_r(mod.flops / bt) if mod and bt else None,
-                achieved_tflops_per_s=_r(mod.flops / secs / 1e12) if mod and secs > 0 else None,
-                achieved_tb_per_s=_r(bt / secs / 1e12) if bt is not None and secs > 0 else None))
+                flops_per_byte=sig(mod.flops / bt) if mod and bt else None,
+                achieved_tflops_per_s=sig(mod.flops / secs / 1e12) if mod and secs > 0 else None,
+                achieved_tb_per_s=sig(bt / secs / 1e12) if bt is not None and secs > 0 else None))
     rest = df.iloc[limit:]
     totals = PerfTotals(
         signatures=len(df), op_calls=int(df["count"].sum()), attributed_kernel_time_ns=attributed,
         modelled_signatures=mod_sigs, modelled_op_calls=mod_calls, modelled_kernel_time_ns=mod_t,
         modelled_pct_of_attributed_kernel_time=pct(mod_t, attributed, 4), modelled_gflop=mod_flops / 1e9,
         modelled_bytes=mod_bytes if mod_sigs else None,
-        modelled_achieved_tflops_per_s=_r(mod_flops / (mod_t * 1e-9) / 1e12) if mod_t else None,
+        modelled_achieved_tflops_per_s=sig(mod_flops / (mod_t * 1e-9) / 1e12) if mod_t else None,
         unmodelled_signatures=un_sigs, unmodelled_ops=un_calls, unmodelled_time_ns=un_t,
         unmodelled_names=[n for n, _ in sorted(un_names.items(), key=lambda kv: (-kv[1], kv[0]))][:25],
         not_op_attributed_gpu_ops=int(other_n), not_op_attributed_time_ns=int(other_t))

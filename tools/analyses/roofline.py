@@ -46,7 +46,7 @@ from ..hardware import peaks_for_device
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from ..perf_models.dtypes import normalize_dtype
-from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
+from .common import ALL_TABLES, Window, clip_name, data_issue_notes, data_issues_field, pct, sig, resolve_selection, ToolResult
 from .intervals import unions
 from .requirements import require
 
@@ -155,12 +155,6 @@ class RooflineResult(ToolResult):
     data_issues: list[str] = data_issues_field()
 
 
-def _r(x: float | None, digits: int = 6) -> float | None:
-    if x is None or not np.isfinite(x):
-        return None
-    return float(f"{x:.{digits}g}")
-
-
 def _pick_device(trace: Trace, device: int | None) -> int:
     if device is not None:
         return int(device)
@@ -206,9 +200,9 @@ def _rate(row: dict, peaks, bw: float | None, dtype_override: str | None) -> Roo
                 gflop_per_call=None if flops is None else flops / 1e9, bytes_per_call=nbytes,
                 memory_roof_tb_per_s=None if bw is None else bw / 1e12, notes=list(row.get("notes", [])))
     secs = mean * 1e-9
-    base["achieved_tflops"] = _r(flops / secs / 1e12) if flops is not None and secs > 0 else None
-    base["achieved_tb_per_s"] = _r(nbytes / secs / 1e12) if nbytes is not None and secs > 0 else None
-    base["arithmetic_intensity"] = _r(flops / nbytes) if flops is not None and nbytes else None
+    base["achieved_tflops"] = sig(flops / secs / 1e12) if flops is not None and secs > 0 else None
+    base["achieved_tb_per_s"] = sig(nbytes / secs / 1e12) if nbytes is not None and secs > 0 else None
+    base["arithmetic_intensity"] = sig(flops / nbytes) if flops is not None and nbytes else None
 
     def no(why: str) -> RoofRow:
         return RoofRow(**base, compute_roof_field=None, compute_roof_tflops=None, ridge_flops_per_byte=None,
@@ -254,8 +248,8 @@ def _rate(row: dict, peaks, bw: float | None, dtype_override: str | None) -> Roo
         base["notes"].append("above the roof (> 100 %): the model's work overstates what reached DRAM (cache reuse) "
                              "or the peak is below what this device reached")
     return RoofRow(**base, compute_roof_field=field, compute_roof_tflops=None if peak is None else peak / 1e12,
-                   ridge_flops_per_byte=_r(ridge), attainable_tflops=_r(attain / 1e12) if attain is not None else None,
-                   bound=bound, pct_of_roof=_r(100 * roof_s / secs), roofline_time_ns=round(roof_s * 1e9, 3),
+                   ridge_flops_per_byte=sig(ridge), attainable_tflops=sig(attain / 1e12) if attain is not None else None,
+                   bound=bound, pct_of_roof=sig(100 * roof_s / secs), roofline_time_ns=round(roof_s * 1e9, 3),
                    headroom_ns=round(head, 3), total_headroom_ns=round(total - roof_s * 1e9 * count), rated=True, why_not_rated=None)
 
 
