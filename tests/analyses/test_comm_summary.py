@@ -27,14 +27,6 @@ def open_case(open_profile):
     return lambda name, fmt, pid=None: open_profile(name, fmt, pid, scenarios=MAKERS)
 
 
-def length(ivs) -> int:
-    return sum(e - s for s, e in ivs)
-
-
-def inter_len(a, b) -> int:
-    return sum(max(0, min(e1, e2) - max(s1, s2)) for s1, e1 in a for s2, e2 in b)
-
-
 def collective(name: str) -> str:
     n = name.lower()
     for label, rx in (("AllReduce", "all_?reduce|cross_device_reduce"), ("Broadcast", "broadcast")):
@@ -61,10 +53,10 @@ def expected(name: str, fmt: str, pid: int | None, makers=SCENARIOS):
         cm = T.merge([(o.start_ns, o.end_ns) for o in comm])
         cp = T.merge([(o.start_ns, o.end_ns) for o in mine if is_comp(o)])
         every = T.merge([(o.start_ns, o.end_ns) for o in mine])
-        ov = inter_len(cm, cp)
+        ov = T.overlap_ns(cm, cp)
         devices[key] = dict(comm_kernels=len(comm), unlinked_comm_kernels=sum(not T.is_linked(s, o) for o in comm),
-                            comm_summed_ns=sum(o.end_ns - o.start_ns for o in comm), comm_wall_ns=length(cm),
-                            gpu_span_ns=every[-1][1] - every[0][0], overlap_with_compute_ns=ov, exposed_comm_ns=length(cm) - ov)
+                            comm_summed_ns=sum(o.end_ns - o.start_ns for o in comm), comm_wall_ns=T.length(cm),
+                            gpu_span_ns=every[-1][1] - every[0][0], overlap_with_compute_ns=ov, exposed_comm_ns=T.length(cm) - ov)
         for c in {collective(o.name) for o in comm}:
             mine_c = [o for o in comm if collective(o.name) == c]
             d = [o.end_ns - o.start_ns for o in mine_c]

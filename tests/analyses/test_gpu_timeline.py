@@ -28,14 +28,6 @@ def open_case(open_profile):
 # -- plain-Python truth ------------------------------------------------------------------------------------
 
 
-def length(ivs) -> int:
-    return sum(e - s for s, e in ivs)
-
-
-def inter_len(a, b) -> int:
-    return sum(max(0, min(e1, e2) - max(s1, s2)) for s1, e1 in a for s2, e2 in b)
-
-
 def classify(op) -> str:
     if hasattr(op, "short_name"):
         return "comm" if COMM_RX.search(op.name) else "comp"
@@ -57,10 +49,10 @@ def expected(name: str, fmt: str, pid: int | None, include_unlinked: bool = True
         sets = {c: T.merge([(o.start_ns, o.end_ns) for o in mine if classify(o) == c]) for c in ("comp", "comm", "memcpy")}
         every = T.merge([(o.start_ns, o.end_ns) for o in mine])
         total = every[-1][1] - every[0][0]
-        comp, comm, mem = (length(sets[c]) for c in ("comp", "comm", "memcpy"))
-        ov = inter_len(sets["comm"], sets["comp"])
-        exp_mem = mem - inter_len(sets["memcpy"], T.merge(sets["comp"] + sets["comm"]))
-        busy = length(every)
+        comp, comm, mem = (T.length(sets[c]) for c in ("comp", "comm", "memcpy"))
+        ov = T.overlap_ns(sets["comm"], sets["comp"])
+        exp_mem = mem - T.overlap_ns(sets["memcpy"], T.merge(sets["comp"] + sets["comm"]))
+        busy = T.length(every)
         timelines[key] = dict(first_ns=every[0][0] + shift, last_ns=every[-1][1] + shift, total_ns=total, computation_ns=comp,
                               exposed_comm_ns=comm - ov, exposed_memcpy_ns=exp_mem, busy_ns=busy, idle_ns=total - busy,
                               total_comm_ns=comm, total_memcpy_ns=mem, comm_comp_overlap_ns=ov, ops=len(mine),
@@ -85,7 +77,7 @@ def expected(name: str, fmt: str, pid: int | None, include_unlinked: bool = True
             else:
                 c = "other_ns"
             cat[c] += ge - gs
-        streams[key] = dict(busy_ns=length(merged), idle_ns=merged[-1][1] - merged[0][0] - length(merged), gaps=len(merged) - 1, **cat)
+        streams[key] = dict(busy_ns=T.length(merged), idle_ns=merged[-1][1] - merged[0][0] - T.length(merged), gaps=len(merged) - 1, **cat)
     return timelines, streams
 
 
