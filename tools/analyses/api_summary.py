@@ -397,10 +397,10 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
     if pid is not None:
         where += " AND k.pid = ?"
         params = params + [pid]
-    # The streams (device, coalesce(pid, -1), stream) of every GPU op, numbered in their order (NULL stream last, as
+    # The streams (device, pid, stream) of every GPU op, numbered in their order (NULL pid first, NULL stream last, as
     # ORDER BY puts it): the sorted ops carry the number, the stream level groups by it and sorts by it.
-    streams = trace.sql("SELECT DISTINCT device_id, coalesce(pid, -1) AS p, stream_id FROM kernels "
-                        "UNION SELECT DISTINCT device_id, coalesce(pid, -1), stream_id FROM memops ORDER BY ALL")
+    streams = trace.sql("SELECT DISTINCT device_id, pid, stream_id FROM kernels UNION SELECT DISTINCT device_id, pid, stream_id "
+                        "FROM memops ORDER BY device_id, pid NULLS FIRST, stream_id NULLS LAST")
     # the call names, sorted, with whether each is launch-named (the rule that picks a launching call among several)
     named = trace.sql(f"SELECT name, regexp_matches(name, '{LAUNCH_RE}') FROM (SELECT DISTINCT name FROM api_calls "
                       "WHERE correlation_id IS NOT NULL) ORDER BY name")
@@ -431,13 +431,13 @@ def _launches(trace: Trace, sel, pid: int | None, absent: list[str]) -> tuple[li
                 device_id, p, stream_id = streams[r["key"] & 0xFFFFFFFF]
                 first, last, early = (int(v[r["key"] & 0xFFFFFFFF]) for v in per_stream)
             else:
-                device_id, p, stream_id = r["key"], -1, None
+                device_id, p, stream_id = r["key"], None, None
                 on = np.array([s[0] == device_id for s in streams])
                 first, last, early = int(per_stream[0][on].min()), int(per_stream[1][on].max()), int(per_stream[2][on].sum())
             span = last - first
             single, tiny = int(r["single"]), int(r["tiny"])
             stats = LaunchStats(
-                device_id=device_id, pid=None if p == -1 else p, stream_id=stream_id, kernels=r["kernels"],
+                device_id=device_id, pid=p, stream_id=stream_id, kernels=r["kernels"],
                 unlinked_kernels=r["unlinked"], launch_calls=r["calls"] or 0,
                 launch_apis={names[i]: n for i, n in sorted((r["apis"] or {}).items(), key=lambda a: (-a[1], a[0]))},
                 graph_launch_calls=r["graphs"] or 0,
@@ -487,7 +487,7 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
     first, last = np.full(len(streams), np.iinfo(np.int64).max, dtype=np.int64), np.full(len(streams), INT64_MIN, dtype=np.int64)
     early = np.zeros(len(streams), dtype=np.int64)
     reader.register("_ap_streams", pd.DataFrame({
-        "device_id": pd.array([r[0] for r in streams], dtype="Int64"), "p": pd.array([r[1] for r in streams], dtype="Int64"),
+        "device_id": pd.array([r[0] for r in streams], dtype="Int64"), "pid": pd.array([r[1] for r in streams], dtype="Int64"),
         "stream_id": pd.array([r[2] for r in streams], dtype="Int64"), "code": np.arange(len(streams), dtype=np.int64)}))
     reader.register("_ap_names", pd.DataFrame({"name": pd.array([r[0] for r in named], dtype=object),
                                                "name_id": np.arange(len(named), dtype=np.int64),
@@ -515,7 +515,7 @@ def _fill_kk(trace: Trace, cur, reader, streams: list[tuple], named: list[tuple]
             UNION ALL
             SELECT device_id, pid, stream_id, start_ns, end_ns, 0, -1 - rowid, 0, NULL, NULL, NULL, NULL FROM memops)
         SELECT o.start_ns, o.end_ns, o.f + s.code * 16 AS k, o.r, o.c_start, o.c_end, o.name_id, o.call
-        FROM ops o JOIN _ap_streams s ON o.device_id = s.device_id AND coalesce(o.pid, -1) = s.p
+        FROM ops o JOIN _ap_streams s ON o.device_id = s.device_id AND o.pid IS NOT DISTINCT FROM s.pid
                                       AND o.stream_id IS NOT DISTINCT FROM s.stream_id
         ORDER BY o.start_ns, o.end_ns, o.kind, o.r"""
     cur.execute("CREATE OR REPLACE TEMP TABLE _kk_calls (call BIGINT)")  # the call row of every linked kernel
