@@ -7,7 +7,7 @@ profile's position, stores attached 64 at a time while it is built), and a quest
 statement over `union_sql(...)`: one scan of the stacked table, whatever the number of ranks. The ranks' own
 stores are not kept attached: each attached store costs the shared DuckDB instance (tools/model/hub.py) about
 0.5 MB of its memory limit, and a UNION ALL of one subquery per rank pins a block per rank and table (1,000 ranks
-ran out of the default 1 GB). No model is held in Python memory.
+ran out of a 1 GB limit). No model is held in Python memory.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Settings come from the environment so that an MCP host can set them in its server entry:
   GPUSCOPE_CACHE_DIR            cache folder (default $XDG_CACHE_HOME/gpuscope, else ~/.cache/gpuscope)
   GPUSCOPE_MEMORY_LIMIT         DuckDB memory of the process's analysis instance (all open profiles together) and of
-                                each ingest, e.g. '4GB' (default an eighth of RAM, <= 1 GB); beyond it DuckDB spills
+                                each ingest, e.g. '4GB' (default an eighth of RAM, <= 800 MB); beyond it DuckDB spills
   GPUSCOPE_SQL_MEMORY_LIMIT     memory of the process that runs sql_query, e.g. '2GB' (default an eighth of RAM, <= 4 GB)
   GPUSCOPE_MAX_DECOMPRESSED_GB  largest decompressed .json.gz accepted, GB (default half of RAM)
   GPUSCOPE_CACHE_GB             size of the trace-store cache before least recently used stores go, GB (default 20)
@@ -70,8 +70,17 @@ def private_dir(*parts: str) -> Path:
 
 def memory_limit_bytes() -> int:
     """DuckDB memory_limit of each open profile's connections."""
-    # 1 GB is enough for a 10 M-kernel build (DuckDB spills the rest) and keeps the server near 1.5 GB resident.
-    return _size_setting("GPUSCOPE_MEMORY_LIMIT", min(physical_memory_bytes() // 8, 10**9))
+    # The process stays 0.4-0.6 GB above DuckDB's limit when a 10 M-kernel query fills it (Python, and what DuckDB
+    # allocates outside its buffer pool: a quantile's values, ...). At 1 GB the first api_summary over a 10 M-kernel
+    # store peaked at 1.48-1.63 GB in seven runs, past the 1.5 GB the server is to stay under; at 800 MB it peaks at
+    # ~1.3 GB, with the 10 M build (cold open 1.29 GB) and the larger first calls a tenth to a quarter slower (spilling).
+    return _size_setting("GPUSCOPE_MEMORY_LIMIT", min(physical_memory_bytes() // 8, 8 * 10**8))
+
+
+def preview_memory_limit_bytes() -> int:
+    """DuckDB memory_limit of a preview's in-memory model (model/trace.py), five eighths of the limit (500 MB by
+    default): at half of 800 MB the 1.25 M-event Kineto trace's preview spilled and answered 0.16 s later."""
+    return memory_limit_bytes() * 5 // 8
 
 
 def sql_memory_limit_bytes() -> int:

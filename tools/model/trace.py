@@ -28,7 +28,7 @@ from .detect import FORMAT_NAMES, GZIP_MAGIC, Detected, detect, regular_file
 from .errors import NoPreview, ProfileError, shown_path
 from .hub import ModelConnection, hub
 from .quality import check_model
-from .limits import duckdb_config, memory_limit_bytes
+from .limits import duckdb_config, preview_memory_limit_bytes
 from .quote import quote_ident
 from .store import Lease, NativeCatalog, Store, disk_problem, lock_down, open_store, store_exists, store_key
 
@@ -370,9 +370,9 @@ def _preview_trace(path: Path, fmt: str, progress: Progress, names: bool = True,
     preview = importlib.import_module(f"{__package__}.readers.{fmt}").preview
 
     progress(0.0, "answering from the export while its store is built")
-    # Half the usual limit (the rest spills to the private cache): top_kernels' interval union then fetches the
+    # Less than the usual limit (the rest spills to the private cache): top_kernels' interval union then fetches the
     # kernels beside it, and a 10 M-kernel preview at the full limit took the process past 1.8 GB.
-    con = duckdb.connect(":memory:", config=duckdb_config(memory_limit_bytes() // 2))
+    con = duckdb.connect(":memory:", config=duckdb_config(preview_memory_limit_bytes()))
     try:
         con.execute(SCHEMA_SQL)
         preview(con, path, names, streams)

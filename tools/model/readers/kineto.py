@@ -823,7 +823,7 @@ def _refuse_fallback(path: Path, fh, size: int, need: int, budget: int):
         f"{shown_path(path)} can only be read by gpuscope's fallback JSON parser (the fast reader cannot take its "
         f"layout or values), which would need about {need / 1e9:.1f} GB of memory for {'its' if fh else 'the first'} "
         f"{size / 1e6:.0f} MB of JSON text, more than the {budget / 1e9:.1f} GB one profile may use (GPUSCOPE_MEMORY_LIMIT, "
-        f"{_setting('GPUSCOPE_MEMORY_LIMIT', 'an eighth of the machine memory, at most 1 GB')}). Export the trace again "
+        f"{_setting('GPUSCOPE_MEMORY_LIMIT', 'an eighth of the machine memory, at most 800 MB')}). Export the trace again "
         "with prof.export_chrome_trace(...) (a trace as PyTorch writes it takes the fast reader), or, if the machine has "
         "the memory, set GPUSCOPE_MEMORY_LIMIT higher (e.g. GPUSCOPE_MEMORY_LIMIT=16GB) in the gpuscope server's "
         "environment."

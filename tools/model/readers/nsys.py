@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 
 from ..errors import NoPreview, ProfileError
-from ..limits import memory_limit_bytes, private_dir
+from ..limits import memory_limit_bytes, preview_memory_limit_bytes, private_dir
 from ..quality import END_BEFORE_START, LAUNCH_BEFORE_CALL, MAX_NAME_CHARS, count_sql, record, record_query, time_checks
 from ..names import GRAPH_LAUNCH_RX
 from ..quote import quote_ident, quote_literal
@@ -551,7 +551,7 @@ class _Reader:
 # -- the first answer while the store builds ----------------------------------------------------------------
 PREVIEW_MIN_KERNELS = 500_000  # smaller exports build their store in a few seconds: no preview
 # Memory a preview kernel takes while answering: ~140 B in the table (uncompressed in memory) and ~60 B in the launch
-# check's hash table. Beyond the preview's memory (half the limit, model/trace.py) the table is compressed into a file.
+# check's hash table. Beyond the preview's memory (limits.preview_memory_limit_bytes) the table is compressed into a file.
 PREVIEW_BYTES_PER_KERNEL = 200
 
 
@@ -608,7 +608,7 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
         # as long as the connection). In memory, 10 M kernels spilled: top_kernels' query took twice the CPU, and the
         # compression this costs while inserting is less than that.
         table = "_kernels"
-        if rows * PREVIEW_BYTES_PER_KERNEL > memory_limit_bytes() // 2:
+        if rows * PREVIEW_BYTES_PER_KERNEL > preview_memory_limit_bytes():
             file = private_dir("spill", str(os.getpid())) / f"preview-{uuid.uuid4().hex}.duckdb"
             con.execute(f"ATTACH {quote_literal(str(file))} AS _preview")
             file.unlink()
@@ -664,7 +664,7 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
             FROM {table} k LEFT JOIN _names sn ON sn.id = k.short_id {join}""")
         if calls is not None:
             # With the kernels compressed, nothing else holds memory during the launch check: its hash table (one entry
-            # a call) gets the whole limit, not the preview's half, and spills less (10 M calls: 3.3 s CPU, not 4.0).
+            # a call) gets the whole limit, not the preview's share, and spills less (10 M calls: 3.3 s CPU, not 4.0).
             limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
             if table != "_kernels":
                 con.execute(f"SET memory_limit = '{memory_limit_bytes() // 2**20}MiB'")
