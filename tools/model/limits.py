@@ -72,8 +72,8 @@ def memory_limit_bytes() -> int:
     """DuckDB memory_limit of each open profile's connections."""
     # The process stays 0.4-0.6 GB above DuckDB's limit when a 10 M-kernel query fills it (Python, and what DuckDB
     # allocates outside its buffer pool: a quantile's values, ...). At 1 GB the first api_summary over a 10 M-kernel
-    # store peaked at 1.48-1.63 GB in seven runs, past the 1.5 GB the server is to stay under; at 800 MB it peaks at
-    # ~1.3 GB, with the 10 M build (cold open 1.29 GB) and the larger first calls a tenth to a quarter slower (spilling).
+    # store peaked at 1.48-1.63 GB in ten runs, eight of them past the 1.5 GB the server is to stay under; at 800 MB at
+    # 1.24-1.31 GB, with the 10 M build and the larger first calls a tenth to a quarter slower (they spill more).
     return _size_setting("GPUSCOPE_MEMORY_LIMIT", min(physical_memory_bytes() // 8, 8 * 10**8))
 
 
