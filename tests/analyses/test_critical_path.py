@@ -633,3 +633,39 @@ def test_job_with_one_communicator_unrecorded_matches_every_collective_by_name_a
     assert (old["instances"], old["clamped_transfers"]) == (5, 0) and old["wait_ns"] != want["wait_ns"]
     assert r.path_ns == r.window_span_ns
     assert (s.collective_match, s.collectives_compared, s.collectives_skipped) == ("name_order", 3 * steps, 0)
+
+
+def test_an_unknown_stream_is_a_lane_of_its_own(tmp_path):
+    """Any integer may be a stream id, -1 included, and a GPU op may carry no stream at all: cp_cross_stream with
+    stream 7 renamed -1 and stream 13's kernels stripped of args.stream keeps its two lanes and its path (330 µs),
+    instead of one lane holding both streams."""
+    import dataclasses
+    import gzip
+    import json
+
+    from gpuscope.fixtures.writers import kineto
+    from gpuscope.tools.model.trace import load_trace
+
+    s = SCENARIOS["cp_cross_stream"]()
+    s = dataclasses.replace(s, kernels=[dataclasses.replace(k, stream_id=-1) if k.stream_id == 7 else k for k in s.kernels])
+    path = kineto.write(s, tmp_path / "streams.pt.trace.json")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        doc = json.load(fh)
+    stripped = 0
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and e.get("args", {}).get("stream") == 13:
+            del e["args"]["stream"]
+            stripped += 1
+    assert stripped == sum(k.stream_id == 13 for k in s.kernels)
+    with opener(path, "wt") as fh:
+        json.dump(doc, fh)
+    t = load_trace(path)
+    try:
+        assert t.scalar("SELECT count(*) FROM kernels WHERE stream_id IS NULL") == stripped
+        r = critical_path(t)
+        length, split, _ = EXPECTED["cp_cross_stream"]
+        assert r.path_ns == length * US and _split(r) == {k: v * US for k, v in split.items()}
+        assert {seg.lane for seg in r.segments} == {"gpu 3000/0/-1", "gpu 3000/0/?", "host 3000/3000"}
+    finally:
+        t.close()

@@ -117,14 +117,16 @@ def _gops_sql(traces: list[Trace], win: str) -> str:
                      arg_min(tid, (start_ns, end_ns, cid)) AS call_tid
               FROM ({calls}) c SEMI JOIN (SELECT DISTINCT part, pid, correlation_id FROM cand) k USING (part, pid, correlation_id)
               GROUP BY part, pid, correlation_id)
-        SELECT g.r, g.op, g.device_id, coalesce(g.stream_id, -1) AS stream_id, g.start_ns - g.ws AS start_ns,
+        -- the stream as text, '?' when unknown: it only names lanes and compares, and no number can stand for an unknown
+        -- stream (any BIGINT may be one; a nullable integer column would reach pandas as float64, exact below 2^53 only)
+        SELECT g.r, g.op, g.device_id, coalesce(g.stream_id::VARCHAR, '?') AS stream_id, g.start_ns - g.ws AS start_ns,
                g.end_ns - g.ws AS end_ns, g.name, coalesce(g.short_name, g.name) AS short_name, g.pid,
                l.lcid IS NOT NULL AS linked, l.lcid, coalesce(l.call_start_ns - g.ws, g.start_ns - g.ws) AS call_start_ns,
                coalesce(l.call_tid, -1) AS call_tid, g.op = 'kernel' AND NOT g.whole_graph AND {comm} AS is_comm,
                g.whole_graph AS is_whole, g.communicator, g.collective
         FROM cand g LEFT JOIN l ON l.part = g.part AND l.pid = g.pid AND l.correlation_id = g.correlation_id
         WHERE {running('g')} OR (l.call_start_ns >= g.ws AND l.call_start_ns < g.we)
-        ORDER BY g.r, g.pid, g.device_id, stream_id, g.start_ns, g.end_ns, g.name"""
+        ORDER BY g.r, g.pid, g.device_id, g.stream_id NULLS FIRST, g.start_ns, g.end_ns, g.name"""
 
 
 def _gap_names(traces: list[Trace], graphs: list["RankGraph"], parts: list[int]) -> dict[int, pd.Series]:
