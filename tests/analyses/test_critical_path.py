@@ -640,7 +640,6 @@ def test_an_unknown_stream_is_a_lane_of_its_own(tmp_path):
     stream 7 renamed -1 and stream 13's kernels stripped of args.stream keeps its two lanes and its path (330 µs),
     instead of one lane holding both streams."""
     import dataclasses
-    import gzip
     import json
 
     from gpuscope.fixtures.writers import kineto
@@ -649,17 +648,14 @@ def test_an_unknown_stream_is_a_lane_of_its_own(tmp_path):
     s = SCENARIOS["cp_cross_stream"]()
     s = dataclasses.replace(s, kernels=[dataclasses.replace(k, stream_id=-1) if k.stream_id == 7 else k for k in s.kernels])
     path = kineto.write(s, tmp_path / "streams.pt.trace.json")
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as fh:
-        doc = json.load(fh)
+    doc = json.loads(path.read_text())
     stripped = 0
     for e in doc["traceEvents"]:
         if e.get("cat") == "kernel" and e.get("args", {}).get("stream") == 13:
             del e["args"]["stream"]
             stripped += 1
     assert stripped == sum(k.stream_id == 13 for k in s.kernels)
-    with opener(path, "wt") as fh:
-        json.dump(doc, fh)
+    path.write_text(json.dumps(doc))
     t = load_trace(path)
     try:
         assert t.scalar("SELECT count(*) FROM kernels WHERE stream_id IS NULL") == stripped

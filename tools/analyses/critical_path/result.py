@@ -18,14 +18,14 @@ class Share(BaseModel):
 class Contributor(BaseModel):
     name: str = Field(description="kernel, copy, API call or CPU op name (clipped)")
     kind: str = Field(description="kind of its time (see split)")
-    lane: str = Field(description="'host pid/tid' or 'gpu pid/device/stream'")
+    lane: str = Field(description="'host pid/tid' or 'gpu pid/device/stream' (stream '?' when the profile does not say)")
     count: int = Field(description="instances on the path")
     ns: int = Field(description="their time on the path (durations; delays are in split only), ns")
     pct_of_path: float | None = Field(description="ns / critical path length, %")
 
 
 class Segment(BaseModel):
-    lane: str = Field(description="'host pid/tid' or 'gpu pid/device/stream'")
+    lane: str = Field(description="'host pid/tid' or 'gpu pid/device/stream' (stream '?' when the profile does not say)")
     start_ns: int = Field(description="where the path enters this lane (evaluated time), ns")
     end_ns: int = Field(description="where it leaves, ns")
     ns: int = Field(description="end_ns - start_ns, ns")
