@@ -401,6 +401,23 @@ def test_legacy_category_aliases(tmp_path):
     assert t.sql("SELECT device_id, name FROM devices") == [(0, None)]
 
 
+
+@pytest.mark.parametrize("first", [5, 3])
+def test_a_gpu_pid_takes_its_most_frequent_device_a_tie_the_first_in_the_file(tmp_path, first):
+    """A GPU op without args.device takes the device its pid's other ops name most often; between two named as often,
+    the one the file names first (whatever order the reader's tables hold the ops in)."""
+    other = 8 - first
+    named = [first, other, other, first, 9]  # 5 and 3 twice each, 9 once
+    ev = [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 10 * (i + 1), "dur": 5,
+           "args": {"device": d, "stream": 7}} for i, d in enumerate(named)]
+    ev.append({"ph": "X", "cat": "kernel", "name": "orphan", "pid": 0, "tid": 7, "ts": 100, "dur": 5, "args": {"stream": 7}})
+    path = tmp_path / "tie.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    t = load_trace(path)
+    assert t.sql("SELECT device_id FROM kernels WHERE name = 'orphan'") == [(first,)]
+    assert t.sql("SELECT device_id FROM kernels WHERE name <> 'orphan' ORDER BY start_ns") == [(d,) for d in named]
+    t.close()
+
 # -- bad input ---------------------------------------------------------------------------------------
 
 
