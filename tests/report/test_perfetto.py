@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 
@@ -68,6 +67,28 @@ def test_every_gpu_op_is_one_complete_event_on_its_stream_track(fmt, tmp_path):
     assert [p.name for p in out.parent.iterdir()] == ["t.json"]  # no temporary file left
     trace.close()
 
+
+
+def test_an_unknown_stream_or_thread_has_a_track_of_its_own(tmp_path):
+    """A kernel without a stream and one on stream -1, a CPU op on thread -1 and one whose thread is text (unknown):
+    four tracks, the unknown ones numbered -2 (the profile uses -1) and named so."""
+    ev = [{"ph": "X", "cat": "kernel", "name": "k_minus_one", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 0, "stream": -1}},
+          {"ph": "X", "cat": "kernel", "name": "k_unknown", "pid": 0, "tid": 7, "ts": 20, "dur": 5, "args": {"device": 0}},
+          {"ph": "X", "cat": "cpu_op", "name": "op_minus_one", "pid": 10, "tid": -1, "ts": 1, "dur": 50},
+          {"ph": "X", "cat": "cpu_op", "name": "op_unknown", "pid": 10, "tid": "main", "ts": 2, "dur": 40}]
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    trace = load_trace(path)
+    written = write_perfetto(trace, tmp_path / "o.json")
+    doc = json.loads((tmp_path / "o.json").read_text())
+    assert written.unknown_ids == doc["otherData"]["unknown_ids"] == {"stream": -2, "pid": -1, "tid": -2}
+    where = {e["name"]: (e["pid"], e["tid"]) for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert where == {"k_minus_one": (GPU_PID_BASE, -1), "k_unknown": (GPU_PID_BASE, -2), "op_minus_one": (10, -1), "op_unknown": (10, -2)}
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert names[(GPU_PID_BASE, -1)] == "stream -1" and names[(GPU_PID_BASE, -2)] == "stream unknown"
+    assert names[(10, -2)] == "thread unknown" and names[(10, -1)] != "thread unknown"
+    assert (written.gpu_tracks, written.host_tracks) == (2, 2)
+    trace.close()
 
 def test_times_stay_exact_at_epoch_timestamps(tmp_path):
     """Kineto traces before 2024 carry epoch times (~1.6e18 ns): relative to the origin each value keeps its ns."""
