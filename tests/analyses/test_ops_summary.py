@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import ast
 import csv
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -302,3 +306,37 @@ def test_kept_answer_follows_the_comm_patterns(tmp_path, monkeypatch):
             assert ops_summary(t, limit=50).totals.comm_gpu_ops == comm, extra
         finally:
             t.close()
+
+
+
+CHAIN_CHILD = """
+import json, sys
+from gpuscope.tools.analyses import ops_summary
+from gpuscope.tools.model.cache import open_trace
+r = ops_summary(open_trace(sys.argv[1]))
+print(json.dumps({"gpu_ops": r.totals.gpu_ops, "attributed_ns": r.totals.attributed_kernel_time_ns,
+                  "rows": [[x.name, x.count, x.gpu_op_count, x.total_direct_kernel_time_ns, x.cpu_time_ns] for x in r.rows]}))
+"""
+
+
+def test_the_op_tree_fits_a_small_memory_limit(tmp_path):
+    """80,000 PyTorch ops each launching one kernel, ops_summary under DuckDB's smallest limit (64 MiB) over the built
+    store: it spills and attributes every kernel to its aten::add. While each GPU op's innermost op was looked up
+    inside the statement writing the GPU ops, its aggregate and joins were held in memory beside the stream lag's
+    window and the call join: that ran out of memory here (and at DuckDB's default limit, with 2.5 M of each)."""
+    from gpuscope.fixtures.writers import kineto
+
+    s = SO.launch_chain(80_000)
+    path = kineto.write(s, tmp_path / "chain.json")
+    env = {**os.environ, "GPUSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    built = subprocess.run([sys.executable, "-c", "import sys; from gpuscope.tools.model.trace import load_trace; "
+                            "load_trace(sys.argv[1], store_now=True).close()", str(path)],
+                           env=env, capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-c", CHAIN_CHILD, str(path)], env={**env, "GPUSCOPE_MEMORY_LIMIT": "64MiB"},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    kernel_ns = sum(k.end_ns - k.start_ns for k in s.kernels)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "gpu_ops": len(s.kernels), "attributed_ns": kernel_ns,
+        "rows": [["aten::add", len(s.cpu_ops), len(s.kernels), kernel_ns, sum(o.end_ns - o.start_ns for o in s.cpu_ops)]]}

@@ -210,7 +210,18 @@ def _launchers(trace: Trace) -> Launchers:
                 cur.execute(f"""CREATE TABLE {subtree} AS
                                 SELECT o.op_id, g.gop_id, o.start_ns, o.dur_ns
                                 FROM _tree_call g JOIN _tree_op o ON o.ks <= g.ks AND g.ks < o.ke""")
-                cur.execute(f"CREATE TABLE {gops} AS {gops_sql(n.table, subtree, unique)}")
+                # Each GPU op's innermost op, with its name and times, a table of its own: inside the statement below,
+                # its aggregate and joins held their tables beside the stream lag's window and the call join, and ran out
+                # of DuckDB's memory (2.5 M GPU ops and cpu_ops at the default 800 MB, 80,000 at 64 MiB) instead of spilling.
+                cur.execute(f"""CREATE OR REPLACE TEMP TABLE _tree_inner AS
+                                SELECT i.gop_id, i.launcher_id, ln.id AS op_name_id, c.start_ns AS op_start_ns, c.end_ns AS op_end_ns
+                                FROM (SELECT gop_id, arg_max(op_id, (start_ns, -dur_ns, op_id)) AS launcher_id FROM {subtree}
+                                      GROUP BY gop_id) i
+                                LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id LEFT JOIN {n.table} ln ON ln.name = c.name""")
+                try:
+                    cur.execute(f"CREATE TABLE {gops} AS {gops_sql(n.table, tree=True, unique=unique)}")
+                finally:
+                    cur.execute("DROP TABLE IF EXISTS temp.main._tree_inner")
         else:
             cur.execute(f"CREATE TABLE {subtree} (op_id BIGINT, gop_id BIGINT, start_ns BIGINT, dur_ns BIGINT)")
             cur.execute(f"CREATE TABLE {gops} AS {gops_sql(n.table, unique=unique)}")
@@ -238,23 +249,22 @@ def gop_kinds_sql(names: str) -> str:
         JOIN {names} n ON n.name = d.name LEFT JOIN comm cm ON cm.name = d.name"""
 
 
-def gops_sql(names: str, subtree: str | None = None, unique: bool = False) -> str:
-    """The query (WITH clause included) of Launchers.table's rows: the GPU ops, their launching calls and, with
-    `subtree` (a table of Launchers.subtree's pairs, and temp table _tree_call of `call` on the cursor), the innermost
-    op of `subtree` around each call; without it (no cpu_ops) there is no op launcher and the calls are joined here.
+def gops_sql(names: str, tree: bool = False, unique: bool = False) -> str:
+    """The query (WITH clause included) of Launchers.table's rows: the GPU ops, their launching calls and, with `tree`,
+    the innermost op around each call (temp tables on the cursor: _tree_call, each GPU op's launching call as `call`
+    gives it, and _tree_inner, its innermost op with that op's name id and times); without it (no cpu_ops) there is no
+    op launcher and the calls are joined here.
     Names become ids by joins to `names` once per distinct name (gname) or per call. The stream lag (prev_end_ns) is a
     window over these rows, narrow now that names are ids: no second window over the GPU ops joined back by id (2 M
     export: 0.3 s CPU and 200 MB of peak less). No ORDER BY: every reader orders.
     Where one reader scans it once (ops_summary's frame without cpu_ops), it is read as a subquery, never written."""
-    if subtree is None:
+    if not tree:
         link, inner, op_cols = "LEFT JOIN launch l ON l.pid = g.pid AND l.correlation_id = g.correlation_id", "", \
             "NULL::BIGINT AS launcher_id, NULL::INTEGER AS op_name_id, NULL::BIGINT AS op_start_ns, NULL::BIGINT AS op_end_ns"
     else:
         link = "JOIN _tree_call l USING (gop_id)"
-        inner = f"""LEFT JOIN (SELECT gop_id, arg_max(op_id, (start_ns, -dur_ns, op_id)) AS launcher_id FROM {subtree}
-                               GROUP BY gop_id) i USING (gop_id)
-                    LEFT JOIN cpu_ops c ON c.rowid = i.launcher_id LEFT JOIN {names} ln ON ln.name = c.name"""
-        op_cols = "i.launcher_id, ln.id AS op_name_id, c.start_ns AS op_start_ns, c.end_ns AS op_end_ns"
+        inner = "LEFT JOIN _tree_inner i USING (gop_id)"
+        op_cols = "i.launcher_id, i.op_name_id, i.op_start_ns, i.op_end_ns"
     return f"""{with_sql(unique)},
         gname AS (SELECT d.name, d.short_name, n.id AS name_id, s.id AS short_name_id, coalesce(cm.comm, false) AS comm
                   FROM (SELECT DISTINCT name, short_name FROM kernels UNION SELECT DISTINCT {MEMOP_NAME}, NULL FROM memops) d
