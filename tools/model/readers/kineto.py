@@ -100,6 +100,8 @@ def load(con, path: Path, progress, detected) -> None:
             progress(0.7, "building the trace model")
             _build(con, top)
             return
+        except duckdb.OutOfMemoryException:  # json.loads needs several times more: say what ran out
+            raise ProfileError(_out_of_memory(path, "building the trace model from its events")) from None
         except (_Fallback, duckdb.Error, ValueError, RecursionError):
             _reset(con)  # anything unexpected: the json.loads path decides (and words any error)
         top = _load_python(con, path, detected, progress)
