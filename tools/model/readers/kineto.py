@@ -1040,8 +1040,9 @@ def _links(con, cat: str) -> None:
     gpu_args = _args_struct("device", "inDevice", "stream", "correlation", "graph id", "registers per thread", "shared memory",
                             "bytes", "fromDevice", "toDevice")[:-2] + (', "grid": "VARCHAR[]", "block": "VARCHAR[]", '
                                                                        '"Process Group Name": "JSON", "Collective name": "JSON"}\'')
-    # Its rows need no order (every reader of it orders by idx or aggregates): without one, DuckDB fills it from both
-    # threads. In file order it filled on one (0.32 s against 0.17 s for the 250k kernels of the bench trace).
+    # Its rows need no order (every reader of it orders by idx or aggregates), and without one DuckDB fills it with less
+    # work: 0.19-0.20 s against 0.27-0.28 s in the store's build of the 250k-kernel bench trace (the preview's took
+    # 0.17-0.18 s either way).
     con.execute("SET preserve_insertion_order = false")
     try:
         con.execute(
