@@ -40,8 +40,7 @@ from .containment import temp_tables
 from .marker_summary import ANNOTATE
 from .projection import RANGE_KINDS_SQL, SHIFT, projection_absent_reason, with_sql
 from .requirements import left_out, require
-from .intervals import unions_on
-from .stacked import run, stack
+from .stacked import run, stack, union_stats_sql
 from .step_choice import MIN_COVERAGE, marker_params, run_choice, warmup
 
 
@@ -147,32 +146,22 @@ def iterations(
     end_ns: int | None = None,
     limit: int | None = 50,
 ) -> IterationsResult:
-    """`limit` (1..1000) caps the listed steps for a reader; None lists them all (other analyses that need every
-    step: phases, rank_summary)."""
+    """`limit` (1..1000) caps the listed steps for a reader; None lists them all. The summaries cover every step;
+    a Step model is made for a listed step only (a run of 250,000 steps is columns, not objects). Analyses that place
+    boundaries at the steps read them with chosen_steps."""
     require(trace, "iterations", "Steps are taken from repeating ranges. " + ANNOTATE)
     _, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = None if limit is None else max(1, min(int(limit), 1000))
     absent = projection_absent_reason(trace)
-    base = with_sql(trace)
-    choice, groups, steps_df = step_choice([trace], 0, pid, marker, absent)
+    choice, groups, steps_df = _steps(trace, pid, marker, absent, window, start_ns, end_ns)
     chosen = groups[groups["picked"]]
-    steps_df = steps_df.sort_values(["pid", "tid", "start_ns", "rid"])
-    if start_ns is not None:
-        steps_df = steps_df[steps_df["start_ns"] >= start_ns]
-    if end_ns is not None:
-        steps_df = steps_df[steps_df["start_ns"] < end_ns]
-    if steps_df.empty:
-        raise ProfileError(f"no step of '{choice.pattern}' starts inside the time window [{window.start_ns}, {window.end_ns}) ns.")
-    steps_df = steps_df.assign(index=steps_df.groupby(["pid", "tid"]).cumcount())
-
-    rids = [int(r) for r in steps_df["rid"]]
-    figures = _step_figures(trace, base, rids, device, absent is None)
-    steps, summaries = _assemble(steps_df, figures, absent is None, trace.count("kernels") + trace.count("memops") > 0)
+    figures = _step_figures(trace, with_sql(trace), [int(r) for r in steps_df["rid"]], device, absent is None)
+    steps, summaries = _assemble(steps_df, figures, absent is None, trace.count("kernels") + trace.count("memops") > 0, limit)
     alternatives = groups.drop(index=chosen.index, errors="ignore")
     alternatives = alternatives[alternatives["instances"] >= 2]
     alternatives = alternatives.assign(cov=alternatives["coverage"].fillna(-1.0)).sort_values(
         ["cov", "instances", "min_depth"], ascending=[False, False, True]).head(10)
-    truncated = limit is not None and len(steps) > limit
+    truncated = limit is not None and len(steps_df) > limit
     return IterationsResult(
         data_issues=data_issue_notes(trace, ("markers", "kernels", "memops")),
         trace=str(trace.path), window=window, filters={"marker": marker, "pid": pid, "device": device},
@@ -185,9 +174,33 @@ def iterations(
                     "(nvtx_gpu_proj_trace); window figures take every GPU op of the process overlapping the step window, "
                     "clipped to it" if absent is None else f"projection absent: {absent}; window figures only"
                     + "".join(f". Left out: {g}" for g in left_out(trace, "iterations"))),
-        summaries=summaries, steps=steps[:limit], truncated=truncated,
-        hint=f"{len(steps) - limit} more steps than limit={limit}; raise limit or narrow the time window" if truncated else None,
+        summaries=summaries, steps=steps, truncated=truncated,
+        hint=f"{len(steps_df) - limit} more steps than limit={limit}; raise limit or narrow the time window" if truncated else None,
     )
+
+
+def chosen_steps(trace: Trace) -> tuple[Choice, pd.DataFrame]:
+    """The steps `iterations` chooses with its default arguments, without their figures: one row per step with pid, tid,
+    start_ns, end_ns, name, rid and index (0-based within its series), in (pid, tid, start) order. For the tools that
+    place boundaries at steps (phases, memory_timeline); raises ProfileError as iterations does."""
+    require(trace, "iterations", "Steps are taken from repeating ranges. " + ANNOTATE)
+    _, window = resolve_selection(trace, None, None, None, None)
+    choice, _, steps_df = _steps(trace, None, None, projection_absent_reason(trace), window, None, None)
+    return choice, steps_df
+
+
+def _steps(trace: Trace, pid: int | None, marker: str | None, absent: str | None, window: Window, start_ns: int | None,
+           end_ns: int | None) -> tuple[Choice, pd.DataFrame, pd.DataFrame]:
+    """(choice, range groups, the chosen steps starting in [start_ns, end_ns) with their index in their series)."""
+    choice, groups, steps_df = step_choice([trace], 0, pid, marker, absent)
+    steps_df = steps_df.sort_values(["pid", "tid", "start_ns", "rid"])
+    if start_ns is not None:
+        steps_df = steps_df[steps_df["start_ns"] >= start_ns]
+    if end_ns is not None:
+        steps_df = steps_df[steps_df["start_ns"] < end_ns]
+    if steps_df.empty:
+        raise ProfileError(f"no step of '{choice.pattern}' starts inside the time window [{window.start_ns}, {window.end_ns}) ns.")
+    return choice, groups, steps_df.assign(index=steps_df.groupby(["pid", "tid"]).cumcount()).reset_index(drop=True)
 
 
 def step_choice(traces: list[Trace], part: int, pid: int | None, marker: str | None,
@@ -254,12 +267,13 @@ def _choice(groups: pd.DataFrame, absent: str | None) -> Choice:
     return Choice(how="auto", pattern=best.pattern, domain=best.domain, reason=why)
 
 
-def _step_figures(trace: Trace, base: str, rids: list[int], device: int | None, projected: bool) -> dict:
-    """Per (step rid, device): win_busy (union of the process's GPU ops clipped to the step window, ns), win_kern
-    (kernels in the window), prj_busy and prj_n (ops, kernels) of the projected ops; devs: the pairs with any.
+def _step_figures(trace: Trace, base: str, rids: list[int], device: int | None, projected: bool) -> pd.DataFrame:
+    """One row per (step rid, device) with any GPU op: win_busy (union of the process's GPU ops clipped to the step
+    window, ns), win_ops, win_kernels, and prj_busy, prj_ops, prj_kernels of the projected ops (0 where none).
     The steps, the process's ops and the linked ops go into temp tables first, so that the two interval joins
     (overlap with the window, containment of the launching call) are IEJoins (containment.py), not joins of every
-    step with every op."""
+    step with every op; each union is a window per (rid, device) (stacked.union_stats_sql), so a run of 250,000
+    steps costs no Python object per step."""
     rid_list = ", ".join(str(r) for r in rids)
     # every GPU op of the step's process (unlinked ones too), keyed per process so one join serves every process
     inputs = f"""{base},
@@ -285,58 +299,49 @@ def _step_figures(trace: Trace, base: str, rids: list[int], device: int | None, 
             cur.execute("""CREATE OR REPLACE TEMP TABLE _it_prj AS
                 SELECT s.rid, g.op, g.device_id, g.start_ns, g.end_ns FROM _it_pstep s JOIN _it_lop g ON s.ks <= g.ks AND g.ke <= s.ke""")
             try:
-                out: dict = {}
+                parts = []
                 for key, table in (("win", "_it_win"), ("prj", "_it_prj")):
-                    out[f"{key}_busy"] = {k: u.busy_ns for k, u in unions_on(
-                        cur, f"SELECT rid, device_id, start_ns, end_ns FROM {table}", [], ("rid", "device_id")).items()}
-                    out[f"{key}_n"] = {(r, d): (int(n), int(k)) for r, d, n, k in cur.execute(
-                        f"SELECT rid, device_id, count(*), count(*) FILTER (WHERE op = 'kernel') FROM {table} GROUP BY ALL").fetchall()}
+                    union = union_stats_sql(f"SELECT rid, device_id, start_ns, end_ns FROM {table}", "rid, device_id")
+                    parts.append(cur.execute(f"""
+                        SELECT n.rid, n.device_id, coalesce(u.busy_ns, 0)::BIGINT AS {key}_busy, n.ops AS {key}_ops,
+                               n.kernels AS {key}_kernels
+                        FROM (SELECT rid, device_id, count(*) AS ops, count(*) FILTER (WHERE op = 'kernel') AS kernels
+                              FROM {table} GROUP BY ALL) n
+                        LEFT JOIN ({union}) u ON u.rid = n.rid AND u.device_id IS NOT DISTINCT FROM n.device_id""").df())
             finally:
                 cur.execute("DROP TABLE IF EXISTS temp.main._it_win")
                 cur.execute("DROP TABLE IF EXISTS temp.main._it_prj")
     finally:
         cur.close()
-    out["devs"] = set(out["win_n"]) | set(out["prj_n"])
-    return out
+    per = parts[0].merge(parts[1], on=["rid", "device_id"], how="outer")
+    return per.fillna({c: 0 for c in per.columns if c not in ("rid", "device_id")}).astype(
+        {c: "int64" for c in per.columns if c not in ("rid", "device_id")})
 
 
-def _assemble(steps_df: pd.DataFrame, f: dict, projected: bool, gpu: bool) -> tuple[list[Step], list[Summary]]:
-    """`gpu`: the profile recorded GPU work at all; without it a step's GPU busy time is unknown, not 0."""
-    devs_of: dict[int, list[int]] = {}
-    for r, d in f["devs"]:
-        devs_of.setdefault(r, []).append(d)
-    series_devs: dict[tuple, set] = {}
-    for r in steps_df.itertuples():
-        series_devs.setdefault((r.pid, r.tid), set()).update(devs_of.get(r.rid, []))
+def _assemble(steps_df: pd.DataFrame, per: pd.DataFrame, projected: bool, gpu: bool, limit: int | None
+              ) -> tuple[list[Step], list[Summary]]:
+    """The first `limit` steps (None: all) as models, and every series' summary, from the steps (one row each, in
+    series order) and their figures per device (_step_figures). `gpu`: the profile recorded GPU work at all; without it
+    a step's GPU busy time is unknown, not 0. Per-step figures are columns: a Step model is made only for a listed step."""
+    per = per.merge(steps_df[["rid", "pid", "tid"]], on="rid")
+    # a series on one device (or none) states its steps' busy and idle times; one on several leaves them to `devices`
+    ndev = per.groupby(["pid", "tid"])["device_id"].nunique()
+    st = steps_df.merge(ndev.rename("ndev").reset_index(), on=["pid", "tid"], how="left")
+    single = st["ndev"].fillna(0).to_numpy() <= 1
+    first = per.groupby("rid")["win_busy"].first()  # a single-device series' step has one device row at most
+    st = st.merge(first, left_on="rid", right_index=True, how="left")
+    wall = (st["end_ns"] - st["start_ns"]).to_numpy()
+    has = st["win_busy"].notna().to_numpy()
+    busy = st["win_busy"].fillna(0).to_numpy().astype("int64")
+    # gpu_busy_in_window_ns: a single-device series' step states its device's (0 without any op, given GPU data at all)
+    in_window = [(int(b) if h else 0 if gpu else None) if one else None for b, h, one in zip(busy, has, single)]
     steps: list[Step] = []
-    for r in steps_df.itertuples():  # one row per step (steps are few), not per event
-        wall = int(r.end_ns - r.start_ns)
-        devices = []
-        for d in sorted(devs_of.get(r.rid, [])):
-            busy = f["win_busy"].get((r.rid, d), 0)
-            n, k = f["prj_n"].get((r.rid, d), (0, 0))
-            devices.append(StepDevice(device_id=d, projected_ops=n, projected_kernels=k,
-                                      projected_busy_ns=f["prj_busy"].get((r.rid, d), 0),
-                                      window_kernels=f["win_n"].get((r.rid, d), (0, 0))[1], window_busy_ns=busy,
-                                      window_idle_ns=wall - busy, window_busy_pct_of_wall=pct(busy, wall)))
-        single = len(series_devs[(r.pid, r.tid)]) <= 1
-        only = devices[0] if single and devices else None
-        steps.append(Step(
-            index=int(r.index), name=clip_name(r.name), pid=int(r.pid), tid=int(r.tid), start_ns=int(r.start_ns),
-            end_ns=int(r.end_ns), wall_ns=wall, warmup=False,
-            projected_kernels=sum(x.projected_kernels for x in devices) if projected else None,
-            window_kernels=sum(x.window_kernels for x in devices),
-            gpu_busy_projected_ns=(only.projected_busy_ns if only else 0 if single else None) if projected else None,
-            gpu_busy_in_window_ns=only.window_busy_ns if only else (0 if single and gpu else None),
-            gpu_idle_in_window_ns=only.window_idle_ns if only else (wall if single and gpu else None),
-            devices=devices))
+    warm_of: dict[tuple, set] = {}
     summaries = []
-    for (p, tid), idx in _series(steps).items():
-        mine = [steps[i] for i in idx]
-        walls = [s.wall_ns for s in mine]
+    for (p, tid), idx in st.groupby(["pid", "tid"], sort=False).indices.items():
+        walls = [int(w) for w in wall[idx]]
         warm, note = warmup(walls)
-        for i in warm:
-            mine[i].warmup = True
+        warm_of[(p, tid)] = set(warm)
         steady = walls[len(warm):]
         mean = statistics.fmean(walls)
         std = statistics.stdev(walls) if len(walls) > 1 else None
@@ -344,9 +349,9 @@ def _assemble(steps_df: pd.DataFrame, f: dict, projected: bool, gpu: bool) -> tu
         sstd = statistics.stdev(steady) if len(steady) > 1 else None
         slow = max(range(len(walls)), key=lambda i: (walls[i], -i))
         fast = min(range(len(walls)), key=lambda i: (walls[i], i))
-        busy_pct = [pct(s.gpu_busy_in_window_ns, s.wall_ns) for s in mine]
+        busy_pct = [pct(in_window[i], walls[k]) for k, i in enumerate(idx)]
         summaries.append(Summary(
-            pid=p, tid=tid, steps=len(walls), wall_total_ns=sum(walls), wall_mean_ns=round(mean, 1),
+            pid=int(p), tid=int(tid), steps=len(walls), wall_total_ns=sum(walls), wall_mean_ns=round(mean, 1),
             wall_median_ns=float(statistics.median(walls)), wall_min_ns=min(walls), wall_max_ns=max(walls),
             wall_std_ns=None if std is None else round(std, 1), wall_cv=None if std is None or not mean else round(std / mean, 4),
             slowest=Extreme(index=slow, wall_ns=walls[slow]), fastest=Extreme(index=fast, wall_ns=walls[fast]),
@@ -357,11 +362,28 @@ def _assemble(steps_df: pd.DataFrame, f: dict, projected: bool, gpu: bool) -> tu
             steady_cv=None if sstd is None or not smean else round(sstd / smean, 4),
             mean_gpu_busy_in_window_pct_of_wall=(round(statistics.fmean(busy_pct), 2)
                                                  if busy_pct and all(b is not None for b in busy_pct) else None)))
+    shown = st if limit is None else st.head(limit)
+    devs = per[per["rid"].isin(shown["rid"])].sort_values(["rid", "device_id"])
+    wall_of = dict(zip(shown["rid"].tolist(), (shown["end_ns"] - shown["start_ns"]).tolist()))
+    devices_of: dict[int, list[StepDevice]] = {}
+    for d in devs.itertuples():  # the listed steps' rows only
+        w, span = int(d.win_busy), int(wall_of[d.rid])
+        devices_of.setdefault(int(d.rid), []).append(StepDevice(
+            device_id=int(d.device_id), projected_ops=int(d.prj_ops), projected_kernels=int(d.prj_kernels),
+            projected_busy_ns=int(d.prj_busy), window_kernels=int(d.win_kernels), window_busy_ns=w, window_idle_ns=span - w,
+            window_busy_pct_of_wall=pct(w, span)))
+    for i, r in enumerate(shown.itertuples()):
+        devices = devices_of.get(int(r.rid), [])
+        one = bool(single[i])
+        only = devices[0] if one and devices else None
+        w = int(wall[i])
+        steps.append(Step(
+            index=int(r.index), name=clip_name(r.name), pid=int(r.pid), tid=int(r.tid), start_ns=int(r.start_ns),
+            end_ns=int(r.end_ns), wall_ns=w, warmup=int(r.index) in warm_of[(r.pid, r.tid)],
+            projected_kernels=sum(x.projected_kernels for x in devices) if projected else None,
+            window_kernels=sum(x.window_kernels for x in devices),
+            gpu_busy_projected_ns=(only.projected_busy_ns if only else 0 if one else None) if projected else None,
+            gpu_busy_in_window_ns=only.window_busy_ns if only else (0 if one and gpu else None),
+            gpu_idle_in_window_ns=only.window_idle_ns if only else (w if one and gpu else None),
+            devices=devices))
     return steps, summaries
-
-
-def _series(steps: list[Step]) -> dict[tuple, list[int]]:
-    out: dict[tuple, list[int]] = {}
-    for i, s in enumerate(steps):
-        out.setdefault((s.pid, s.tid), []).append(i)
-    return out

@@ -288,17 +288,17 @@ def _window(trace: Trace, start_ns: int | None, end_ns: int | None, step: int | 
         return w, (w.start_ns, w.end_ns)
     if start_ns is not None or end_ns is not None:
         raise ProfileError("give either a step (step=) or a time window (start_ns/end_ns), not both.")
-    from .iterations import iterations  # local: iterations is only needed for a step
+    from .iterations import chosen_steps  # local: iterations is only needed for a step
 
-    it = iterations(trace, limit=None)
-    s0 = it.summaries[0]
-    series = [x for x in it.steps if (x.pid, x.tid) == (s0.pid, s0.tid)]
+    choice, steps = chosen_steps(trace)
+    p0, t0 = (int(steps["pid"].iloc[0]), int(steps["tid"].iloc[0]))  # the first series, as iterations lists them
+    series = steps[(steps["pid"] == p0) & (steps["tid"] == t0)]
     if not 0 <= step < len(series):
-        raise ProfileError(f"step={step} does not exist: the series '{it.choice.pattern}' (process {s0.pid}, thread "
-                           f"{s0.tid}) has steps 0..{len(series) - 1}; iterations lists them.")
-    x = series[step]
-    return (Window(start_ns=x.start_ns, end_ns=x.end_ns, span_ns=x.end_ns - x.start_ns,
-                   source=f"iteration step {step} of '{it.choice.pattern}' (iterations)"), (x.start_ns, x.end_ns))
+        raise ProfileError(f"step={step} does not exist: the series '{choice.pattern}' (process {p0}, thread "
+                           f"{t0}) has steps 0..{len(series) - 1}; iterations lists them.")
+    lo, hi = int(series["start_ns"].iloc[step]), int(series["end_ns"].iloc[step])
+    return (Window(start_ns=lo, end_ns=hi, span_ns=hi - lo, source=f"iteration step {step} of '{choice.pattern}' (iterations)"),
+            (lo, hi))
 
 
 def memory_timeline(trace: Trace, *, device: int | None = None, start_ns: int | None = None, end_ns: int | None = None,

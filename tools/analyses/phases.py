@@ -44,7 +44,7 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note, ToolResult
 from .intervals import merge_chunks, time_chunks, unions, unions_on
-from .iterations import iterations
+from .iterations import chosen_steps
 from . import projection
 from .stacked import gaps_sql
 from .requirements import require
@@ -437,10 +437,11 @@ def _iterations(trace: Trace, dev: int, t0: int, t1: int) -> tuple[str, list[int
     (launched by an API call inside the step on the step's thread, as `iterations` projects GPU work).
     None as well when no step has such an op: those steps cannot place a boundary."""
     try:
-        it = iterations(trace, limit=None)
+        choice, chosen = chosen_steps(trace)
     except ProfileError:
         return None
-    steps = sorted({(s.pid, s.tid, s.start_ns, s.end_ns) for s in it.steps if s.end_ns > t0 and s.start_ns < t1})
+    chosen = chosen[(chosen["end_ns"] > t0) & (chosen["start_ns"] < t1)]
+    steps = sorted(set(zip(*(chosen[c].astype("int64").tolist() for c in ("pid", "tid", "start_ns", "end_ns")))))
     if not steps:
         return None
     df = pd.DataFrame(steps, columns=["pid", "tid", "start_ns", "end_ns"])
@@ -461,7 +462,7 @@ def _iterations(trace: Trace, dev: int, t0: int, t1: int) -> tuple[str, list[int
     gpu = sorted({int(g) for *_, g in rows if g is not None and t0 <= g <= t1})
     if not gpu:  # steps that launched nothing on this device (a fallback choice of `iterations`) place no boundary
         return None
-    return it.choice.pattern, gpu, len(steps)
+    return choice.pattern, gpu, len(steps)
 
 
 def _phase_figures(trace: Trace, dev_acts: str, params: list, bounds: list[int]) -> dict[int, dict]:
