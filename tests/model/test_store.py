@@ -113,6 +113,31 @@ def test_two_processes_opening_one_new_profile_build_it_once(tmp_path):
     assert not list((tmp_path / "cache" / "stores").glob("*/.tmp-*")), "a temporary build folder was left"
 
 
+def test_what_a_killed_process_staged_goes_when_the_next_process_opens_a_store(tmp_path):
+    """A Kineto trace's staged parts are in the process's scratch folder in the cache, not the system's temp folder:
+    what a killed process leaves there (a host's SIGTERM exits without cleaning up) goes with the next open."""
+    path = _sample(tmp_path, "kineto")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = _env(tmp_path / "cache", TMPDIR=str(temp))
+    dies = ("import os, sys; from gpuscope.tools.model.readers import kineto; "
+            "kineto._read_events = lambda *a, **kw: os._exit(9); "
+            "from gpuscope.tools.model.trace import load_trace; load_trace(sys.argv[1], store_now=True)")
+    killed = subprocess.run([sys.executable, "-c", dies, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == 9, killed.stderr[-2000:]
+    scratch = tmp_path / "cache" / "spill"
+    left = list(scratch.glob("*/kineto-*/*.json"))
+    assert left, "the killed process staged nothing in its scratch folder"
+    assert not list(temp.iterdir()), "staged in the system's temp folder"
+    opens = ("import sys; from gpuscope.tools.model.trace import load_trace; "
+             "print(load_trace(sys.argv[1], store_now=True).count('kernels'))")
+    out = subprocess.run([sys.executable, "-c", opens, str(path)], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout) == len(SCENARIOS["concurrent_streams"]().kernels)
+    assert not left[0].parent.parent.exists(), "the killed process's scratch folder is still there"
+    assert not list(scratch.glob("*/kineto-*")) and not list(temp.iterdir())
+
+
 def test_a_store_of_another_version_is_never_read(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
     path = _sample(tmp_path, "kineto")

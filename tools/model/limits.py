@@ -68,6 +68,13 @@ def private_dir(*parts: str) -> Path:
     return path
 
 
+def scratch_dir() -> Path:
+    """This process's private scratch folder in the cache (spill files, preview databases, staged Kineto parts).
+    Whatever a process leaves there when it is killed goes once it is gone (store.cleanup_stale_spill), which a
+    folder in the system's temp directory would not."""
+    return private_dir("spill", str(os.getpid()))
+
+
 def memory_limit_bytes() -> int:
     """DuckDB memory_limit of each open profile's connections."""
     # The process stays 0.4-0.6 GB above DuckDB's limit when a 10 M-kernel query fills it (Python, and what DuckDB
@@ -131,5 +138,5 @@ def duckdb_config(memory_limit: int | None = None, spill: bool = True) -> dict[s
         # instances of one process (the hub and a build behind a preview) sharing a folder overwrote each other's
         # spilled blocks and read back wrong rows. DuckDB creates the folder on first spill and removes it on close;
         # the process's folder goes when the process is gone (store.cleanup_stale_spill).
-        config["temp_directory"] = str(private_dir("spill", str(os.getpid())) / f"db{next(_instances)}")
+        config["temp_directory"] = str(scratch_dir() / f"db{next(_instances)}")
     return config

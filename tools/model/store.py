@@ -596,6 +596,7 @@ def clear() -> tuple[list[StoreEntry], list[StoreEntry]]:
     for e in list_stores():
         (deleted if remove_store(e) else kept).append(e)
     evict(limit=2**62)  # drops emptied version folders
+    cleanup_stale_spill()
     return deleted, kept
 
 

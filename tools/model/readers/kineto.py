@@ -44,7 +44,7 @@ import pandas as pd
 
 from ..detect import GZIP_MAGIC, detect
 from ..errors import NoPreview, ProfileError, shown_path
-from ..limits import max_decompressed_bytes, memory_limit_bytes
+from ..limits import max_decompressed_bytes, memory_limit_bytes, scratch_dir
 from ..names import create_short_names
 from ..quote import quote_literal
 from ..quality import check_model, count_sql, record_query
@@ -228,16 +228,28 @@ def _create_store(con, source: str, params: list | None = None) -> None:
     )
 
 
+def _staging_folder() -> str:
+    """A new private (0700) folder for a trace's staged parts, removed once they are parsed. It is in the process's
+    scratch folder in the cache, so that parts left by a killed process (an MCP host stops its server with SIGTERM,
+    which exits without cleaning up) go when the next process opens a store; 235 MB a time for the 245 MB bench
+    trace piled up in /tmp before. A cache that cannot be written stages in the system's temp folder instead."""
+    try:
+        return tempfile.mkdtemp(prefix="kineto-", dir=scratch_dir())
+    except (ProfileError, OSError):
+        pass
+    try:
+        return tempfile.mkdtemp(prefix="gpuscope-kineto-")
+    except OSError:
+        raise _Fallback from None
+
+
 def _load_duckdb(con, path: Path, detected, progress, preview: bool = False) -> dict:
     threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
     kept = _staged.take(path) if not preview else None
     if kept is not None:
         tmp, files, top = kept
     else:
-        try:
-            tmp = tempfile.mkdtemp(prefix="gpuscope-kineto-")  # private (0700), removed below
-        except OSError:
-            raise _Fallback from None
+        tmp = _staging_folder()
     done = False
     try:
         if kept is None:

@@ -12,14 +12,13 @@ ids that differ between platforms, so process-level joins compare `g >> 24` (pid
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 
 import duckdb
 
 from ..errors import NoPreview, ProfileError
-from ..limits import memory_limit_bytes, preview_memory_limit_bytes, private_dir
+from ..limits import memory_limit_bytes, preview_memory_limit_bytes, scratch_dir
 from ..quality import END_BEFORE_START, LAUNCH_BEFORE_CALL, MAX_NAME_CHARS, count_sql, record, record_query, time_checks
 from ..names import GRAPH_LAUNCH_RX
 from ..quote import quote_ident, quote_literal
@@ -609,7 +608,7 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
         # compression this costs while inserting is less than that.
         table = "_kernels"
         if rows * PREVIEW_BYTES_PER_KERNEL > preview_memory_limit_bytes():
-            file = private_dir("spill", str(os.getpid())) / f"preview-{uuid.uuid4().hex}.duckdb"
+            file = scratch_dir() / f"preview-{uuid.uuid4().hex}.duckdb"
             con.execute(f"ATTACH {quote_literal(str(file))} AS _preview")
             file.unlink()
             table = "_preview._kernels"
