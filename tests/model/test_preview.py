@@ -22,6 +22,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from conftest import real_files
@@ -32,7 +33,10 @@ from gpuscope.tools.analyses.top_kernels import top_kernels
 from gpuscope.tools.model import cache, sqlite_source, trace as trace_mod
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.readers import kineto as kineto_reader, nsys as nsys_reader
+from gpuscope.tools.model.detect import detect
+from gpuscope.tools.model.limits import duckdb_config
 from gpuscope.tools.model.store import store_exists
+from gpuscope.tools.model.trace import SCHEMA_SQL
 
 # Each question top_kernels can be asked of a preview (a device filter goes to the store).
 QUESTIONS = [{}, {"group_by": "name"}, {"sort_by": "count", "limit": 2}, {"sort_by": "max"}, {"name_contains": "a"},
@@ -441,6 +445,26 @@ def _gz(scenario, path: Path) -> Path:
     path.write_bytes(gzip.compress(plain.read_bytes()))
     plain.unlink()
     return path
+
+
+@pytest.mark.parametrize("fmt", ["nsys", "kineto"])
+@pytest.mark.parametrize("order", [False, True])
+def test_a_reader_puts_back_the_settings_it_found(tmp_path, fmt, order):
+    """The readers change DuckDB settings around a statement or a build (insertion order, threads, the memory limit,
+    an optimizer) and put back what they found, which a caller may have set, not what DuckDB starts with."""
+    scenario = catalog.SCENARIOS["concurrent_streams"]()
+    path = (nsys.write if fmt == "nsys" else kineto.write)(scenario, tmp_path / f"t.{fmt}")
+    reader = nsys_reader if fmt == "nsys" else kineto_reader
+    names = ("preserve_insertion_order", "threads", "memory_limit", "disabled_optimizers")
+    for read in (lambda con: reader.preview(con, path), lambda con: reader.load(con, path, lambda *_: None, detect(path))):
+        con = duckdb.connect(":memory:", config={**duckdb_config(256 * 2**20), "preserve_insertion_order": str(order).lower(),
+                                                 "threads": "2"})
+        con.execute(SCHEMA_SQL)
+        found = [con.execute(f"SELECT current_setting('{n}')").fetchone()[0] for n in names]
+        read(con)
+        assert con.execute("SELECT count(*) FROM kernels").fetchone()[0] == len(scenario.kernels)
+        assert [con.execute(f"SELECT current_setting('{n}')").fetchone()[0] for n in names] == found
+        con.close()
 
 
 def test_the_build_after_a_kineto_preview_reads_the_parts_the_preview_staged(tmp_path, monkeypatch):

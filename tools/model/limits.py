@@ -15,9 +15,12 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from .errors import ProfileError
+from .quote import quote_literal
 
 _instances = itertools.count()
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -140,3 +143,27 @@ def duckdb_config(memory_limit: int | None = None, spill: bool = True) -> dict[s
         # the process's folder goes when the process is gone (store.cleanup_stale_spill).
         config["temp_directory"] = str(scratch_dir() / f"db{next(_instances)}")
     return config
+
+
+@contextmanager
+def setting(con, name: str, value: bool | int | str) -> Iterator[None]:
+    """DuckDB setting `name` (one of ours, never text from a profile) at `value` for the block, then back at the value
+    it had before it, which a caller further out may have set: a reader that drops insertion order for its whole
+    build keeps it for the one insert that needs it."""
+    before = con.execute(f"SELECT current_setting({quote_literal(name)})").fetchone()[0]
+    con.execute(f"SET {name} = {_setting_sql(value)}")
+    try:
+        yield
+    except BaseException:
+        try:
+            con.execute(f"SET {name} = {_setting_sql(before)}")
+        except Exception:  # a connection the error left unusable: the error says more than this would
+            pass
+        raise
+    con.execute(f"SET {name} = {_setting_sql(before)}")
+
+
+def _setting_sql(value: bool | int | str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(int(value)) if isinstance(value, int) else quote_literal(value)

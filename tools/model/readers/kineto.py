@@ -44,7 +44,7 @@ import pandas as pd
 
 from ..detect import GZIP_MAGIC, detect
 from ..errors import NoPreview, ProfileError, shown_path
-from ..limits import max_decompressed_bytes, memory_limit_bytes, scratch_dir
+from ..limits import max_decompressed_bytes, memory_limit_bytes, scratch_dir, setting
 from ..names import create_short_names
 from ..quote import quote_literal
 from ..quality import check_model, count_sql, record_query
@@ -275,8 +275,6 @@ def _load_duckdb(con, path: Path, detected, progress, preview: bool = False) -> 
         except (duckdb.OutOfMemoryException, MemoryError):
             # Not a reason to try json.loads, which needs several times more.
             raise ProfileError(_out_of_memory(path, "DuckDB's JSON reader")) from None
-        finally:
-            con.execute(f"SET threads = {int(threads)}")
         done = True
     except MemoryError:
         raise ProfileError(_out_of_memory(path, "the staging step")) from None
@@ -366,7 +364,6 @@ def _read_events(con, files: list[Path], preview: bool = False) -> None:
     """native.event_store from the staged parts of the traceEvents array, one thread per part: DuckDB parses
     one JSON array with one thread, and a second thread on the same array only adds hand-offs (up to 2x
     slower on a busy machine). The parts are read in their order, so rowid is still the index in the file."""
-    con.execute(f"SET threads = {len(files)}")
     events = """read_json(?, format = 'array',
                           columns = {'ph': 'VARCHAR', 'cat': 'VARCHAR', 'name': 'VARCHAR', 'pid': 'VARCHAR',
                                      'tid': 'VARCHAR', 'ts': 'JSON', 'dur': 'JSON', 'args': 'JSON'})"""
@@ -379,13 +376,14 @@ def _read_events(con, files: list[Path], preview: bool = False) -> None:
         events = f"""(SELECT ph, cat, CASE WHEN {detail} THEN name END AS name, pid, CASE WHEN {detail} THEN tid END AS tid,
                              ts, dur, CASE WHEN {detail} OR {_deep_sql('args')} THEN args END AS args
                       FROM {events} WHERE ph IS NULL OR ph IN ('X', 'M') OR {_deep_sql('args')})"""
-    _create_store(
-        con,
-        f"""(SELECT ph, cat, name, pid, tid, {_json_time_sql('ts')} AS ts, {_json_time_sql('dur')} AS dur,
-                   args::VARCHAR AS args
-            FROM {events})""",
-        [[str(f) for f in files]],
-    )
+    with setting(con, "threads", len(files)):
+        _create_store(
+            con,
+            f"""(SELECT ph, cat, name, pid, tid, {_json_time_sql('ts')} AS ts, {_json_time_sql('dur')} AS dur,
+                       args::VARCHAR AS args
+                FROM {events})""",
+            [[str(f) for f in files]],
+        )
 
 
 def _check_nesting(con, path: Path) -> None:
@@ -1055,8 +1053,7 @@ def _links(con, cat: str) -> None:
     # Its rows need no order (every reader of it orders by idx or aggregates), and without one DuckDB fills it with less
     # work: 0.19-0.20 s against 0.27-0.28 s in the store's build of the 250k-kernel bench trace (the preview's took
     # 0.17-0.18 s either way).
-    con.execute("SET preserve_insertion_order = false")
-    try:
+    with setting(con, "preserve_insertion_order", False):
         con.execute(
             f"""CREATE TEMP TABLE kin_gpu AS
                 SELECT idx,
@@ -1072,8 +1069,6 @@ def _links(con, cat: str) -> None:
                        cat, name, pid, tid, ts, dur
                 FROM (SELECT *, json_transform(args, {gpu_args}) AS a FROM kin_ev WHERE cat IN {GPU_OP_CATS})"""
         )
-    finally:
-        con.execute("SET preserve_insertion_order = true")
     # Runtime events of 2021 traces spell it 'external id', and write 0 when no CPU op launched the call
     # (struct keys are case-insensitive in DuckDB, so that spelling is read by path).
     # (CASE, not coalesce: DuckDB computed the path lookup for every row.)
@@ -1132,11 +1127,8 @@ def _link_join(con):
     kin_gpu at a fifth of the table and so builds the hash table on them, every column, rather than on kin_link (three
     narrow columns, one row per linked op). Building on the right side of the LEFT JOIN, as written, takes a third off
     the kernels insert (0.24 -> 0.16 s CPU for the 250k kernels of the bench trace)."""
-    con.execute("SET disabled_optimizers = 'build_side_probe_side'")
-    try:
+    with setting(con, "disabled_optimizers", "build_side_probe_side"):
         yield
-    finally:
-        con.execute("RESET disabled_optimizers")
 
 
 # The launching process of GPU work without a linked call: the trace's CPU process when there is exactly one.
