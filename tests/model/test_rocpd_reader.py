@@ -389,3 +389,48 @@ def test_rocpd_mistyped_cells_fall_back_to_lenient_read(tmp_path):
     assert [r[1] for r in got if r[2] == sc.kernels[0].start_ns + OFF] == [None]
     assert [r for r in got if r[2] != sc.kernels[0].start_ns + OFF] == [r for r in want if r[2] != sc.kernels[0].start_ns + OFF]
     trace.close()
+
+
+def test_running_out_of_memory_is_not_retried_through_sqlite3(tmp_path, monkeypatch):
+    """DuckDB out of memory while reading (a 10 M-kernel database at the default limit) is not a cell the scanner
+    refused: the reader does not start over on sqlite3 copies, which held whole tables in Python (13 GB of RSS for
+    that database, then the same failure). The error names the memory and its setting."""
+    import duckdb
+
+    from gpuscope.tools.model.readers import rocpd as reader
+
+    tries = []
+
+    def out_of_memory(con, path, progress, tb, sidecars):
+        tries.append(tb.lenient)
+        raise duckdb.OutOfMemoryException("Out of Memory Error: failed to pin block of size 256.0 KiB")
+
+    monkeypatch.setattr(reader, "_load", out_of_memory)
+    path = writer.write(rich_scenario(), tmp_path / "oom.db")
+    with pytest.raises(ProfileError) as err:
+        load_trace(path)
+    assert tries == [False]
+    assert "more memory" in str(err.value) and "GPUSCOPE_MEMORY_LIMIT" in str(err.value)
+
+
+def test_rpd_running_out_of_memory_is_not_retried_through_sqlite3(tmp_path, monkeypatch):
+    """The same for a legacy RPD file: a native read that runs out of memory is not read again through sqlite3."""
+    import duckdb
+
+    from gpuscope.fixtures.writers import rpd as rpd_writer
+    from gpuscope.tools.model.sqlite_source import SqliteSource
+
+    reads, relation = [], SqliteSource.relation
+
+    def native_out_of_memory(self, table, *, text=False):
+        reads.append((table, text))
+        if table == "rocpd_op" and not text:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: failed to pin block of size 256.0 KiB")
+        return relation(self, table, text=text)
+
+    monkeypatch.setattr(SqliteSource, "relation", native_out_of_memory)
+    path = rpd_writer.write(rich_scenario(), tmp_path / "oom.rpd")
+    with pytest.raises(ProfileError) as err:
+        load_trace(path)
+    assert ("rocpd_op", False) in reads and ("rocpd_op", True) not in reads
+    assert "more memory" in str(err.value) and "GPUSCOPE_MEMORY_LIMIT" in str(err.value)

@@ -302,6 +302,8 @@ class SqliteSource:
                 self.con.execute(f"CREATE TABLE {target} AS SELECT * FROM src.{quote_ident(table)}")
                 self.copied.add(table)
                 return target
+            except duckdb.OutOfMemoryException:
+                raise  # not a cell the scanner refused: the sqlite3 copy would need more memory, not less
             except duckdb.Error as exc:  # invalid UTF-8 or mixed types: the lenient path reads it
                 log.info("scanner copy of %s failed (%s); copying through sqlite3", table, exc)
                 self.con.execute(f"DROP TABLE IF EXISTS {target}")

@@ -121,6 +121,8 @@ def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected: Detecte
     try:
         try:
             _load(con, path, progress, tb, sidecars)
+        except duckdb.OutOfMemoryException:
+            raise  # the sqlite3 copies hold whole tables in Python: they would need many times more
         except duckdb.Error as exc:
             if not src.attached:
                 raise

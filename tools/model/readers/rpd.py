@@ -76,8 +76,8 @@ def _materialise(con, src: SqliteSource, table: str, cols: list[str], text: bool
         try:
             con.execute(f"CREATE OR REPLACE TEMP TABLE {target} AS SELECT {select} FROM {src.relation(table, text=lenient)}")
             return
-        except duckdb.Error:
-            if lenient:
+        except duckdb.Error as exc:
+            if lenient or isinstance(exc, duckdb.OutOfMemoryException):  # the sqlite3 copy would need more
                 raise
 
 
