@@ -434,3 +434,20 @@ def test_rpd_running_out_of_memory_is_not_retried_through_sqlite3(tmp_path, monk
         load_trace(path)
     assert ("rocpd_op", False) in reads and ("rocpd_op", True) not in reads
     assert "more memory" in str(err.value) and "GPUSCOPE_MEMORY_LIMIT" in str(err.value)
+
+
+def test_a_million_kernels_fit_a_small_memory_limit(tmp_path, monkeypatch):
+    """1,000,000 dispatches, each launched by its own hipLaunchKernel, build under GPUSCOPE_MEMORY_LIMIT=256MiB: every
+    kernel kept and linked, per-name figures equal to the generator's. The kernels insert used to join the dispatches'
+    events and their launches in one statement sorted by start: out of memory here, and at the default limit with
+    10 M kernels."""
+    truth = writer.write_scale(tmp_path / "scale.db", 1_000_000)
+    monkeypatch.setenv("GPUSCOPE_MEMORY_LIMIT", "256MiB")
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    trace = load_trace(tmp_path / "scale.db", store_now=True)
+    got = trace.sql("SELECT name, count(*), sum(dur_ns)::BIGINT, min(dur_ns), max(dur_ns), count(*) FILTER (WHERE launched) "
+                    "FROM kernels GROUP BY 1")
+    assert {r[0]: tuple(r[1:]) for r in got} == {
+        name: (v["count"], v["total_ns"], v["min_ns"], v["max_ns"], v["count"]) for name, v in truth["per_name"].items()}
+    assert sum(v["count"] for v in truth["per_name"].values()) == truth["n_kernels"]
+    trace.close()

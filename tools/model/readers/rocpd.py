@@ -140,7 +140,7 @@ def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected: Detecte
 
 
 def _cleanup(con, tb: _Tables) -> None:
-    for t in ("_catmap", "_str", "_ev", "_api", "_link", "_mem", "_sym", "_sym0", "_sym_names", "_copy", "_agent", "_proc", "_thr",
+    for t in ("_catmap", "_cat", "_str", "_ev", "_kd", "_api", "_link", "_mem", "_sym", "_sym0", "_sym_names", "_copy", "_agent", "_proc", "_thr",
               "_msg", "_samp", "_mk"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
     for v in tb.views:
@@ -183,11 +183,10 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
         + ") t(category, api, marker)"
     )
     con.execute(f"CREATE TEMP TABLE _str AS SELECT guid, id, string FROM {string}")
-    con.execute(
-        f"""CREATE TEMP TABLE _ev AS
-            SELECT e.guid, e.id, e.stack_id, s.string AS category
-            FROM {event} e LEFT JOIN _str s ON s.id = e.category_id AND s.guid = e.guid"""
-    )
+    # Events keep their category's string id; the few category strings are mapped once (_cat), not written on each of
+    # millions of event rows: a 10 M-kernel database has 20 M events, and _ev is joined by every kind of activity.
+    con.execute("""CREATE TEMP TABLE _cat AS SELECT s.guid, s.id, m.api, m.marker FROM _str s JOIN _catmap m ON m.category = s.string""")
+    con.execute(f"CREATE TEMP TABLE _ev AS SELECT guid, id, stack_id, category_id FROM {event}")
     progress(0.2, "rocpd: devices, processes, threads")
     _ids(con, tb)
     _devices(con, agent)
@@ -201,7 +200,7 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
                        r.start, r."end", COALESCE(n.string, 'rocpd_string#' || r.name_id) AS name, m.api, e.stack_id
                 FROM {region} r
                 JOIN _ev e ON e.id = r.event_id AND e.guid = r.guid
-                JOIN _catmap m ON m.category = e.category AND m.api IS NOT NULL
+                JOIN _cat m ON m.id = e.category_id AND m.guid = e.guid AND m.api IS NOT NULL
                 LEFT JOIN _str n ON n.id = r.name_id AND n.guid = r.guid
                 LEFT JOIN _proc p ON p.id = r.pid AND p.guid = r.guid
                 LEFT JOIN _thr t ON t.id = r.tid AND t.guid = r.guid"""
@@ -223,7 +222,7 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
     sym = rel("rocpd_info_kernel_symbol", True)
     disp = rel("rocpd_kernel_dispatch")
     dcols = tb.columns("rocpd_kernel_dispatch")
-    graph = "k.graph_exec_id" if "graph_exec_id" in dcols else "NULL"
+    graph = "k.graph_exec_id" if "graph_exec_id" in dcols else "NULL::BIGINT"
     if "graph_exec_id" not in dcols:
         absent.append("graph_id: rocpd schemas before 3.0.2 record no graph ids")
     con.execute(
@@ -238,23 +237,33 @@ def _load(con, path: Path, progress, tb: _Tables, sidecars: list[str]) -> None:
     def wg(axis: str) -> str:
         return f"CASE WHEN k.workgroup_size_{axis} > 0 THEN (k.grid_size_{axis} + k.workgroup_size_{axis} - 1) // k.workgroup_size_{axis} END"
 
+    # Two statements with one large join each (the dispatch's event, then its launching call): in one statement, with
+    # the rows sorted by start, a 10 M-kernel database ran out of memory at the default limit, and a 1 M-kernel one at
+    # 128 MiB without the sort; apart, each join spills on its own.
     con.execute(
-        f"""INSERT INTO kernels
-            SELECT a.ordinal, k.stream_id, k.start, greatest(k."end", k.start), greatest(k."end", k.start) - k.start,
-                   COALESCE(s.name, 'kernel symbol ' || k.kernel_id), COALESCE(s.short_name, 'kernel symbol ' || k.kernel_id),
-                   {wg('x')}, {wg('y')}, {wg('z')}, k.workgroup_size_x, k.workgroup_size_y, k.workgroup_size_z,
-                   s.arch_vgpr_count, s.group_segment_size,
-                   CASE WHEN k.group_segment_size >= s.group_segment_size THEN k.group_segment_size - s.group_segment_size END,
-                   e.stack_id, {graph}, COALESCE(p.pid, k.pid), l.tid, l.rpid IS NOT NULL, false, NULL, NULL
+        f"""CREATE TEMP TABLE _kd AS
+            SELECT a.ordinal, k.guid, k.pid, k.kernel_id, k.stream_id, k.start, greatest(k."end", k.start) AS "end",
+                   k.group_segment_size, k.workgroup_size_x, k.workgroup_size_y, k.workgroup_size_z,
+                   {wg('x')} AS grid_x, {wg('y')} AS grid_y, {wg('z')} AS grid_z, {graph} AS graph_id, e.stack_id
             FROM {disp} k
             JOIN _agent a ON a.id = k.agent_id AND a.guid = k.guid AND a.type = 'GPU'
-            LEFT JOIN _sym s ON s.id = k.kernel_id AND s.guid = k.guid
             LEFT JOIN _ev e ON e.id = k.event_id AND e.guid = k.guid
-            LEFT JOIN _link l ON l.guid = k.guid AND l.rpid = k.pid AND l.stack_id = e.stack_id
-            LEFT JOIN _proc p ON p.id = k.pid AND p.guid = k.guid
-            WHERE k.start IS NOT NULL AND k."end" IS NOT NULL
-            ORDER BY k.start"""
+            WHERE k.start IS NOT NULL AND k."end" IS NOT NULL"""
     )
+    con.execute(
+        """INSERT INTO kernels
+           SELECT k.ordinal, k.stream_id, k.start, k."end", k."end" - k.start,
+                  COALESCE(s.name, 'kernel symbol ' || k.kernel_id), COALESCE(s.short_name, 'kernel symbol ' || k.kernel_id),
+                  k.grid_x, k.grid_y, k.grid_z, k.workgroup_size_x, k.workgroup_size_y, k.workgroup_size_z,
+                  s.arch_vgpr_count, s.group_segment_size,
+                  CASE WHEN k.group_segment_size >= s.group_segment_size THEN k.group_segment_size - s.group_segment_size END,
+                  k.stack_id, k.graph_id, COALESCE(p.pid, k.pid), l.tid, l.rpid IS NOT NULL, false, NULL, NULL
+           FROM _kd k
+           LEFT JOIN _sym s ON s.id = k.kernel_id AND s.guid = k.guid
+           LEFT JOIN _link l ON l.guid = k.guid AND l.rpid = k.pid AND l.stack_id = k.stack_id
+           LEFT JOIN _proc p ON p.id = k.pid AND p.guid = k.guid"""
+    )
+    con.execute("DROP TABLE _kd")
     missing_time, backwards = time_checks("k.start", 'k."end"')
     record_query(con, count_sql("kernels", f"{disp} k LEFT JOIN _agent a ON a.id = k.agent_id AND a.guid = k.guid", [
         missing_time, ("a.id IS NULL", "skipped", UNKNOWN_AGENT),
@@ -471,7 +480,7 @@ def _markers(con, tb: _Tables, region: str | None) -> int:
                              m.marker, n.string AS op
                       FROM {region} r
                       JOIN _ev e ON e.id = r.event_id AND e.guid = r.guid
-                      JOIN _catmap m ON m.category = e.category AND m.marker IS NOT NULL
+                      JOIN _cat m ON m.id = e.category_id AND m.guid = e.guid AND m.marker IS NOT NULL
                       LEFT JOIN _msg g ON g.id = e.id AND g.guid = e.guid
                       LEFT JOIN _str n ON n.id = r.name_id AND n.guid = r.guid
                       LEFT JOIN _proc p ON p.id = r.pid AND p.guid = r.guid
@@ -499,7 +508,7 @@ def _markers(con, tb: _Tables, region: str | None) -> int:
                        m.api, m.marker, COALESCE(g.message, n.string) AS name
                 FROM {sample} s
                 JOIN _ev e ON e.id = s.event_id AND e.guid = s.guid
-                JOIN _catmap m ON m.category = e.category
+                JOIN _cat m ON m.id = e.category_id AND m.guid = e.guid
                 LEFT JOIN {track} tr ON tr.id = s.track_id AND tr.guid = s.guid
                 LEFT JOIN _msg g ON g.id = e.id AND g.guid = e.guid
                 LEFT JOIN _str n ON n.id = tr.name_id AND n.guid = tr.guid
