@@ -392,3 +392,51 @@ def test_writer_ddl_matches_real_exports(tmp_path, options, reference):
     tables = {r[0] for r in raw(path, "SELECT name FROM sqlite_master")}
     assert ("ENUM_CUDA_MEMCPY_OPER" in tables) == (not options)
     assert ("PROCESSES" in tables) == ("nsys_old_schema" not in options)
+
+
+@pytest.mark.parametrize("table", ["NVTX_EVENTS", "StringIds", "CUPTI_ACTIVITY_KIND_KERNEL"])
+def test_a_lenient_copy_holds_a_chunk_of_rows_at_a_time(tmp_path, monkeypatch, table):
+    """Tables read through sqlite3 for their free text (NVTX_EVENTS, the memory-usage table: millions of rows in long
+    captures) are fetched LENIENT_CHUNK_ROWS rows at a time, not whole; the copy equals a copy made in one chunk
+    (invalid UTF-8 text included), column types too."""
+    import duckdb
+
+    from gpuscope.fixtures.catalog import SCENARIOS
+    from gpuscope.tools.model import sqlite_source
+
+    path = writer.write(SCENARIOS["non_utf8"](), tmp_path / "t.sqlite")
+    fetched = []
+
+    class Counting:
+        def __init__(self, cur):
+            self.cur, self.description = cur, cur.description
+
+        def fetchmany(self, n):
+            rows = self.cur.fetchmany(n)
+            fetched.append(len(rows))
+            return rows
+
+        def fetchall(self):
+            rows = self.cur.fetchall()
+            fetched.append(len(rows))
+            return rows
+
+    class Sqlite:
+        def __init__(self, con):
+            self.con = con
+
+        def execute(self, sql, *a):
+            cur = self.con.execute(sql, *a)
+            return Counting(cur) if sql.startswith("SELECT *") else cur
+
+    src = sqlite_source.open_sqlite(path)  # decodes invalid UTF-8 as the readers do
+    n = src.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
+    assert n > 3
+    con = duckdb.connect()
+    sqlite_source.copy_lenient(con, src, table, "whole")
+    monkeypatch.setattr(sqlite_source, "LENIENT_CHUNK_ROWS", 2)
+    fetched.clear()
+    sqlite_source.copy_lenient(con, Sqlite(src), table, "chunks")
+    assert max(fetched) == 2 and sum(fetched) == n
+    assert con.execute("DESCRIBE whole").fetchall() == con.execute("DESCRIBE chunks").fetchall()
+    assert con.execute("SELECT * FROM whole").fetchall() == con.execute("SELECT * FROM chunks").fetchall()

@@ -320,24 +320,46 @@ class SqliteSource:
                 pass
 
 
+# Rows a lenient copy holds in Python at a time: NVTX_EVENTS and the memory-usage table, read this way for their free
+# text, hold millions of rows, and a whole table fetched at once took gigabytes.
+LENIENT_CHUNK_ROWS = 100_000
+
+
 def copy_lenient(con: duckdb.DuckDBPyConnection, sqlite: sqlite3.Connection, table: str, target: str) -> None:
-    """CREATE TABLE target from a SQLite table read through sqlite3, declared types kept."""
+    """CREATE TABLE target from a SQLite table read through sqlite3, LENIENT_CHUNK_ROWS rows at a time, declared types
+    kept. A column's form is decided on the first chunk (a TEXT column holding only blobs stays BLOB); a column without
+    a declared type takes the type of its cells when the table is one chunk, else text, so that no later chunk can
+    hold a cell the first chunk's type refuses."""
     cur = sqlite.execute(f"SELECT * FROM {quote_ident(table)}")
     cols = [d[0] for d in cur.description]
-    df = pd.DataFrame.from_records(cur.fetchall(), columns=cols)
-    df = df.apply(_normalise_column)
     # Declared SQLite types decide the DuckDB types, so empty or all-NULL columns keep them.
     declared = {r[1]: r[2] for r in sqlite.execute(f"PRAGMA table_info({quote_ident(table)})").fetchall()}
-    # A column declared TEXT may hold blobs (Nsight's NVTX_EVENTS.binaryData): cast to text, the bytes would
-    # come back escaped, so a column of blobs only stays BLOB.
-    select = ", ".join(f"TRY_CAST({quote_ident(c)} AS {t}) AS {quote_ident(c)}"
-                       if (t := duck_type(declared.get(c, ""))) and not _blobs_only(df[c]) else quote_ident(c) for c in cols)
-    name = f"_df_{uuid.uuid4().hex}"
-    con.register(name, df)
-    try:
-        con.execute(f"CREATE TABLE {target} AS SELECT {select or '*'} FROM {name}")
-    finally:
-        con.unregister(name)
+    rows = cur.fetchmany(LENIENT_CHUNK_ROWS)
+    chunked = len(rows) == LENIENT_CHUNK_ROWS
+    select = None
+    while True:
+        df = pd.DataFrame.from_records(rows, columns=cols).apply(_normalise_column)
+        if select is None:
+            # A column declared TEXT may hold blobs (Nsight's NVTX_EVENTS.binaryData): cast to text, the bytes would
+            # come back escaped, so a column of blobs only stays BLOB.
+            select = ", ".join(
+                f"TRY_CAST({quote_ident(c)} AS {t}) AS {quote_ident(c)}" if (t := duck_type(declared.get(c, ""))) and not _blobs_only(df[c])
+                else f"{quote_ident(c)}::VARCHAR AS {quote_ident(c)}" if chunked and not duck_type(declared.get(c, "")) and not _blobs_only(df[c])
+                else quote_ident(c) for c in cols) or "*"
+            verb = f"CREATE TABLE {target} AS"
+        else:
+            verb = f"INSERT INTO {target}"
+        name = f"_df_{uuid.uuid4().hex}"
+        con.register(name, df)
+        try:
+            con.execute(f"{verb} SELECT {select} FROM {name}")
+        finally:
+            con.unregister(name)
+        if len(rows) < LENIENT_CHUNK_ROWS:
+            return
+        rows = cur.fetchmany(LENIENT_CHUNK_ROWS)
+        if not rows:
+            return
 
 
 def _normalise_column(series: pd.Series) -> pd.Series:

@@ -295,6 +295,8 @@ class Store:
                 try:
                     attach_scanner(con, profile, "src")
                     con.execute(f"CREATE TABLE t AS SELECT * FROM src.{quote_ident(table)}")
+                except duckdb.OutOfMemoryException:
+                    raise  # not a cell the scanner refused: the sqlite3 copy would not need less
                 except duckdb.Error:  # no extension, invalid UTF-8 or mixed types: the lenient reader copes
                     con.execute("DROP TABLE IF EXISTS t")
                     sqlite = open_sqlite(profile)
