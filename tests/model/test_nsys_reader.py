@@ -440,3 +440,24 @@ def test_a_lenient_copy_holds_a_chunk_of_rows_at_a_time(tmp_path, monkeypatch, t
     assert max(fetched) == 2 and sum(fetched) == n
     assert con.execute("DESCRIBE whole").fetchall() == con.execute("DESCRIBE chunks").fetchall()
     assert con.execute("SELECT * FROM whole").fetchall() == con.execute("SELECT * FROM chunks").fetchall()
+
+
+def test_free_text_tables_go_through_sqlite3_only_where_the_scanner_refuses_them(tmp_path, monkeypatch):
+    """NVTX_EVENTS, StringIds and the other tables copied for their free text go through DuckDB's scanner (3 M NVTX
+    ranges: 24 s through sqlite3); only a table whose cells the scanner refuses (here invalid UTF-8 in NVTX text) is
+    read through sqlite3. The markers are the scenario's either way."""
+    from gpuscope.fixtures.catalog import SCENARIOS
+    from gpuscope.tools.model import sqlite_source
+    from gpuscope.tools.model.trace import load_trace
+
+    through_sqlite3, copy_lenient = [], sqlite_source.copy_lenient
+    monkeypatch.setattr(sqlite_source, "copy_lenient",
+                        lambda con, sq, table, target: through_sqlite3.append(table) or copy_lenient(con, sq, table, target))
+    for name, lenient in (("concurrent_streams", set()), ("non_utf8", {"NVTX_EVENTS"})):
+        scenario = SCENARIOS[name]()
+        monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / name))
+        through_sqlite3.clear()
+        trace = load_trace(writer.write(scenario, tmp_path / f"{name}.sqlite"), store_now=True)
+        assert set(through_sqlite3) == lenient, name
+        assert trace.count("markers") == len(scenario.markers) > 0
+        trace.close()

@@ -420,7 +420,7 @@ def test_rpd_running_out_of_memory_is_not_retried_through_sqlite3(tmp_path, monk
     from gpuscope.fixtures.writers import rpd as rpd_writer
     from gpuscope.tools.model.sqlite_source import SqliteSource
 
-    reads, relation = [], SqliteSource.relation
+    reads, relation, copy = [], SqliteSource.relation, SqliteSource.copy
 
     def native_out_of_memory(self, table, *, text=False):
         reads.append((table, text))
@@ -428,7 +428,12 @@ def test_rpd_running_out_of_memory_is_not_retried_through_sqlite3(tmp_path, monk
             raise duckdb.OutOfMemoryException("Out of Memory Error: failed to pin block of size 256.0 KiB")
         return relation(self, table, text=text)
 
+    def copied(self, table, *, lenient=False):
+        reads.append((table, True))
+        return copy(self, table, lenient=lenient)
+
     monkeypatch.setattr(SqliteSource, "relation", native_out_of_memory)
+    monkeypatch.setattr(SqliteSource, "copy", copied)
     path = rpd_writer.write(rich_scenario(), tmp_path / "oom.rpd")
     with pytest.raises(ProfileError) as err:
         load_trace(path)

@@ -284,13 +284,16 @@ class SqliteSource:
     def relation(self, table: str, *, text: bool = False) -> str:
         """A DuckDB relation name holding `table`'s rows.
 
-        text=True forces the lenient sqlite3 copy (use it for tables with free text that may hold
-        invalid UTF-8, and for small tables where it costs nothing)."""
+        text=True copies the table into the store (native."table") instead of scanning it in place: use it for tables
+        with free text that may hold invalid UTF-8, and for small tables where it costs nothing. The copy goes through
+        the scanner, and through sqlite3 only where the scanner refuses a cell (invalid UTF-8, a blob in a TEXT column,
+        text in an INTEGER one): on the real profiles and every scenario the two copies are equal wherever the scanner
+        accepts the table, and the sqlite3 one took 24 s for 3 M NVTX ranges."""
         if not self.has(table):
             raise KeyError(table)
         if self.attached and not text:
             return f"src.{quote_ident(table)}"
-        return self.copy(table, lenient=True)
+        return self.copy(table)
 
     def copy(self, table: str, *, lenient: bool = False) -> str:
         """Copy `table` into the store as native."table" (once) and return that name."""

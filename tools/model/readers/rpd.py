@@ -74,7 +74,8 @@ def _materialise(con, src: SqliteSource, table: str, cols: list[str], text: bool
     select = ", ".join(_num(c) for c in cols)
     for lenient in ((True,) if text else (False, True)):
         try:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {target} AS SELECT {select} FROM {src.relation(table, text=lenient)}")
+            rel = src.copy(table, lenient=True) if lenient else src.relation(table)
+            con.execute(f"CREATE OR REPLACE TEMP TABLE {target} AS SELECT {select} FROM {rel}")
             return
         except duckdb.Error as exc:
             if lenient or isinstance(exc, duckdb.OutOfMemoryException):  # the sqlite3 copy would need more
