@@ -456,3 +456,44 @@ def test_a_million_kernels_fit_a_small_memory_limit(tmp_path, monkeypatch):
         name: (v["count"], v["total_ns"], v["min_ns"], v["max_ns"], v["count"]) for name, v in truth["per_name"].items()}
     assert sum(v["count"] for v in truth["per_name"].values()) == truth["n_kernels"]
     trace.close()
+
+
+def test_marker_texts_are_fetched_a_chunk_at_a_time(tmp_path, monkeypatch):
+    """rocTX texts (rocpd_event.extdata, read through sqlite3 for their free text) are fetched LENIENT_CHUNK_ROWS
+    events at a time, not all at once: a capture may hold millions of ranges. The markers are the scenario's."""
+    from gpuscope.tools.model import sqlite_source
+
+    fetched, open_sqlite = [], sqlite_source.open_sqlite
+
+    class Counting:
+        def __init__(self, cur):
+            self.cur = cur
+
+        def fetchmany(self, n):
+            rows = self.cur.fetchmany(n)
+            fetched.append(len(rows))
+            return rows
+
+        def fetchall(self):
+            rows = self.cur.fetchall()
+            fetched.append(len(rows))
+            return rows
+
+    class Sqlite:
+        def __init__(self, con):
+            self.con = con
+
+        def execute(self, sql, *a):
+            cur = self.con.execute(sql, *a)
+            return Counting(cur) if "extdata" in sql else cur
+
+        def __getattr__(self, name):
+            return getattr(self.con, name)
+
+    monkeypatch.setattr(sqlite_source, "open_sqlite", lambda path: Sqlite(open_sqlite(path)))
+    monkeypatch.setattr(sqlite_source, "LENIENT_CHUNK_ROWS", 2)
+    sc = rich_scenario()
+    trace = load_trace(writer.write(sc, tmp_path / "markers.db"))
+    assert rows(trace, "markers") == sorted(expected(sc)["markers"], key=repr)
+    assert sum(fetched) == len(sc.markers) > 2 and max(fetched) == 2
+    trace.close()

@@ -33,6 +33,7 @@ from ..errors import ProfileError
 from ..names import create_short_names
 from ..quality import TIME_MISSING, count_sql, record_query, time_checks
 from ..quote import quote_ident
+from .. import sqlite_source
 from ..sqlite_source import SqliteSource
 from ..trace import MODEL_TABLES
 
@@ -455,21 +456,20 @@ def _markers(con, tb: _Tables, region: str | None) -> int:
     cats = [*RANGE_CATEGORIES, *MARK_CATEGORIES]
     # Marker text lives in rocpd_event.extdata, free text that may hold any bytes: read only the
     # marker events, through sqlite3's lenient decoding, rather than scanning every event's JSON.
-    ids = con.execute(f"SELECT DISTINCT id FROM _str WHERE string IN ({', '.join('?' * len(cats))})", cats).fetchall()
-    frames = []
-    if ids:
-        id_list = ", ".join(str(i) for (i,) in ids)
-        for name in tb.sqlite_names("rocpd_event"):
-            cur = tb.src.sqlite.execute(f"SELECT guid, id, extdata FROM {quote_ident(name)} WHERE category_id IN ({id_list})")
-            frames.append(pd.DataFrame.from_records(cur.fetchall(), columns=["guid", "id", "extdata"]))
-    msgs = pd.concat(frames) if frames else pd.DataFrame({"guid": [], "id": [], "extdata": []})
-    msgs = msgs.astype({"guid": "string", "id": "Int64", "extdata": "string"})
-    con.register("_msg_df", msgs)
-    con.execute(
-        """CREATE TEMP TABLE _msg AS SELECT guid, id,
-           CASE WHEN json_valid(extdata) THEN json_extract_string(extdata, '$.message') END AS message FROM _msg_df"""
-    )
-    con.unregister("_msg_df")
+    # Fetched LENIENT_CHUNK_ROWS events at a time: a capture may hold millions of rocTX ranges.
+    ids = con.execute(f"SELECT DISTINCT id FROM _str WHERE id IS NOT NULL AND string IN ({', '.join('?' * len(cats))})", cats).fetchall()
+    con.execute("CREATE TEMP TABLE _msg (guid VARCHAR, id BIGINT, message VARCHAR)")
+    id_list = ", ".join(str(int(i)) for (i,) in ids)
+    for name in tb.sqlite_names("rocpd_event") if ids else []:
+        cur = tb.src.sqlite.execute(f"SELECT guid, id, extdata FROM {quote_ident(name)} WHERE category_id IN ({id_list})")
+        while rows := cur.fetchmany(sqlite_source.LENIENT_CHUNK_ROWS):
+            chunk = pd.DataFrame.from_records(rows, columns=["guid", "id", "extdata"])
+            con.register("_msg_df", chunk.astype({"guid": "string", "id": "Int64", "extdata": "string"}))
+            try:
+                con.execute("""INSERT INTO _msg SELECT guid, id,
+                               CASE WHEN json_valid(extdata) THEN json_extract_string(extdata, '$.message') END FROM _msg_df""")
+            finally:
+                con.unregister("_msg_df")
     if region:
         con.execute(
             f"""CREATE TEMP TABLE _mk AS
