@@ -57,6 +57,36 @@ def real_files(*patterns: str) -> list[Path]:
     return sorted(p for pattern in patterns for p in DATA.glob(pattern)) if DATA.is_dir() else []
 
 
+class CountingSqlite:
+    """An sqlite3 connection whose cursors for SELECTs containing `marker` record how many rows each fetch returned
+    (in `fetched`): shows a reader fetching a table a chunk at a time rather than whole."""
+
+    def __init__(self, con, marker: str, fetched: list[int]):
+        self.con, self.marker, self.fetched = con, marker, fetched
+
+    def execute(self, sql, *args):
+        cur = self.con.execute(sql, *args)
+        return _CountingCursor(cur, self.fetched) if self.marker in sql else cur
+
+    def __getattr__(self, name):
+        return getattr(self.con, name)
+
+
+class _CountingCursor:
+    def __init__(self, cur, fetched: list[int]):
+        self.cur, self.fetched, self.description = cur, fetched, cur.description
+
+    def fetchmany(self, n):
+        rows = self.cur.fetchmany(n)
+        self.fetched.append(len(rows))
+        return rows
+
+    def fetchall(self):
+        rows = self.cur.fetchall()
+        self.fetched.append(len(rows))
+        return rows
+
+
 def write_scenario(scenario, fmt: str, path: Path, pid: int | None = None) -> Path:
     """Write one Scenario as a profile of format `fmt` (Kineto: only process `pid`, or all when None)."""
     if fmt == "kineto_2021":

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA as SHARED_DATA
+from conftest import DATA as SHARED_DATA, CountingSqlite
 from gpuscope.fixtures.scenario import ApiCall, Device, Kernel, Marker, MemOp, Process, Scenario, Thread
 from gpuscope.fixtures.writers import nsys as writer
 from gpuscope.tools.analyses.ops_summary import ops_summary
@@ -405,30 +405,7 @@ def test_a_lenient_copy_holds_a_chunk_of_rows_at_a_time(tmp_path, monkeypatch, t
     from gpuscope.tools.model import sqlite_source
 
     path = writer.write(SCENARIOS["non_utf8"](), tmp_path / "t.sqlite")
-    fetched = []
-
-    class Counting:
-        def __init__(self, cur):
-            self.cur, self.description = cur, cur.description
-
-        def fetchmany(self, n):
-            rows = self.cur.fetchmany(n)
-            fetched.append(len(rows))
-            return rows
-
-        def fetchall(self):
-            rows = self.cur.fetchall()
-            fetched.append(len(rows))
-            return rows
-
-    class Sqlite:
-        def __init__(self, con):
-            self.con = con
-
-        def execute(self, sql, *a):
-            cur = self.con.execute(sql, *a)
-            return Counting(cur) if sql.startswith("SELECT *") else cur
-
+    fetched: list[int] = []
     src = sqlite_source.open_sqlite(path)  # decodes invalid UTF-8 as the readers do
     n = src.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
     assert n > 3
@@ -436,7 +413,7 @@ def test_a_lenient_copy_holds_a_chunk_of_rows_at_a_time(tmp_path, monkeypatch, t
     sqlite_source.copy_lenient(con, src, table, "whole")
     monkeypatch.setattr(sqlite_source, "LENIENT_CHUNK_ROWS", 2)
     fetched.clear()
-    sqlite_source.copy_lenient(con, Sqlite(src), table, "chunks")
+    sqlite_source.copy_lenient(con, CountingSqlite(src, "SELECT *", fetched), table, "chunks")
     assert max(fetched) == 2 and sum(fetched) == n
     assert con.execute("DESCRIBE whole").fetchall() == con.execute("DESCRIBE chunks").fetchall()
     assert con.execute("SELECT * FROM whole").fetchall() == con.execute("SELECT * FROM chunks").fetchall()

@@ -12,7 +12,7 @@ import sqlite3
 
 import pytest
 
-from conftest import DATA
+from conftest import DATA, CountingSqlite
 from gpuscope.fixtures.scenario import ApiCall, Device, Kernel, Marker, MemOp, Process, Scenario, Thread
 from gpuscope.fixtures.writers import rocpd as writer
 from gpuscope.tools.model.detect import detect
@@ -464,33 +464,7 @@ def test_marker_texts_are_fetched_a_chunk_at_a_time(tmp_path, monkeypatch):
     from gpuscope.tools.model import sqlite_source
 
     fetched, open_sqlite = [], sqlite_source.open_sqlite
-
-    class Counting:
-        def __init__(self, cur):
-            self.cur = cur
-
-        def fetchmany(self, n):
-            rows = self.cur.fetchmany(n)
-            fetched.append(len(rows))
-            return rows
-
-        def fetchall(self):
-            rows = self.cur.fetchall()
-            fetched.append(len(rows))
-            return rows
-
-    class Sqlite:
-        def __init__(self, con):
-            self.con = con
-
-        def execute(self, sql, *a):
-            cur = self.con.execute(sql, *a)
-            return Counting(cur) if "extdata" in sql else cur
-
-        def __getattr__(self, name):
-            return getattr(self.con, name)
-
-    monkeypatch.setattr(sqlite_source, "open_sqlite", lambda path: Sqlite(open_sqlite(path)))
+    monkeypatch.setattr(sqlite_source, "open_sqlite", lambda path: CountingSqlite(open_sqlite(path), "extdata", fetched))
     monkeypatch.setattr(sqlite_source, "LENIENT_CHUNK_ROWS", 2)
     sc = rich_scenario()
     trace = load_trace(writer.write(sc, tmp_path / "markers.db"))
