@@ -438,3 +438,27 @@ def test_free_text_tables_go_through_sqlite3_only_where_the_scanner_refuses_them
         assert set(through_sqlite3) == lenient, name
         assert trace.count("markers") == len(scenario.markers) > 0
         trace.close()
+
+
+def test_a_blob_column_empty_in_the_first_chunk_stays_blob(tmp_path, monkeypatch):
+    """NVTX_EVENTS.binaryData (declared TEXT) is NULL on every range but NCCL's, which may come after the first chunk
+    of a lenient copy: the column is still BLOB and the payloads byte for byte, as in a copy made in one chunk."""
+    import duckdb
+
+    from gpuscope.tools.model import sqlite_source
+
+    path = tmp_path / "t.sqlite"
+    src = sqlite3.connect(path)
+    src.execute("CREATE TABLE t (id INTEGER, text TEXT, binaryData TEXT)")
+    payloads = [bytes([i, 0, 255, 92, 120]) for i in range(3)]  # NUL, 0xff and a backslash-x among them
+    src.executemany("INSERT INTO t VALUES (?, ?, ?)", [(i, f"range {i}", None) for i in range(5)]
+                    + [(5 + i, "nccl", p) for i, p in enumerate(payloads)])
+    src.commit()
+    con = duckdb.connect()
+    sqlite_source.copy_lenient(con, src, "t", "whole")
+    monkeypatch.setattr(sqlite_source, "LENIENT_CHUNK_ROWS", 2)
+    sqlite_source.copy_lenient(con, src, "t", "chunks")
+    for table in ("whole", "chunks"):
+        assert con.execute(f"SELECT typeof(binaryData) FROM {table} WHERE id = 5").fetchone()[0] == "BLOB", table
+        assert [r[0] for r in con.execute(f"SELECT binaryData FROM {table} WHERE id >= 5 ORDER BY id").fetchall()] == payloads
+    assert con.execute("SELECT * FROM whole ORDER BY id").fetchall() == con.execute("SELECT * FROM chunks ORDER BY id").fetchall()

@@ -330,15 +330,19 @@ LENIENT_CHUNK_ROWS = 100_000
 
 def copy_lenient(con: duckdb.DuckDBPyConnection, sqlite: sqlite3.Connection, table: str, target: str) -> None:
     """CREATE TABLE target from a SQLite table read through sqlite3, LENIENT_CHUNK_ROWS rows at a time, declared types
-    kept. A column's form is decided on the first chunk (a TEXT column holding only blobs stays BLOB); a column without
-    a declared type takes the type of its cells when the table is one chunk, else text, so that no later chunk can
-    hold a cell the first chunk's type refuses."""
+    kept. A column whose first 10,000 values that are not NULL are all blobs stays BLOB, whatever its declared type (a
+    TEXT column holding blobs); a column without a declared type takes the type of its cells when the table is one
+    chunk, else text, so that no later chunk can hold a cell the first chunk's type refuses."""
     cur = sqlite.execute(f"SELECT * FROM {quote_ident(table)}")
     cols = [d[0] for d in cur.description]
     # Declared SQLite types decide the DuckDB types, so empty or all-NULL columns keep them.
     declared = {r[1]: r[2] for r in sqlite.execute(f"PRAGMA table_info({quote_ident(table)})").fetchall()}
     rows = cur.fetchmany(LENIENT_CHUNK_ROWS)
     chunked = len(rows) == LENIENT_CHUNK_ROWS
+    # Which columns hold only blobs is decided as for a whole read (their first 10,000 values that are not NULL), asked
+    # of SQLite when there are more chunks: NVTX_EVENTS.binaryData is NULL on every range but NCCL's, which may all
+    # come after the first chunk.
+    blobs = _blob_columns(sqlite, table, cols) if chunked else None
     select = None
     while True:
         df = pd.DataFrame.from_records(rows, columns=cols).apply(_normalise_column)
@@ -346,9 +350,11 @@ def copy_lenient(con: duckdb.DuckDBPyConnection, sqlite: sqlite3.Connection, tab
             # A column declared TEXT may hold blobs (Nsight's NVTX_EVENTS.binaryData): cast to text, the bytes would
             # come back escaped, so a column of blobs only stays BLOB.
             select = ", ".join(
-                f"TRY_CAST({quote_ident(c)} AS {t}) AS {quote_ident(c)}" if (t := duck_type(declared.get(c, ""))) and not _blobs_only(df[c])
-                else f"{quote_ident(c)}::VARCHAR AS {quote_ident(c)}" if chunked and not duck_type(declared.get(c, "")) and not _blobs_only(df[c])
-                else quote_ident(c) for c in cols) or "*"
+                f"TRY_CAST({quote_ident(c)} AS {t}) AS {quote_ident(c)}" if (t := duck_type(declared.get(c, ""))) and not blob
+                else f"{quote_ident(c)}::VARCHAR AS {quote_ident(c)}" if chunked and not blob
+                else f"TRY_CAST({quote_ident(c)} AS BLOB) AS {quote_ident(c)}" if chunked  # typed even if all NULL here
+                else quote_ident(c)
+                for c in cols for blob in [blobs[c] if chunked else _blobs_only(df[c])]) or "*"
             verb = f"CREATE TABLE {target} AS"
         else:
             verb = f"INSERT INTO {target}"
@@ -380,6 +386,16 @@ def _normalise_column(series: pd.Series) -> pd.Series:
     if kinds and kinds <= {bytes}:
         return series
     return series.map(lambda v: None if v is None else (v if isinstance(v, str) else str(v)))
+
+
+def _blob_columns(sqlite: sqlite3.Connection, table: str, cols: list[str]) -> dict[str, bool]:
+    """Per column: its first 10,000 values that are not NULL are all blobs (and there is one)."""
+    out = {}
+    for c in cols:
+        n, blobs = sqlite.execute(f"SELECT count(*), coalesce(sum(typeof(v) = 'blob'), 0) FROM (SELECT {quote_ident(c)} AS v "
+                                  f"FROM {quote_ident(table)} WHERE {quote_ident(c)} IS NOT NULL LIMIT 10000)").fetchone()
+        out[c] = n > 0 and blobs == n
+    return out
 
 
 def _blobs_only(series: pd.Series) -> bool:
