@@ -308,7 +308,6 @@ def test_kept_answer_follows_the_comm_patterns(tmp_path, monkeypatch):
             t.close()
 
 
-
 CHAIN_CHILD = """
 import json, sys
 from gpuscope.tools.analyses import ops_summary

@@ -473,7 +473,6 @@ def test_round_trip_communicator_and_collective(tmp_path):
         t.close()
 
 
-
 def test_running_out_of_memory_while_building_says_so(tmp_path, monkeypatch):
     """DuckDB out of memory in the model's SQL (it happened at GPUSCOPE_MEMORY_LIMIT=80MiB with 250k kernels): the
     error names the memory and the setting, not the fallback parser's 'cannot take its layout or values'."""
@@ -492,6 +491,7 @@ def test_running_out_of_memory_while_building_says_so(tmp_path, monkeypatch):
     text = str(err.value)
     assert "ran out of memory" in text and "building the trace model" in text and "GPUSCOPE_MEMORY_LIMIT" in text
     assert "layout" not in text
+
 
 def test_communicator_and_collective_only_from_names_in_the_args(tmp_path):
     """A process group or collective that is not a non-empty string or an integer names nothing: NULL, not its JSON."""
