@@ -71,6 +71,14 @@ class CountingSqlite:
     def __getattr__(self, name):
         return getattr(self.con, name)
 
+    @property
+    def text_factory(self):
+        return self.con.text_factory
+
+    @text_factory.setter
+    def text_factory(self, factory):
+        self.con.text_factory = factory
+
 
 class _CountingCursor:
     def __init__(self, cur, fetched: list[int]):

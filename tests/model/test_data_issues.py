@@ -24,6 +24,7 @@ from gpuscope.tools.analyses.trace_info import trace_info
 from gpuscope.tools.model import quality
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.readers import nsys as nsys_reader
+from gpuscope.tools.model.sqlite_source import not_of_type
 from gpuscope.tools.model.trace import SCHEMA_SQL, load_trace
 
 P, T = 100, 101
@@ -126,6 +127,22 @@ RPD_ISSUES = [
 ]
 # Nsight exports declare their time columns NOT NULL: the damage they carry is end < start.
 NSYS_ISSUES = [(t, "repaired", 1, END_BEFORE_START) for t in sorted(BACKWARDS)]
+
+
+def native_repairs(raw: dict, tables: dict[str, str]) -> list[tuple[str, str, int, str]]:
+    """The SQLite readers copy a table holding text in an INTEGER column through sqlite3, and such a cell is NULL in the
+    copy (native."table", which sql_query reads): one repaired row per injected text, per table and column."""
+    counts: dict[tuple[str, str], int] = {}
+    for (kind, _), cells in raw.items():
+        for column, value in cells.items():
+            if isinstance(value, str):
+                counts[(tables[kind], column)] = counts.get((tables[kind], column), 0) + 1
+    return [(f"native.{table}", "repaired", n, f'"{column}": {not_of_type("BIGINT")}') for (table, column), n in counts.items()]
+
+
+ROCPD_ISSUES += native_repairs(ROCPD_RAW, {kind: rocpd._table("bad_values", logical) for kind, logical in (
+    ("kernel", "rocpd_kernel_dispatch"), ("memop", "rocpd_memory_copy"), ("api_call", "rocpd_region"), ("marker", "rocpd_region"))})
+RPD_ISSUES += native_repairs(RPD_RAW, {"kernel": '"rocpd_op"', "memop": '"rocpd_op"', "api_call": '"rocpd_api"', "marker": '"rocpd_api"'})
 
 CASES = {
     "kineto": (kineto, ".json", KINETO_RAW, KINETO_ISSUES),

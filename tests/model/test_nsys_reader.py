@@ -410,11 +410,13 @@ def test_a_lenient_copy_holds_a_chunk_of_rows_at_a_time(tmp_path, monkeypatch, t
     n = src.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]
     assert n > 3
     con = duckdb.connect()
-    sqlite_source.copy_lenient(con, src, table, "whole")
+    whole = sqlite_source.copy_lenient(con, src, table, "whole")
     monkeypatch.setattr(sqlite_source, "LENIENT_CHUNK_ROWS", 2)
     fetched.clear()
-    sqlite_source.copy_lenient(con, CountingSqlite(src, "SELECT *", fetched), table, "chunks")
+    assert sqlite_source.copy_lenient(con, CountingSqlite(src, "SELECT *", fetched), table, "chunks") == whole
     assert max(fetched) == 2 and sum(fetched) == n
+    # the scenario's one NVTX text of invalid UTF-8 (a thread-naming range) is counted, in either copy
+    assert whole == ([('native."NVTX_EVENTS"', "repaired", 1, f'"text": {sqlite_source.NOT_UTF8}')] if table == "NVTX_EVENTS" else [])
     assert con.execute("DESCRIBE whole").fetchall() == con.execute("DESCRIBE chunks").fetchall()
     assert con.execute("SELECT * FROM whole").fetchall() == con.execute("SELECT * FROM chunks").fetchall()
 
@@ -462,3 +464,57 @@ def test_a_blob_column_empty_in_the_first_chunk_stays_blob(tmp_path, monkeypatch
         assert con.execute(f"SELECT typeof(binaryData) FROM {table} WHERE id = 5").fetchone()[0] == "BLOB", table
         assert [r[0] for r in con.execute(f"SELECT binaryData FROM {table} WHERE id >= 5 ORDER BY id").fetchall()] == payloads
     assert con.execute("SELECT * FROM whole ORDER BY id").fetchall() == con.execute("SELECT * FROM chunks ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("chunk_rows", [100_000, 2])
+def test_a_lenient_copy_counts_every_cell_it_changes(tmp_path, monkeypatch, chunk_rows):
+    """A table the scanner refuses is copied through sqlite3, which must change some cells: text that is not UTF-8, a
+    blob in a text column, a value its declared type cannot hold (NULL), a fraction in an integer column (rounded).
+    Each is counted per column, whether the table is copied in one chunk or two rows at a time; the rest is kept."""
+    import duckdb
+
+    from gpuscope.tools.model import sqlite_source
+
+    path = tmp_path / "t.sqlite"
+    src = sqlite3.connect(path)
+    src.execute("CREATE TABLE t (id INTEGER, n INTEGER, x REAL, label TEXT, payload BLOB)")
+    src.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", [
+        (1, 5, 1.5, "a", b"\x00"),
+        (2, "", 2.0, "b", None),                    # '' in an integer column
+        (3, "abc", "oops", "bad", None),            # text in integer and real columns; label made invalid UTF-8 below
+        (4, 3.5, None, b"\x00\xff", "text"),        # a fraction in an integer column; a blob in a text column
+        (5, "7", 4.0, "c", None),                   # '7' is an integer: SQLite stores 7
+        (6, "99999999999999999999", 5.0, "d", None)])  # beyond 64 bits: SQLite stores a REAL
+    src.execute("UPDATE t SET label = CAST(x'41ff42' AS TEXT) WHERE id = 3")
+    src.commit()
+    monkeypatch.setattr(sqlite_source, "LENIENT_CHUNK_ROWS", chunk_rows)
+    con = duckdb.connect()
+    got = sqlite_source.copy_lenient(con, sqlite_source.open_sqlite(path), "t", "copy")
+    shown = 'native."t"'
+    assert sorted(got) == sorted([
+        (shown, "repaired", 3, f'"n": {sqlite_source.not_of_type("BIGINT")}'),
+        (shown, "repaired", 1, f'"n": {sqlite_source.FRACTION_ROUNDED}'),
+        (shown, "repaired", 1, f'"x": {sqlite_source.not_of_type("DOUBLE")}'),
+        (shown, "repaired", 1, f'"label": {sqlite_source.NOT_UTF8}'),
+        (shown, "repaired", 1, f'"label": {sqlite_source.BLOB_AS_TEXT}')])
+    assert con.execute("SELECT id, n, x, label, payload FROM copy ORDER BY id").fetchall() == [
+        (1, 5, 1.5, "a", b"\x00"), (2, None, 2.0, "b", None), (3, None, None, "A\ufffdB", None),
+        (4, 4, None, "b'\\x00\\xff'", b"text"), (5, 7, 4.0, "c", None), (6, None, 5.0, "d", None)]
+
+
+def test_a_lenient_copy_counts_text_after_ten_thousand_numbers(tmp_path):
+    """A column's kind is decided on its first 10,000 values: numbers there, a later text cell is read as NULL, and
+    counted once."""
+    import duckdb
+
+    from gpuscope.tools.model import sqlite_source
+
+    path = tmp_path / "t.sqlite"
+    src = sqlite3.connect(path)
+    src.execute("CREATE TABLE t (id INTEGER, v REAL)")
+    src.executemany("INSERT INTO t VALUES (?, ?)", [(i, i + 0.5 if i % 2 else i) for i in range(10_000)] + [(10_000, "late")])
+    src.commit()
+    con = duckdb.connect()
+    got = sqlite_source.copy_lenient(con, sqlite_source.open_sqlite(path), "t", "copy")
+    assert got == [('native."t"', "repaired", 1, f'"v": {sqlite_source.NOT_A_NUMBER}')]
+    assert con.execute("SELECT count(v), sum(v) FROM copy").fetchone() == (10_000, sum(i + 0.5 if i % 2 else i for i in range(10_000)))

@@ -79,7 +79,8 @@ class TraceInfoResult(ToolResult):
     warnings: list[str]
     data_issues_summary: str | None = Field(description="one line over data_issues; null when every source row was used as written")
     data_issues: list[DataIssue] = Field(description="source rows the reader left out of a model table or corrected, per table "
-                                         "and reason (the data_issues table); tools name those of the tables they read")
+                                         "and reason (the data_issues table), native.\"X\" for cells of the profile's own tables "
+                                         "that a copy changed; tools name those of the tables they read")
     meta: dict[str, str] = Field(description="other facts the reader recorded")
 
 

@@ -22,7 +22,7 @@ from typing import Iterable
 
 import duckdb
 
-from .quote import quote_literal
+from .quote import quote_ident, quote_literal
 
 DURATION_TABLES = ("kernels", "memops", "api_calls", "markers", "cpu_ops")
 
@@ -52,6 +52,11 @@ _FIRST_CALL = """SELECT pid, correlation_id, call_start,
                   FROM (SELECT pid, correlation_id, min(start_ns) AS call_start,
                                min(start_ns::HUGEINT * 18446744073709551616 + (end_ns::HUGEINT + 9223372036854775808)) AS first_key
                         FROM api_calls WHERE pid IS NOT NULL AND correlation_id IS NOT NULL GROUP BY pid, correlation_id)"""
+
+
+def native_table_name(table: str) -> str:
+    """How data_issues names a profile's own table whose cells a reader changed (as sql_query names it)."""
+    return f"native.{quote_ident(table)}"
 
 
 def record(con: duckdb.DuckDBPyConnection, rows: Iterable[tuple[str, str, int, str]]) -> None:

@@ -197,10 +197,11 @@ CREATE TABLE os_memory_levels (
     bytes BIGINT NOT NULL            -- the new level, bytes
 );
 
--- Source rows a reader (or the model check) left out of a model table or kept with a corrected value.
--- One row per (model table, action, reason); empty when every source row was used as written.
+-- Source rows a reader (or the model check) left out of a model table or kept with a corrected value, and rows of the
+-- profile's own tables whose cells a sqlite3 copy had to change (invalid UTF-8, a value its declared type cannot hold).
+-- One row per (table, action, reason); empty when every source row was used as written.
 CREATE TABLE data_issues (
-    table_name VARCHAR NOT NULL,     -- model table the source rows belong to, e.g. 'kernels'
+    table_name VARCHAR NOT NULL,     -- model table the source rows belong to, e.g. 'kernels', or a native table, e.g. 'native."NVTX_EVENTS"'
     action VARCHAR NOT NULL,         -- 'skipped' (left out of the table) or 'repaired' (kept with a corrected value)
     rows BIGINT NOT NULL,            -- number of source rows, > 0
     reason VARCHAR NOT NULL          -- what was wrong and what was done, e.g. 'ts is not a finite number'

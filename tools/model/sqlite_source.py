@@ -35,6 +35,7 @@ import pandas as pd
 
 from .errors import ProfileError, shown_path
 from .limits import cache_root, private_dir
+from .quality import native_table_name, record
 from .quote import quote_ident, quote_literal
 
 log = logging.getLogger(__name__)
@@ -296,7 +297,8 @@ class SqliteSource:
         return self.copy(table)
 
     def copy(self, table: str, *, lenient: bool = False) -> str:
-        """Copy `table` into the store as native."table" (once) and return that name."""
+        """Copy `table` into the store as native."table" (once) and return that name. Cells a sqlite3 copy had to change
+        are counted in data_issues under that name."""
         target = f"native.{quote_ident(table)}"
         if table in self.copied:
             return target
@@ -310,7 +312,7 @@ class SqliteSource:
             except duckdb.Error as exc:  # invalid UTF-8 or mixed types: the lenient path reads it
                 log.info("scanner copy of %s failed (%s); copying through sqlite3", table, exc)
                 self.con.execute(f"DROP TABLE IF EXISTS {target}")
-        copy_lenient(self.con, self.sqlite, table, target)
+        record(self.con, copy_lenient(self.con, self.sqlite, table, target))
         self.copied.add(table)
         return target
 
@@ -327,65 +329,160 @@ class SqliteSource:
 # text, hold millions of rows, and a whole table fetched at once took gigabytes.
 LENIENT_CHUNK_ROWS = 100_000
 
+# What a lenient copy changes in a cell, as data_issues reasons (the column's name is put in front).
+NOT_UTF8 = "text that is not valid UTF-8: the invalid bytes read as U+FFFD"
+BLOB_AS_TEXT = "a blob in a column of text: kept as the text of its Python bytes literal (b'...')"
+FRACTION_ROUNDED = "a fractional value in an integer column: rounded to an integer"
+NOT_A_NUMBER = "a value that is not a number in a column of numbers: read as NULL"
 
-def copy_lenient(con: duckdb.DuckDBPyConnection, sqlite: sqlite3.Connection, table: str, target: str) -> None:
+
+def not_of_type(duck: str) -> str:
+    return f"a value that does not convert to {duck} (e.g. '' in an integer column): read as NULL"
+
+
+class _Decoded(str):
+    """Text whose bytes were not UTF-8, decoded with U+FFFD in their place (marked so that the copy can count it)."""
+
+
+class _CountingDecoder:
+    """sqlite3 text_factory decoding as lenient_text does, counting the cells it had to repair."""
+
+    def __init__(self) -> None:
+        self.repaired = 0
+
+    def __call__(self, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self.repaired += 1
+            return _Decoded(raw.decode("utf-8", errors="replace"))
+
+
+def copy_lenient(con: duckdb.DuckDBPyConnection, sqlite: sqlite3.Connection, table: str, target: str) -> list[tuple[str, str, int, str]]:
     """CREATE TABLE target from a SQLite table read through sqlite3, LENIENT_CHUNK_ROWS rows at a time, declared types
     kept. A column whose first 10,000 values that are not NULL are all blobs stays BLOB, whatever its declared type (a
     TEXT column holding blobs); a column without a declared type takes the type of its cells when the table is one
-    chunk, else text, so that no later chunk can hold a cell the first chunk's type refuses."""
+    chunk, else text, so that no later chunk can hold a cell the first chunk's type refuses.
+
+    Returns what the copy changed as data_issues rows (table native."table", 'repaired', rows, '"column": reason'):
+    per column, the rows whose cell was not valid UTF-8, was a blob in a text column, did not cast to the declared
+    type (NULL) or was a fraction in an integer column (rounded)."""
+    decoder = _CountingDecoder()
+    saved = sqlite.text_factory
+    sqlite.text_factory = decoder
+    try:
+        repaired = _copy_chunks(con, sqlite, table, target, decoder)
+    finally:
+        sqlite.text_factory = saved
+    shown = native_table_name(table)
+    return [(shown, "repaired", n, f"{quote_ident(column)[:80]}: {reason}") for (column, reason), n in repaired.items() if n]
+
+
+def _copy_chunks(con, sqlite, table: str, target: str, decoder: _CountingDecoder) -> dict[tuple[str, str], int]:
     cur = sqlite.execute(f"SELECT * FROM {quote_ident(table)}")
     cols = [d[0] for d in cur.description]
     # Declared SQLite types decide the DuckDB types, so empty or all-NULL columns keep them.
     declared = {r[1]: r[2] for r in sqlite.execute(f"PRAGMA table_info({quote_ident(table)})").fetchall()}
+    repaired: dict[tuple[str, str], int] = {}
+
+    def count(column: str, reason: str, n: int) -> None:
+        repaired[(column, reason)] = repaired.get((column, reason), 0) + int(n)
+
+    seen = decoder.repaired
     rows = cur.fetchmany(LENIENT_CHUNK_ROWS)
     chunked = len(rows) == LENIENT_CHUNK_ROWS
     # Which columns hold only blobs is decided as for a whole read (their first 10,000 values that are not NULL), asked
     # of SQLite when there are more chunks: NVTX_EVENTS.binaryData is NULL on every range but NCCL's, which may all
     # come after the first chunk.
     blobs = _blob_columns(sqlite, table, cols) if chunked else None
-    select = None
+    select = kept_blob = casts = None
     while True:
-        df = pd.DataFrame.from_records(rows, columns=cols).apply(_normalise_column)
+        df = pd.DataFrame.from_records(rows, columns=cols)
+        if decoder.repaired > seen:  # only a chunk that held invalid UTF-8 is looked at cell by cell
+            seen = decoder.repaired
+            for i, (c, values) in enumerate(zip(cols, zip(*rows))):
+                marked = sum(type(v) is _Decoded for v in values)
+                if marked:
+                    count(c, NOT_UTF8, marked)
+                    df.iloc[:, i] = df.iloc[:, i].map(lambda v: str(v) if type(v) is _Decoded else v)
         if select is None:
             # A column declared TEXT may hold blobs (Nsight's NVTX_EVENTS.binaryData): cast to text, the bytes would
             # come back escaped, so a column of blobs only stays BLOB.
+            kept_blob = {c: (blobs[c] if chunked else _blobs_only(df.iloc[:, i])) for i, c in enumerate(cols)}
+            casts = {c: t for c in cols
+                     if (t := ("BLOB" if kept_blob[c] else duck_type(declared.get(c, ""))) if (chunked or not kept_blob[c]) else None)}
             select = ", ".join(
-                f"TRY_CAST({quote_ident(c)} AS {t}) AS {quote_ident(c)}" if (t := duck_type(declared.get(c, ""))) and not blob
-                else f"{quote_ident(c)}::VARCHAR AS {quote_ident(c)}" if chunked and not blob
-                else f"TRY_CAST({quote_ident(c)} AS BLOB) AS {quote_ident(c)}" if chunked  # typed even if all NULL here
+                f"TRY_CAST({quote_ident(c)} AS {casts[c]}) AS {quote_ident(c)}" if c in casts
+                else f"{quote_ident(c)}::VARCHAR AS {quote_ident(c)}" if chunked
                 else quote_ident(c)
-                for c in cols for blob in [blobs[c] if chunked else _blobs_only(df[c])]) or "*"
+                for c in cols) or "*"
             verb = f"CREATE TABLE {target} AS"
         else:
             verb = f"INSERT INTO {target}"
+        for i, c in enumerate(cols):
+            series, changed = _normalise_column(df.iloc[:, i], kept_blob[c] or casts.get(c) == "BLOB")
+            df[c] = series
+            for reason, n in changed:
+                count(c, reason, n)
         name = f"_df_{uuid.uuid4().hex}"
         con.register(name, df)
         try:
+            for c, reason, n in _cast_losses(con, name, df, casts):
+                count(c, reason, n)
             con.execute(f"{verb} SELECT {select} FROM {name}")
         finally:
             con.unregister(name)
         if len(rows) < LENIENT_CHUNK_ROWS:
-            return
+            return repaired
         rows = cur.fetchmany(LENIENT_CHUNK_ROWS)
         if not rows:
-            return
+            return repaired
 
 
-def _normalise_column(series: pd.Series) -> pd.Series:
-    """SQLite cells are dynamically typed: make each column one DuckDB-friendly type."""
-    if series.dtype != object:
-        return series
+def _cast_losses(con, name: str, df: pd.DataFrame, casts: dict[str, str]) -> list[tuple[str, str, int]]:
+    """Per column of the chunk: cells TRY_CAST turns into NULL, and fractions a cast to BIGINT rounds (DuckDB rounds
+    3.5 and '3.5' to 4)."""
+    checks = []
+    for c, t in casts.items():
+        if t == "VARCHAR":  # every cell is text or a number by now: none is lost
+            continue
+        q, text = quote_ident(c), not pd.api.types.is_numeric_dtype(df[c].dtype)  # object or pandas' str
+        if text or (t == "BIGINT" and pd.api.types.is_float_dtype(df[c].dtype)):
+            checks.append((c, not_of_type(t), f"{q} IS NOT NULL AND TRY_CAST({q} AS {t}) IS NULL"))
+        if t == "BIGINT" and (text or pd.api.types.is_float_dtype(df[c].dtype)):
+            checks.append((c, FRACTION_ROUNDED, f"TRY_CAST({q} AS DOUBLE) <> TRY_CAST({q} AS BIGINT)"))
+    if not checks:
+        return []
+    counts = con.execute("SELECT " + ", ".join(f"count(*) FILTER (WHERE {w})" for _, _, w in checks) + f" FROM {name}").fetchone()
+    return [(c, reason, n) for (c, reason, _), n in zip(checks, counts) if n]
+
+
+def _normalise_column(series: pd.Series, blob: bool) -> tuple[pd.Series, list[tuple[str, int]]]:
+    """SQLite cells are dynamically typed: make each column one DuckDB-friendly type. Also returns what that changed,
+    as (reason, cells): blobs turned into text in a column of text, and values that are not numbers read as NULL in
+    a column of numbers (the kind of a column is decided on its first 10,000 values). A column read as BLOB is left
+    as it is: DuckDB reads it as BLOB, a text cell as its UTF-8 bytes (SQLite's own CAST to BLOB)."""
+    if series.dtype != object or blob:
+        return series, []
     kinds = {type(v) for v in series.dropna().head(10000)}
     if kinds <= {int}:
         try:
-            return pd.array(series, dtype="Int64")
-        except (OverflowError, TypeError, ValueError):  # beyond int64 further down: keep the text
-            return series.map(lambda v: None if v is None else str(v))
-    if kinds <= {int, float}:
-        return pd.to_numeric(series, errors="coerce")
-    if kinds and kinds <= {bytes}:
-        return series
-    return series.map(lambda v: None if v is None else (v if isinstance(v, str) else str(v)))
+            return pd.array(series, dtype="Int64"), []
+        except (OverflowError, TypeError, ValueError):  # beyond int64 (or not an integer) further down: keep the text
+            pass
+    elif kinds <= {int, float}:
+        numbers = pd.to_numeric(series, errors="coerce")
+        return numbers, [(NOT_A_NUMBER, int(series.notna().sum() - numbers.notna().sum()))]
+    blobs = 0
+
+    def text(v):
+        nonlocal blobs
+        if v is None or isinstance(v, str):
+            return v
+        blobs += isinstance(v, bytes)
+        return str(v)
+
+    return series.map(text), [(BLOB_AS_TEXT, blobs)]
 
 
 def _blob_columns(sqlite: sqlite3.Connection, table: str, cols: list[str]) -> dict[str, bool]:

@@ -279,7 +279,8 @@ class Store:
         return self.model_file.parent / "native" / (hashlib.sha1(table.encode("utf-8", "surrogatepass")).hexdigest() + ".duckdb")
 
     def copy_native(self, profile: Path, table: str) -> Path:
-        """native/<sha1>.duckdb holding `table` of the SQLite profile as table t, made once (by any process)."""
+        """native/<sha1>.duckdb holding `table` of the SQLite profile as table t, made once (by any process). A copy
+        through sqlite3 also holds the table issues: the cells it had to change, as data_issues rows."""
         target = self.native_file(table)
         with self._guard:
             lock = self._copy_locks.setdefault(table, threading.Lock())
@@ -301,9 +302,12 @@ class Store:
                     con.execute("DROP TABLE IF EXISTS t")
                     sqlite = open_sqlite(profile)
                     try:
-                        copy_lenient(con, sqlite, table, "t")
+                        repairs = copy_lenient(con, sqlite, table, "t")
                     finally:
                         sqlite.close()
+                    con.execute("CREATE TABLE issues (table_name VARCHAR, action VARCHAR, rows BIGINT, reason VARCHAR)")
+                    if repairs:
+                        con.executemany("INSERT INTO issues VALUES (?, ?, ?, ?)", repairs)
             except BaseException:
                 con.close()
                 _remove_db(tmp)

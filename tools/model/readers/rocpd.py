@@ -131,8 +131,8 @@ def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected: Detecte
             # invalid UTF-8); start over on lenient sqlite3 copies, slower but tolerant.
             log.info("native scan of %s failed (%s); reading through sqlite3", path, exc)
             _cleanup(con, tb)
-            for t in MODEL_TABLES:
-                con.execute(f"DELETE FROM {t}")
+            for t in MODEL_TABLES:  # the native tables already copied stay, and so do their data_issues rows
+                con.execute(f"DELETE FROM {t}" + (" WHERE NOT starts_with(table_name, 'native.')" if t == "data_issues" else ""))
             tb = _Tables(con, src, lenient=True)
             _load(con, path, progress, tb, sidecars)
     finally:
