@@ -107,3 +107,36 @@ def test_model_names_win_and_the_answer_says_so(tmp_path):
         assert names['native."kernels"'] is None
     finally:
         trace.close()
+
+
+def test_a_query_names_the_cells_the_reader_changed_in_the_native_tables_it_reads(tmp_path, monkeypatch):
+    """Native tables the scanner refuses are copied through sqlite3, which changes some cells (invalid UTF-8 read as
+    U+FFFD, text in an integer column read as NULL). A query reading such a table says how many rows and why: for a
+    table copied while the profile was read (NVTX_EVENTS), one copied by the query itself (TARGET_INFO_SYSTEM_ENV),
+    and a rocpd view through the table it stacks; a query reading none of them says nothing."""
+    from gpuscope.fixtures.catalog import SCENARIOS
+    from gpuscope.fixtures.writers import nsys, rocpd
+    from gpuscope.tools.model.sqlite_source import NOT_UTF8, not_of_type
+
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    trace = load_trace(nsys.write(SCENARIOS["non_utf8"](), tmp_path / "t.sqlite"))
+    nvtx = f'1 native."NVTX_EVENTS" row repaired: "text": {NOT_UTF8}'
+    env = f'1 native."TARGET_INFO_SYSTEM_ENV" row repaired: "value": {NOT_UTF8}'
+    assert sql_query(trace, "SELECT count(*) FROM native.NVTX_EVENTS").data_issues == [nvtx]
+    assert sql_query(trace, "SELECT count(*) FROM kernels").data_issues == []
+    assert not trace.store.native_file("TARGET_INFO_SYSTEM_ENV").exists()
+    for _ in range(2):  # copied by the first query, read from its copy by the second
+        assert sql_query(trace, "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV").data_issues == [env]
+    both = sql_query(trace, "SELECT count(*) FROM NVTX_EVENTS, native.TARGET_INFO_SYSTEM_ENV").data_issues
+    assert sorted(both) == sorted([nvtx, env])
+    trace.close()
+
+    scenario = SCENARIOS["concurrent_streams"]()
+    scenario.options["raw_values"] = {("kernel", 0): {"start": "abc"}, ("kernel", 1): {"end": ""}}
+    trace = load_trace(rocpd.write(scenario, tmp_path / "t.db"))
+    physical = rocpd._table(scenario.name, "rocpd_kernel_dispatch")
+    want = sorted(f'1 native.{physical} row repaired: "{c}": {not_of_type("BIGINT")}' for c in ("start", "end"))
+    assert sorted(sql_query(trace, "SELECT count(*) FROM rocpd_kernel_dispatch").data_issues) == want
+    assert sorted(sql_query(trace, f"SELECT count(*) FROM native.{physical}").data_issues) == want
+    assert sql_query(trace, "SELECT count(*) FROM native.rocpd_info_agent").data_issues == []
+    trace.close()

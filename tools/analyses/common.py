@@ -108,13 +108,13 @@ def data_issue_notes(trace: Trace, tables: Iterable[str]) -> list[str]:
     """'N kernels skipped: ts is not a finite number' for each data_issues row of the model tables a
     tool's figures read, in the order `tables` names them."""
     rows = data_issues(trace)
-    notes = []
-    for table in tables:
-        for t, action, n, reason in rows:
-            if t == table:
-                one, many = _ROWS.get(t, (f"{t} row", f"{t} rows"))
-                notes.append(f"{n} {one if n == 1 else many} {action}: {reason}")
-    return notes
+    return [issue_note(t, action, n, reason) for table in tables for t, action, n, reason in rows if t == table]
+
+
+def issue_note(table: str, action: str, rows: int, reason: str) -> str:
+    """One data_issues row as 'N kernels skipped: <reason>'."""
+    one, many = _ROWS.get(table, (f"{table} row", f"{table} rows"))
+    return f"{rows} {one if rows == 1 else many} {action}: {reason}"
 
 
 def skipped_note(trace: Trace, tables: Iterable[str]) -> str:

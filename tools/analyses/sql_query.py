@@ -24,7 +24,7 @@ from ..model.errors import ProfileError
 from ..model.quote import quote_ident
 from ..model.sqlite_source import connect_readonly, duck_type, lenient_text
 from ..model.trace import MODEL_TABLES, SCHEMA_SQL, Trace
-from .common import ToolResult
+from .common import ToolResult, issue_note
 
 MAX_ROWS = 1000
 MAX_CHARS = 15_000       # JSON characters of the rows; keeps a result well under host output caps
@@ -40,6 +40,9 @@ class SqlResult(ToolResult):
     hint: str | None = None
     note: str | None = Field(None, description="how a bare table name was resolved when the profile has a table of "
                                                "the same name as a model table")
+    data_issues: list[str] = Field(default_factory=list, description=(
+        "cells of the profile's own (native) tables this query read that the reader had to change, as "
+        "'N <table> rows repaired: \"column\": <what was done>'; the model tables' data_issues are in trace_info"))
 
 
 class TableInfo(BaseModel):
@@ -85,7 +88,8 @@ def sql_query(trace: Trace, sql: str, limit: int = 100, timeout_s: float = 10.0)
         note = (f"{names}: the bare name is the gpuscope model table; the profile's own table of that name is "
                 f"native.{quote_ident(reply['shadowed'][0])}")
     return SqlResult(trace=str(trace.path), columns=reply["columns"], rows=rows, row_count=len(rows),
-                     truncated=truncated, hint=hint, note=note)
+                     truncated=truncated, hint=hint, note=note,
+                     data_issues=[issue_note(*issue) for issue in reply.get("issues", [])])
 
 
 def _run(trace: Trace, sql: str, limit: int, timeout_s: float) -> dict:

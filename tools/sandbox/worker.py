@@ -23,6 +23,7 @@ import duckdb
 
 from ..model.limits import duckdb_config
 from ..model.quote import quote_ident, quote_literal
+from ..model.quality import native_table_name
 from ..model.store import lock_down
 from .cells import jsonable
 from .guard import Refused, check, first_line
@@ -43,22 +44,22 @@ class Catalogs:
 
     def __init__(self, memory_limit: int):
         self.memory_limit = memory_limit
-        self._cons: OrderedDict[str, duckdb.DuckDBPyConnection] = OrderedDict()
+        self._cons: OrderedDict[str, tuple[duckdb.DuckDBPyConnection, dict[str, list]]] = OrderedDict()
 
-    def get(self, plan: dict) -> duckdb.DuckDBPyConnection:
+    def get(self, plan: dict) -> tuple[duckdb.DuckDBPyConnection, dict[str, list]]:
+        """The catalog, and the data_issues rows of each native table in it (by table name)."""
         key = json.dumps(plan, sort_keys=True)
-        con = self._cons.get(key)
-        if con is not None:
+        found = self._cons.get(key)
+        if found is not None:
             self._cons.move_to_end(key)
-            return con
-        con = _build(plan, self.memory_limit)
-        self._cons[key] = con
+            return found
+        found = self._cons[key] = _build(plan, self.memory_limit)
         while len(self._cons) > CACHED_CATALOGS:
-            self._cons.popitem(last=False)[1].close()
-        return con
+            self._cons.popitem(last=False)[1][0].close()
+        return found
 
 
-def _build(plan: dict, memory_limit: int) -> duckdb.DuckDBPyConnection:
+def _build(plan: dict, memory_limit: int) -> tuple[duckdb.DuckDBPyConnection, dict[str, list]]:
     config = {**duckdb_config(memory_limit), "threads": "2", "allow_community_extensions": "false",
               "allow_unsigned_extensions": "false"}
     con = duckdb.connect(":memory:", config=config)
@@ -68,9 +69,19 @@ def _build(plan: dict, memory_limit: int) -> duckdb.DuckDBPyConnection:
     con.execute("CREATE SCHEMA native")
     for t in plan["in_model"]:
         con.execute(f"CREATE VIEW native.{quote_ident(t)} AS SELECT * FROM store.native.{quote_ident(t)}")
+    # What the reader changed in the native tables' cells (store.copy_native keeps a lazy copy's own in the file).
+    by_name = {native_table_name(t): t for t in plan["in_model"]}
+    issues: dict[str, list] = {}
+    for table, *row in con.execute("SELECT table_name, action, rows, reason FROM store.main.data_issues "
+                                   "WHERE starts_with(table_name, 'native.') ORDER BY ALL").fetchall():
+        if table in by_name:
+            issues.setdefault(by_name[table], []).append([table, *row])
     for i, (t, file) in enumerate(sorted(plan["files"].items())):
-        con.execute(f"ATTACH {quote_literal(file)} AS {quote_ident(f'nt{i}')} (READ_ONLY)")
-        con.execute(f"CREATE VIEW native.{quote_ident(t)} AS SELECT * FROM {quote_ident(f'nt{i}')}.main.t")
+        cat = quote_ident(f'nt{i}')
+        con.execute(f"ATTACH {quote_literal(file)} AS {cat} (READ_ONLY)")
+        con.execute(f"CREATE VIEW native.{quote_ident(t)} AS SELECT * FROM {cat}.main.t")
+        if con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = 'issues'", [f"nt{i}"]).fetchone()[0]:
+            issues[t] = [list(r) for r in con.execute(f"SELECT table_name, action, rows, reason FROM {cat}.main.issues ORDER BY ALL").fetchall()]
     present = {t.lower(): t for t in [*plan["in_model"], *plan["files"]]}
     for view, parts in plan["views"].items():
         if view.lower() not in present and parts and all(p.lower() in present for p in parts):
@@ -84,31 +95,37 @@ def _build(plan: dict, memory_limit: int) -> duckdb.DuckDBPyConnection:
         if low not in model:
             con.execute(f"CREATE VIEW main.{quote_ident(name)} AS SELECT * FROM native.{quote_ident(name)}")
     lock_down(con)  # from here on nothing can reach a file, load code or undo these settings
-    return con
+    return con, issues
 
 
-def needed(plan: dict, tables: set[tuple[str, str]]) -> list[str]:
-    """Native tables the query names that are not in the catalog yet (the parent copies them)."""
-    lazy = {t.lower(): t for t in plan["lazy"]}
-    have = {t.lower() for t in [*plan["in_model"], *plan["files"]]}
-    want: list[str] = []
+def named_native(plan: dict, tables: set[tuple[str, str]]) -> list[str]:
+    """The profile's own tables a query names, a view standing for the tables it stacks, as the profile spells them."""
+    real = {t.lower(): t for t in [*plan["in_model"], *plan["lazy"]]}
     model = {t.lower() for t in plan["model"]}
+    named: list[str] = []
     for schema, name in tables:
         low = name.lower()
         # native.X, or a bare X that is not a model table (model names win: the bare name is the model's)
         if schema.lower() != "native" and (schema or low in model):
             continue
         parts = plan["views"].get(next((v for v in plan["views"] if v.lower() == low), ""), [])
-        for t in ([name] if low in lazy else []) + parts:
-            if t.lower() in lazy and t.lower() not in have and lazy[t.lower()] not in want:
-                want.append(lazy[t.lower()])
-    return want
+        for t in ([name] if low in real else []) + parts:
+            if t.lower() in real and real[t.lower()] not in named:
+                named.append(real[t.lower()])
+    return named
+
+
+def needed(plan: dict, tables: set[tuple[str, str]]) -> list[str]:
+    """Native tables the query names that are not in the catalog yet (the parent copies them)."""
+    lazy = {t.lower() for t in plan["lazy"]}
+    have = {t.lower() for t in [*plan["in_model"], *plan["files"]]}
+    return [t for t in named_native(plan, tables) if t.lower() in lazy and t.lower() not in have]
 
 
 def answer(catalogs: Catalogs, request: dict) -> dict:
     plan = request["plan"]
     try:
-        con = catalogs.get(plan)
+        con, issues = catalogs.get(plan)
         checked = check(con, request["sql"])
     except Refused as exc:
         return {"refused": str(exc)}
@@ -141,7 +158,8 @@ def answer(catalogs: Catalogs, request: dict) -> dict:
             truncated = True
             break
         rows.append(row)
-    return {"columns": columns, "rows": rows, "truncated": truncated, "shadowed": shadowed}
+    read_issues = [row for t in named_native(plan, checked.tables) for row in issues.get(t, [])]
+    return {"columns": columns, "rows": rows, "truncated": truncated, "shadowed": shadowed, "issues": read_issues}
 
 
 def _clashes(plan: dict) -> set[str]:
