@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import COLLECTIVES, collective_index_sql, is_comm_sql
 from .comm_patterns import comm_patterns as active_patterns
@@ -36,6 +35,7 @@ from .comm_summary import DTYPE_BYTES
 from .common import ToolResult, data_issue_notes, data_issues_field, pct, whole_graph_job_note
 from .gpu_timeline import COMM, COMP, MEMCPY, ROCM_COPY_KERNEL
 from .rank_summary import job_ranks
+from .owners import device_owner_sql, unowned_join, unowned_sql
 from .stacked import run, stack, union_measures_sql, values, whole_graph_cols
 
 MAX_LIMIT = 1024
@@ -152,20 +152,22 @@ def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = N
     comm = is_comm_sql("name", comm_patterns)
     unit_rows = values([(u.order, u.pid, u.whole or u.pid is None, u.rank) for u in units],
                        ("BIGINT", "BIGINT", "BOOLEAN", "BIGINT"))
-    ops = (stack(traces, "kernels", f"device_id, pid, start_ns, end_ns, CASE WHEN {comm} THEN {COMM} "
+    ops = (stack(traces, "kernels", f"device_id, stream_id, pid, start_ns, end_ns, CASE WHEN {comm} THEN {COMM} "
                                     f"WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY} ELSE {COMP} END AS cls, "
                                     f"CASE WHEN {comm} THEN {collective_index_sql('name')} END AS coll")
-           + " UNION ALL " + stack(traces, "memops", f"device_id, pid, start_ns, end_ns, "
+           + " UNION ALL " + stack(traces, "memops", f"device_id, stream_id, pid, start_ns, end_ns, "
                                                      f"CASE WHEN op = 'copy' THEN {MEMCPY} ELSE {COMP} END, NULL::INTEGER"))
-    # owners as rank_summary._device_figures: a device's only process owns all of its work, else each process its own;
-    # a profile taken whole (one rank) owns everything
+    # owners as rank_summary._device_figures (owners.py); a message has no stream: its process, else its device's only
+    # one. A profile taken whole (one rank) owns everything.
+    keys = "SELECT part, device_id, stream_id, pid FROM ops"
     base = f"""
         WITH units(part, pid, whole, rank) AS ({unit_rows}),
         ops AS ({ops}),
-        owners AS (SELECT part, device_id, count(DISTINCT pid) AS n, min(pid) AS only_pid FROM ops GROUP BY part, device_id),
+        unowned AS ({unowned_sql(keys)}),
+        device_owners AS ({device_owner_sql(keys)}),
         iv AS (SELECT u.rank, ops.device_id, ops.cls, ops.coll, ops.start_ns, ops.end_ns
-               FROM ops JOIN owners USING (part, device_id) JOIN units u ON u.part = ops.part
-                    AND (u.whole OR u.pid = CASE WHEN owners.n <= 1 THEN owners.only_pid ELSE ops.pid END)),
+               FROM ops LEFT JOIN unowned ON {unowned_join('ops', 'unowned')} JOIN units u ON u.part = ops.part
+                    AND (u.whole OR u.pid = coalesce(ops.pid, unowned.owner))),
         rc AS (SELECT rank, coll, count(*) AS n, sum(end_ns - start_ns)::BIGINT AS total,
                       min(end_ns - start_ns)::BIGINT AS mn, max(end_ns - start_ns)::BIGINT AS mx
                FROM iv WHERE cls = {COMM} AND end_ns > start_ns GROUP BY rank, coll)"""
@@ -191,9 +193,8 @@ def comm_job_summary(traces: list[Trace], *, comm_patterns: list[str] | None = N
     messages = run(traces, base + f""",
         msgs AS ({_messages_sql(traces)}),
         m AS (SELECT u.rank, msgs.src, msgs.coll, msgs.comm, msgs.bytes, msgs.dur FROM msgs
-              LEFT JOIN owners ON owners.part = msgs.part AND owners.device_id = msgs.device_id
-              JOIN units u ON u.part = msgs.part
-                   AND (u.whole OR u.pid = CASE WHEN owners.n <= 1 THEN owners.only_pid ELSE msgs.pid END)),
+              LEFT JOIN device_owners d ON d.part = msgs.part AND d.device_id = msgs.device_id
+              JOIN units u ON u.part = msgs.part AND (u.whole OR u.pid = coalesce(msgs.pid, d.only_pid))),
         groups AS (SELECT row_number() OVER (ORDER BY src, coll, comm, bytes) AS g, * FROM (SELECT DISTINCT src, coll, comm, bytes FROM m)),
         rm AS (SELECT g, rank, count(*) AS n, count(dur) AS timed, coalesce(sum(dur), 0)::BIGINT AS total FROM m JOIN groups
                ON m.src = groups.src AND m.coll IS NOT DISTINCT FROM groups.coll AND m.comm IS NOT DISTINCT FROM groups.comm

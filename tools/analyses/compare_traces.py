@@ -32,6 +32,7 @@ from .common import ALL_TABLES, capture_window, clip_name, data_issue_notes, dat
 from .gpu_timeline import gpu_timeline
 from .ops_summary import ops_summary
 from .rank_summary import job_ranks, rank_rows
+from .owners import unowned_join, unowned_sql
 from .requirements import require
 from .stacked import run, stack, values
 
@@ -406,14 +407,15 @@ def _compare_jobs(base: list[Trace], cand: list[Trace], limit: int, match: str) 
     both = base + cand
     unit_rows = values([(side, u.order + side * len(base), u.pid, u.whole or u.pid is None, u.rank)
                         for side in (0, 1) for u in units[side]], ("INTEGER", "BIGINT", "BIGINT", "BOOLEAN", "BIGINT"))
-    # kernels by rank, owned as rank_summary and comm_job_summary own them (a device's only process owns all its work)
+    # kernels by rank, owned as rank_summary and comm_job_summary own them (owners.py, over every GPU op)
+    keys = (stack(both, "kernels", "device_id, stream_id, pid") + " UNION ALL " + stack(both, "memops", "device_id, stream_id, pid"))
     base_sql = f"""
         WITH units(job, part, pid, whole, rank) AS ({unit_rows}),
-        kk AS ({stack(both, 'kernels', f'device_id, pid, {match} AS key, dur_ns')}),
-        owners AS (SELECT part, device_id, count(DISTINCT pid) AS n, min(pid) AS only_pid FROM kk GROUP BY part, device_id),
+        kk AS ({stack(both, 'kernels', f'device_id, stream_id, pid, {match} AS key, dur_ns')}),
+        unowned AS ({unowned_sql(keys)}),
         rk AS (SELECT u.job, u.rank, kk.key, count(*) AS n, sum(kk.dur_ns)::BIGINT AS total
-               FROM kk JOIN owners USING (part, device_id) JOIN units u ON u.part = kk.part
-                    AND (u.whole OR u.pid = CASE WHEN owners.n <= 1 THEN owners.only_pid ELSE kk.pid END)
+               FROM kk LEFT JOIN unowned ON {unowned_join('kk', 'unowned')} JOIN units u ON u.part = kk.part
+                    AND (u.whole OR u.pid = coalesce(kk.pid, unowned.owner))
                GROUP BY u.job, u.rank, kk.key)"""
     families = run(both, base_sql + """,
         keys AS (SELECT DISTINCT job, key FROM rk),

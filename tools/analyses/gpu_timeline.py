@@ -32,6 +32,7 @@ from .comm_patterns import is_comm_sql
 from .common import (GpuTimeSplit, ToolResult, WholeGraphTime, Window, data_issue_notes, data_issues_field, pct, resolve_selection,
                      skipped_note, split_gpu_time, whole_graph_time)
 from .intervals import INT64_MIN, Keys, Union, grown, part_order, reach_by_part, time_chunks
+from .owners import owner_of, owner_sql, profile_unowned
 from .requirements import require
 
 ROCM_COPY_KERNEL = r"^(MEMORY_COPY_|__amd_rocclr_copyBuffer)"
@@ -53,7 +54,8 @@ def _named_sql(patterns: list[str] | None) -> str:
 def timeline_ops_sql(trace: Trace, where: str, lo: int, hi: int, include_unlinked: bool,
                      patterns: list[str] | None) -> str:
     """GPU ops overlapping the window, clipped to it, with class `cls` (COMP / COMM / MEMCPY), the kernels' recorded
-    `collective` (comm_patterns.collective_index_sql) and an `owner` partition (the device's only process, or each process when several share the device)."""
+    `collective` (comm_patterns.collective_index_sql) and their `owner` (owners.py: the op's process, else its stream's
+    or its device's only process)."""
     linked = "" if include_unlinked else " AND launched"
     return f"""
         WITH {_named_sql(patterns)},
@@ -66,16 +68,14 @@ def timeline_ops_sql(trace: Trace, where: str, lo: int, hi: int, include_unlinke
             SELECT device_id, pid, tid, stream_id, correlation_id, launched,
                    CASE WHEN op = 'set' THEN 'memset' ELSE 'memcpy ' || kind END, CASE WHEN op = 'set' THEN 'memset' ELSE 'memcpy ' || kind END,
                    NULL, greatest(start_ns, {lo}), least(end_ns, {hi}), CASE WHEN op = 'copy' THEN {MEMCPY} ELSE {COMP} END
-            FROM memops WHERE {where}{linked}),
-        owners AS (SELECT device_id, count(DISTINCT pid) AS n, min(pid) AS only_pid FROM ops GROUP BY device_id)
-        SELECT ops.*, CASE WHEN owners.n <= 1 THEN owners.only_pid ELSE ops.pid END AS owner
-        FROM ops JOIN owners USING (device_id)"""
+            FROM memops WHERE {where}{linked})
+        SELECT ops.*, {owner_sql(trace, "ops")} AS owner FROM ops"""
 
 
 class Timeline(BaseModel):
     device_id: int | None = Field(description="GPU; null for the all-device merge")
     device_name: str | None = None
-    pid: int | None = Field(description="process owning the work (null: unknown, or the all-device merge)")
+    pid: int | None = Field(description="process owning the work: the ops' process, else their stream's or device's only one (null: none, or the all-device merge)")
     rank: int | None = Field(None, description="distributed rank of that process when the profile states it")
     ops: int = Field(description="GPU operations with non-zero duration in the selection")
     comm_ops: int = Field(description="of which communication kernels")
@@ -333,20 +333,13 @@ _REF_KEYS = """(SELECT rowid * 2 AS ref, start_ns, pid, tid, correlation_id FROM
 
 class _StreamCodes:
     """The streams (device, owner, stream) of a selection, numbered: `frame` maps each (device_id, pid, stream_id) of
-    the ops to its stream's code; `keys[code]` is the stream's key (None for NULL)."""
+    the ops to its stream's code; `keys[code]` is the stream's key (None for NULL). `unowned`: owners.profile_unowned."""
 
-    def __init__(self, rows: list[tuple]):
-        pids: dict[int, set] = {}
-        for d, p, _ in rows:
-            pids.setdefault(d, set())
-            if p is not None:
-                pids[d].add(p)
-        # timeline_ops_sql's owner: the device's only process (count(DISTINCT pid) <= 1, NULLs aside), else the op's
-        owner = lambda d, p: (min(pids[d]) if pids[d] else None) if len(pids[d]) <= 1 else p  # noqa: E731
+    def __init__(self, rows: list[tuple], unowned: dict[tuple, int | None]):
         codes: dict[tuple, int] = {}
         cols = [[], [], [], []]
         for d, p, s in rows:
-            c = codes.setdefault((d, owner(d, p), s), len(codes))
+            c = codes.setdefault((d, owner_of(unowned, d, s, p), s), len(codes))
             for col, v in zip(cols, (d, p, s, c)):
                 col.append(v)
         self.keys = list(codes)
@@ -356,7 +349,7 @@ class _StreamCodes:
 
 def _stream_codes(trace: Trace, where: str, params: list) -> _StreamCodes:
     parts = " UNION ".join(f"SELECT DISTINCT device_id, pid, stream_id FROM {t} WHERE {where}" for t in ("kernels", "memops"))
-    return _StreamCodes(trace.sql(parts, params * 2))
+    return _StreamCodes(trace.sql(parts, params * 2), profile_unowned(trace))
 
 
 _INT64_MAX = np.iinfo(np.int64).max

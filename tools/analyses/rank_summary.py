@@ -43,6 +43,7 @@ from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
 from .common import WHOLE_GRAPH_ADVICE, ToolResult, clip_name, data_issue_notes, data_issues_field, pct
 from .gpu_timeline import COMM, COMP, GRAPH, MEMCPY, ROCM_COPY_KERNEL
+from .owners import unowned_join, unowned_sql
 from .requirements import left_out
 from .stacked import prime, run, stack, union_measures_sql, values
 from .step_choice import scope_steps
@@ -365,20 +366,20 @@ SETS = {0: (COMP, GRAPH), 1: (COMM,), 2: (COMP, GRAPH, COMM), 3: (GRAPH,), 4: (C
 
 def _device_figures(traces: list[Trace], units: list[_Unit], patterns: list[str] | None) -> dict[tuple, list[DeviceFigures]]:
     """(part, owner) -> figures per device, by device; owner is None when the profile is taken as one rank. The ops,
-    their classes and owners are gpu_timeline's (timeline_ops_sql: a device's only process owns all of its work,
-    else each process its own), so both tools give the same figures. One statement for the whole job."""
+    their classes and owners are gpu_timeline's (timeline_ops_sql; owners.py), so both tools give the same figures.
+    One statement for the whole job."""
     comm = is_comm_sql("name", patterns)
     whole = values(sorted({(u.order, u.whole) for u in units}), ("BIGINT", "BOOLEAN"))
-    ops = (stack(traces, "kernels", f"device_id, pid, start_ns, end_ns, CASE WHEN whole_graph THEN {GRAPH} WHEN {comm} THEN {COMM} "
+    ops = (stack(traces, "kernels", f"device_id, stream_id, pid, start_ns, end_ns, CASE WHEN whole_graph THEN {GRAPH} WHEN {comm} THEN {COMM} "
                                     f"WHEN regexp_matches(name, '{ROCM_COPY_KERNEL}') THEN {MEMCPY} ELSE {COMP} END AS cls")
-           + " UNION ALL " + stack(traces, "memops", f"device_id, pid, start_ns, end_ns, CASE WHEN op = 'copy' THEN {MEMCPY} ELSE {COMP} END"))
+           + " UNION ALL " + stack(traces, "memops", f"device_id, stream_id, pid, start_ns, end_ns, CASE WHEN op = 'copy' THEN {MEMCPY} ELSE {COMP} END"))
     rows = run(traces, f"""
         WITH whole(part, whole) AS ({whole}),
         ops AS ({ops}),
-        owners AS (SELECT part, device_id, count(DISTINCT pid) AS n, min(pid) AS only_pid FROM ops GROUP BY part, device_id),
-        iv AS (SELECT ops.part, ops.device_id, CASE WHEN whole.whole THEN NULL WHEN owners.n <= 1 THEN owners.only_pid
-                                                    ELSE ops.pid END AS owner, ops.cls, ops.start_ns, ops.end_ns
-               FROM ops JOIN owners USING (part, device_id) JOIN whole USING (part))
+        unowned AS ({unowned_sql('SELECT part, device_id, stream_id, pid FROM ops')}),
+        iv AS (SELECT ops.part, ops.device_id, CASE WHEN whole.whole THEN NULL ELSE coalesce(ops.pid, unowned.owner) END AS owner,
+                      ops.cls, ops.start_ns, ops.end_ns
+               FROM ops LEFT JOIN unowned ON {unowned_join('ops', 'unowned')} JOIN whole ON whole.part = ops.part)
         SELECT part, owner, device_id, u0, u1, u2, u4, u3, first_ns, last_ns
         FROM ({union_measures_sql('SELECT * FROM iv', 'part, owner, device_id', SETS)})
         ORDER BY part, owner, device_id""")

@@ -10,7 +10,8 @@ streams (0 = idle inside the GPU span).
 Streams are per device — equal stream ids on two GPUs are two streams (nsys-ai normalises by span x
 streams across devices and reports > 100 %) — and per process: two processes on one GPU may both
 number a stream 7 (CUPTI ids are per context), so a stream is (device, stream id, process). An op
-whose process is unknown belongs to the stream's only process when there is one.
+whose process is unknown belongs to the stream's only process, else the device's (owners.py, the rule
+gpu_timeline and the rank tools share).
 
 Window: ops overlapping [start_ns, end_ns) are counted; their times are clipped to the window.
 """
@@ -25,13 +26,14 @@ from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, data_issue_notes, data_issues_field, pct, resolve_selection, skipped_note, ToolResult
 from .intervals import merge_chunks, time_chunks
+from .owners import owner_of, profile_unowned
 from .requirements import require
 
 
 class StreamRow(BaseModel):
     device_id: int
     stream_id: int | None = Field(description="stream id on this device (null: the profile does not say)")
-    pid: int | None = Field(description="process owning the stream (null when unknown)")
+    pid: int | None = Field(description="process owning the stream: its ops' process, else the device's only one (null when unknown)")
     kernel_count: int = Field(description="kernels (zero-length ones included)")
     copy_count: int = Field(description="memory copies")
     set_count: int = Field(description="memory sets")
@@ -162,20 +164,14 @@ def stream_summary(
 
 class _Streams:
     """The streams (device, stream, owner) of a selection, numbered: `frame` maps each (device_id, stream_id, pid) of
-    its ops to its stream's code; `keys[code]` is the stream's key (None for NULL). The owner: the op's process, or
-    the stream's only process when the op's is unknown."""
+    its ops to its stream's code; `keys[code]` is the stream's key (None for NULL). The owner: owners.py's, as in
+    gpu_timeline (`unowned`: owners.profile_unowned)."""
 
-    def __init__(self, rows: list[tuple]):
-        pids: dict[tuple, set] = {}
-        for d, st, p in rows:
-            pids.setdefault((d, st), set())
-            if p is not None:
-                pids[(d, st)].add(p)
+    def __init__(self, rows: list[tuple], unowned: dict[tuple, int | None]):
         codes: dict[tuple, int] = {}
         cols = [[], [], [], []]
         for d, st, p in rows:
-            only = pids[(d, st)]
-            c = codes.setdefault((d, st, min(only) if len(only) == 1 else p), len(codes))
+            c = codes.setdefault((d, st, owner_of(unowned, d, st, p)), len(codes))
             for col, v in zip(cols, (d, st, p, c)):
                 col.append(v)
         self.keys = list(codes)
@@ -194,7 +190,7 @@ def _pass(trace: Trace, where: str, params: list, lo: int, hi: int, tables: tupl
                      params * len(tables))
     if not rows:
         return None
-    streams = _Streams(rows)
+    streams = _Streams(rows, profile_unowned(trace))
     n = len(streams.keys)
     counts, work = np.zeros(n * 3, dtype=np.int64), np.zeros(n * 3, dtype=np.int64)  # per stream code x 3 + kind
     ops = " UNION ALL ".join(f"SELECT device_id, stream_id, pid, {kinds[t]} AS what, start_ns, end_ns FROM {t} WHERE {where}"
