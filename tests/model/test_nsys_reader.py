@@ -482,8 +482,8 @@ def test_a_lenient_copy_counts_every_cell_it_changes(tmp_path, monkeypatch, chun
         (1, 5, 1.5, "a", b"\x00"),
         (2, "", 2.0, "b", None),                    # '' in an integer column
         (3, "abc", "oops", "bad", None),            # text in integer and real columns; label made invalid UTF-8 below
-        (4, 3.5, None, b"\x00\xff", "text"),        # a fraction in an integer column; a blob in a text column
-        (5, "7", 4.0, "c", None),                   # '7' is an integer: SQLite stores 7
+        (4, 3.5, None, b"\x00\xff", 12),            # a fraction in an integer column; a blob in a text column; a number in a blob one
+        (5, "7", 4.0, "c", "text"),                 # '7' is an integer: SQLite stores 7; text in a blob column: its bytes
         (6, "99999999999999999999", 5.0, "d", None)])  # beyond 64 bits: SQLite stores a REAL
     src.execute("UPDATE t SET label = CAST(x'41ff42' AS TEXT) WHERE id = 3")
     src.commit()
@@ -496,10 +496,11 @@ def test_a_lenient_copy_counts_every_cell_it_changes(tmp_path, monkeypatch, chun
         (shown, "repaired", 1, f'"n": {sqlite_source.FRACTION_ROUNDED}'),
         (shown, "repaired", 1, f'"x": {sqlite_source.not_of_type("DOUBLE")}'),
         (shown, "repaired", 1, f'"label": {sqlite_source.NOT_UTF8}'),
-        (shown, "repaired", 1, f'"label": {sqlite_source.BLOB_AS_TEXT}')])
+        (shown, "repaired", 1, f'"label": {sqlite_source.BLOB_AS_TEXT}'),
+        (shown, "repaired", 1, f'"payload": {sqlite_source.NUMBER_AS_BLOB}')])
     assert con.execute("SELECT id, n, x, label, payload FROM copy ORDER BY id").fetchall() == [
         (1, 5, 1.5, "a", b"\x00"), (2, None, 2.0, "b", None), (3, None, None, "A\ufffdB", None),
-        (4, 4, None, "b'\\x00\\xff'", b"text"), (5, 7, 4.0, "c", None), (6, None, 5.0, "d", None)]
+        (4, 4, None, "b'\\x00\\xff'", b"12"), (5, 7, 4.0, "c", b"text"), (6, None, 5.0, "d", None)]
 
 
 def test_a_lenient_copy_counts_text_after_ten_thousand_numbers(tmp_path):
@@ -518,3 +519,25 @@ def test_a_lenient_copy_counts_text_after_ten_thousand_numbers(tmp_path):
     got = sqlite_source.copy_lenient(con, sqlite_source.open_sqlite(path), "t", "copy")
     assert got == [('native."t"', "repaired", 1, f'"v": {sqlite_source.NOT_A_NUMBER}')]
     assert con.execute("SELECT count(v), sum(v) FROM copy").fetchone() == (10_000, sum(i + 0.5 if i % 2 else i for i in range(10_000)))
+
+
+@pytest.mark.parametrize("chunk_rows", [100_000, 2])
+def test_a_lenient_copy_keeps_64_bit_integers_beside_nulls(tmp_path, monkeypatch, chunk_rows):
+    """Nsight's globalTid-like ids pass 2**53; in a column with NULLs (NVTX_EVENTS.endGlobalTid) pandas' own inference
+    made them floats, and 2**56 + 1 came back as 2**56. A lenient copy keeps every integer exact."""
+    import duckdb
+
+    from gpuscope.tools.model import sqlite_source
+
+    path = tmp_path / "t.sqlite"
+    src = sqlite3.connect(path)
+    src.execute("CREATE TABLE t (id INTEGER, tid INTEGER, text TEXT)")
+    values = [2**56 + 1, None, 2**62 + 7, None, -(2**60) - 3]
+    src.executemany("INSERT INTO t VALUES (?, ?, ?)", [(i, v, "x") for i, v in enumerate(values)])
+    src.execute("UPDATE t SET text = CAST(x'ff' AS TEXT) WHERE id = 0")  # what sends NVTX_EVENTS this way
+    src.commit()
+    monkeypatch.setattr(sqlite_source, "LENIENT_CHUNK_ROWS", chunk_rows)
+    con = duckdb.connect()
+    sqlite_source.copy_lenient(con, sqlite_source.open_sqlite(path), "t", "copy")
+    assert [r[0] for r in con.execute("SELECT tid FROM copy ORDER BY id").fetchall()] == values
+    assert con.execute("SELECT typeof(tid) FROM copy LIMIT 1").fetchone()[0] == "BIGINT"

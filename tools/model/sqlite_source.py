@@ -334,6 +334,7 @@ NOT_UTF8 = "text that is not valid UTF-8: the invalid bytes read as U+FFFD"
 BLOB_AS_TEXT = "a blob in a column of text: kept as the text of its Python bytes literal (b'...')"
 FRACTION_ROUNDED = "a fractional value in an integer column: rounded to an integer"
 NOT_A_NUMBER = "a value that is not a number in a column of numbers: read as NULL"
+NUMBER_AS_BLOB = "a number in a blob column: kept as the bytes of its text"
 
 
 def not_of_type(duck: str) -> str:
@@ -397,7 +398,9 @@ def _copy_chunks(con, sqlite, table: str, target: str, decoder: _CountingDecoder
     blobs = _blob_columns(sqlite, table, cols) if chunked else None
     select = kept_blob = casts = None
     while True:
-        df = pd.DataFrame.from_records(rows, columns=cols)
+        # object columns: pandas' own inference turns integers with a NULL among them into floats (2**56 + 1 read as
+        # 2**56); _normalise_column decides each column's type exactly
+        df = pd.DataFrame(rows, columns=cols, dtype=object)
         if decoder.repaired > seen:  # only a chunk that held invalid UTF-8 is looked at cell by cell
             seen = decoder.repaired
             for i, (c, values) in enumerate(zip(cols, zip(*rows))):
@@ -447,7 +450,7 @@ def _cast_losses(con, name: str, df: pd.DataFrame, casts: dict[str, str]) -> lis
         if t == "VARCHAR":  # every cell is text or a number by now: none is lost
             continue
         q, text = quote_ident(c), not pd.api.types.is_numeric_dtype(df[c].dtype)  # object or pandas' str
-        if text or (t == "BIGINT" and pd.api.types.is_float_dtype(df[c].dtype)):
+        if text or (t == "BIGINT" and pd.api.types.is_float_dtype(df[c].dtype)):  # a float beyond 64 bits: NULL
             checks.append((c, not_of_type(t), f"{q} IS NOT NULL AND TRY_CAST({q} AS {t}) IS NULL"))
         if t == "BIGINT" and (text or pd.api.types.is_float_dtype(df[c].dtype)):
             checks.append((c, FRACTION_ROUNDED, f"TRY_CAST({q} AS DOUBLE) <> TRY_CAST({q} AS BIGINT)"))
@@ -460,10 +463,22 @@ def _cast_losses(con, name: str, df: pd.DataFrame, casts: dict[str, str]) -> lis
 def _normalise_column(series: pd.Series, blob: bool) -> tuple[pd.Series, list[tuple[str, int]]]:
     """SQLite cells are dynamically typed: make each column one DuckDB-friendly type. Also returns what that changed,
     as (reason, cells): blobs turned into text in a column of text, and values that are not numbers read as NULL in
-    a column of numbers (the kind of a column is decided on its first 10,000 values). A column read as BLOB is left
-    as it is: DuckDB reads it as BLOB, a text cell as its UTF-8 bytes (SQLite's own CAST to BLOB)."""
-    if series.dtype != object or blob:
+    a column of numbers (the kind of a column is decided on its first 10,000 values). In a column read as BLOB, a
+    text or a number is kept as the bytes of its text (SQLite's own CAST to BLOB; DuckDB reads a column of bytes and
+    text as BLOB) and a number counted."""
+    if series.dtype != object:
         return series, []
+    if blob:
+        numbers = 0
+
+        def as_blob(v):
+            nonlocal numbers
+            if v is None or isinstance(v, (bytes, str)):
+                return v
+            numbers += 1
+            return str(v)
+
+        return series.map(as_blob), [(NUMBER_AS_BLOB, numbers)]
     kinds = {type(v) for v in series.dropna().head(10000)}
     if kinds <= {int}:
         try:
