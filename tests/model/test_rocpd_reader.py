@@ -471,3 +471,24 @@ def test_marker_texts_are_fetched_a_chunk_at_a_time(tmp_path, monkeypatch):
     assert rows(trace, "markers") == sorted(expected(sc)["markers"], key=repr)
     assert sum(fetched) == len(sc.markers) > 2 and max(fetched) == 2
     trace.close()
+
+
+def test_rocpd_marker_text_that_is_not_utf8_is_read_and_counted(tmp_path):
+    """rocTX texts live in rocpd_event.extdata, read through sqlite3: a message holding bytes that are not UTF-8 names
+    its marker with U+FFFD in their place, and the reader counts the repaired row in data_issues."""
+    sc = rich_scenario()
+    path = writer.write(sc, tmp_path / "latin1.db")
+    con = sqlite3.connect(path)
+    table = con.execute("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'rocpd_event_%'").fetchone()[0]
+    changed = con.execute(f"""UPDATE "{table}" SET extdata = CAST(CAST('{{"message": "data loader' AS BLOB) || x'ff' ||
+                                                                    CAST('"}}' AS BLOB) AS TEXT)
+                              WHERE json_extract(extdata, '$.message') = 'data loader'""").rowcount
+    con.commit()
+    con.close()
+    assert changed == 1
+    trace = load_trace(path)
+    assert trace.sql("SELECT name FROM markers WHERE start_ns = ?", [1_900 + OFF]) == [("data loader\ufffd",)]
+    assert trace.count("markers") == len(sc.markers)
+    assert trace.sql("SELECT * FROM data_issues") == [
+        (f'native."{table}"', "repaired", 1, '"extdata": text that is not valid UTF-8: the invalid bytes read as U+FFFD')]
+    trace.close()

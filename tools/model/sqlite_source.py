@@ -28,6 +28,7 @@ import threading
 import urllib.parse
 import uuid
 from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -342,14 +343,15 @@ def not_of_type(duck: str) -> str:
 
 
 class _Decoded(str):
-    """Text whose bytes were not UTF-8, decoded with U+FFFD in their place (marked so that the copy can count it)."""
+    """Text whose bytes were not UTF-8, decoded with U+FFFD in their place (marked so that a reader can count it)."""
 
 
-class _CountingDecoder:
-    """sqlite3 text_factory decoding as lenient_text does, counting the cells it had to repair."""
+class Utf8Repairs:
+    """sqlite3 text_factory decoding as lenient_text does and marking the cells it had to repair: after each fetch,
+    `take` says how many rows of each column held one and unmarks them (rows are looked at only after a repair)."""
 
     def __init__(self) -> None:
-        self.repaired = 0
+        self.repaired = self._seen = 0
 
     def __call__(self, raw: bytes) -> str:
         try:
@@ -357,6 +359,25 @@ class _CountingDecoder:
         except UnicodeDecodeError:
             self.repaired += 1
             return _Decoded(raw.decode("utf-8", errors="replace"))
+
+    def take(self, columns: list[str], rows: list[tuple]) -> tuple[dict[str, int], list[tuple]]:
+        """(rows holding a repaired cell, per column; the rows with plain strings: DuckDB cannot scan the marked ones)."""
+        if self.repaired == self._seen:
+            return {}, rows
+        self._seen = self.repaired
+        counts = {c: n for c, values in zip(columns, zip(*rows)) if (n := sum(type(v) is _Decoded for v in values))}
+        return counts, [tuple(str(v) if type(v) is _Decoded else v for v in r) for r in rows]
+
+
+@contextmanager
+def counting_utf8(sqlite: sqlite3.Connection):
+    """The connection's text decoded by a Utf8Repairs (yielded) for the block, as before after it."""
+    repairs, saved = Utf8Repairs(), sqlite.text_factory
+    sqlite.text_factory = repairs
+    try:
+        yield repairs
+    finally:
+        sqlite.text_factory = saved
 
 
 def copy_lenient(con: duckdb.DuckDBPyConnection, sqlite: sqlite3.Connection, table: str, target: str) -> list[tuple[str, str, int, str]]:
@@ -368,18 +389,13 @@ def copy_lenient(con: duckdb.DuckDBPyConnection, sqlite: sqlite3.Connection, tab
     Returns what the copy changed as data_issues rows (table native."table", 'repaired', rows, '"column": reason'):
     per column, the rows whose cell was not valid UTF-8, was a blob in a text column, did not cast to the declared
     type (NULL) or was a fraction in an integer column (rounded)."""
-    decoder = _CountingDecoder()
-    saved = sqlite.text_factory
-    sqlite.text_factory = decoder
-    try:
-        repaired = _copy_chunks(con, sqlite, table, target, decoder)
-    finally:
-        sqlite.text_factory = saved
+    with counting_utf8(sqlite) as utf8:
+        repaired = _copy_chunks(con, sqlite, table, target, utf8)
     shown = native_table_name(table)
     return [(shown, "repaired", n, f"{quote_ident(column)[:80]}: {reason}") for (column, reason), n in repaired.items() if n]
 
 
-def _copy_chunks(con, sqlite, table: str, target: str, decoder: _CountingDecoder) -> dict[tuple[str, str], int]:
+def _copy_chunks(con, sqlite, table: str, target: str, utf8: Utf8Repairs) -> dict[tuple[str, str], int]:
     cur = sqlite.execute(f"SELECT * FROM {quote_ident(table)}")
     cols = [d[0] for d in cur.description]
     # Declared SQLite types decide the DuckDB types, so empty or all-NULL columns keep them.
@@ -389,7 +405,6 @@ def _copy_chunks(con, sqlite, table: str, target: str, decoder: _CountingDecoder
     def count(column: str, reason: str, n: int) -> None:
         repaired[(column, reason)] = repaired.get((column, reason), 0) + int(n)
 
-    seen = decoder.repaired
     rows = cur.fetchmany(LENIENT_CHUNK_ROWS)
     chunked = len(rows) == LENIENT_CHUNK_ROWS
     # Which columns hold only blobs is decided as for a whole read (their first 10,000 values that are not NULL), asked
@@ -398,16 +413,12 @@ def _copy_chunks(con, sqlite, table: str, target: str, decoder: _CountingDecoder
     blobs = _blob_columns(sqlite, table, cols) if chunked else None
     select = kept_blob = casts = None
     while True:
+        decoded, rows = utf8.take(cols, rows)
+        for c, n in decoded.items():
+            count(c, NOT_UTF8, n)
         # object columns: pandas' own inference turns integers with a NULL among them into floats (2**56 + 1 read as
         # 2**56); _normalise_column decides each column's type exactly
         df = pd.DataFrame(rows, columns=cols, dtype=object)
-        if decoder.repaired > seen:  # only a chunk that held invalid UTF-8 is looked at cell by cell
-            seen = decoder.repaired
-            for i, (c, values) in enumerate(zip(cols, zip(*rows))):
-                marked = sum(type(v) is _Decoded for v in values)
-                if marked:
-                    count(c, NOT_UTF8, marked)
-                    df.iloc[:, i] = df.iloc[:, i].map(lambda v: str(v) if type(v) is _Decoded else v)
         if select is None:
             # A column declared TEXT may hold blobs (Nsight's NVTX_EVENTS.binaryData): cast to text, the bytes would
             # come back escaped, so a column of blobs only stays BLOB.

@@ -31,7 +31,7 @@ import pandas as pd
 from ..detect import ROCPD_SUFFIXED as _SUFFIXED, Detected
 from ..errors import ProfileError
 from ..names import create_short_names
-from ..quality import TIME_MISSING, count_sql, record_query, time_checks
+from ..quality import TIME_MISSING, count_sql, native_table_name, record, record_query, time_checks
 from ..quote import quote_ident
 from .. import sqlite_source
 from ..sqlite_source import SqliteSource
@@ -131,8 +131,12 @@ def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected: Detecte
             # invalid UTF-8); start over on lenient sqlite3 copies, slower but tolerant.
             log.info("native scan of %s failed (%s); reading through sqlite3", path, exc)
             _cleanup(con, tb)
-            for t in MODEL_TABLES:  # the native tables already copied stay, and so do their data_issues rows
-                con.execute(f"DELETE FROM {t}" + (" WHERE NOT starts_with(table_name, 'native.')" if t == "data_issues" else ""))
+            for t in MODEL_TABLES:
+                if t != "data_issues":
+                    con.execute(f"DELETE FROM {t}")
+            # the native tables already copied stay, and so do their data_issues rows
+            con.execute("DELETE FROM data_issues WHERE NOT list_contains(?, table_name)",
+                        [[native_table_name(t) for t in src.copied]])
             tb = _Tables(con, src, lenient=True)
             _load(con, path, progress, tb, sidecars)
     finally:
@@ -460,16 +464,23 @@ def _markers(con, tb: _Tables, region: str | None) -> int:
     ids = con.execute(f"SELECT DISTINCT id FROM _str WHERE id IS NOT NULL AND string IN ({', '.join('?' * len(cats))})", cats).fetchall()
     con.execute("CREATE TEMP TABLE _msg (guid VARCHAR, id BIGINT, message VARCHAR)")
     id_list = ", ".join(str(int(i)) for (i,) in ids)
+    columns = ["guid", "id", "extdata"]
     for name in tb.sqlite_names("rocpd_event") if ids else []:
-        cur = tb.src.sqlite.execute(f"SELECT guid, id, extdata FROM {quote_ident(name)} WHERE category_id IN ({id_list})")
-        while rows := cur.fetchmany(sqlite_source.LENIENT_CHUNK_ROWS):
-            chunk = pd.DataFrame.from_records(rows, columns=["guid", "id", "extdata"])
-            con.register("_msg_df", chunk.astype({"guid": "string", "id": "Int64", "extdata": "string"}))
-            try:
-                con.execute("""INSERT INTO _msg SELECT guid, id,
-                               CASE WHEN json_valid(extdata) THEN json_extract_string(extdata, '$.message') END FROM _msg_df""")
-            finally:
-                con.unregister("_msg_df")
+        repaired: dict[str, int] = {}
+        with sqlite_source.counting_utf8(tb.src.sqlite) as utf8:  # invalid UTF-8 is read as U+FFFD, and counted
+            cur = tb.src.sqlite.execute(f"SELECT guid, id, extdata FROM {quote_ident(name)} WHERE category_id IN ({id_list})")
+            while rows := cur.fetchmany(sqlite_source.LENIENT_CHUNK_ROWS):
+                decoded, rows = utf8.take(columns, rows)
+                for c, n in decoded.items():
+                    repaired[c] = repaired.get(c, 0) + n
+                chunk = pd.DataFrame.from_records(rows, columns=columns)
+                con.register("_msg_df", chunk.astype({"guid": "string", "id": "Int64", "extdata": "string"}))
+                try:
+                    con.execute("""INSERT INTO _msg SELECT guid, id,
+                                   CASE WHEN json_valid(extdata) THEN json_extract_string(extdata, '$.message') END FROM _msg_df""")
+                finally:
+                    con.unregister("_msg_df")
+        record(con, [(native_table_name(name), "repaired", n, f"{quote_ident(c)}: {sqlite_source.NOT_UTF8}") for c, n in repaired.items()])
     if region:
         con.execute(
             f"""CREATE TEMP TABLE _mk AS
