@@ -34,8 +34,8 @@ from .comm_patterns import comm_patterns as active_patterns
 from .comm_summary import DTYPE_BYTES
 from .common import ToolResult, data_issue_notes, data_issues_field, pct, whole_graph_job_note
 from .gpu_timeline import COMM, COMP, MEMCPY, ROCM_COPY_KERNEL
-from .rank_summary import job_ranks
 from .owners import device_owner_sql, unowned_join, unowned_sql
+from .rank_summary import job_ranks
 from .stacked import run, stack, union_measures_sql, values, whole_graph_cols
 
 MAX_LIMIT = 1024

@@ -31,8 +31,8 @@ from ..model.trace import Trace
 from .common import ALL_TABLES, capture_window, clip_name, data_issue_notes, data_issues_field, pct, ToolResult
 from .gpu_timeline import gpu_timeline
 from .ops_summary import ops_summary
-from .rank_summary import job_ranks, rank_rows
 from .owners import unowned_join, unowned_sql
+from .rank_summary import job_ranks, rank_rows
 from .requirements import require
 from .stacked import run, stack, values
 
