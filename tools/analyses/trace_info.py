@@ -43,9 +43,9 @@ class ProcessInfo(BaseModel):
 
 
 class DataIssue(BaseModel):
-    table: str = Field(description="model table the source rows belong to")
+    table: str = Field(description="model table the source rows belong to, or native.\"X\": a table of the profile a copy read")
     action: Literal["skipped", "repaired"] = Field(description="skipped: left out of the table; repaired: kept with a corrected value")
-    rows: int = Field(description="source rows")
+    rows: int = Field(description="source rows (of a native table: rows whose cell in the column the reason names was changed)")
     reason: str = Field(description="what was wrong and what was done")
 
 
@@ -144,16 +144,25 @@ def trace_info(trace: Trace) -> TraceInfoResult:
 
 
 def _issues_summary(issues: list[DataIssue]) -> str | None:
+    """Rows of the model tables per action (each counted once, under the fault that decided its fate), then the cells
+    of the profile's own tables that a copy changed (counted per column: a row may count once in each)."""
     if not issues:
         return None
     parts = []
     for action in ("skipped", "repaired"):
-        per = {}
+        per: dict[str, int] = {}
         for i in issues:
-            if i.action == action:
+            if i.action == action and not i.table.startswith("native."):
                 per[i.table] = per.get(i.table, 0) + i.rows
         if per:
             parts.append(f"{sum(per.values())} source rows {action} ({', '.join(f'{t} {n}' for t, n in per.items())})")
+    cells: dict[str, int] = {}
+    for i in issues:
+        if i.table.startswith("native."):
+            cells[i.table] = cells.get(i.table, 0) + i.rows
+    if cells:
+        parts.append(f"{sum(cells.values())} cells of the profile's own tables repaired, counted per column "
+                     f"({', '.join(f'{t} {n}' for t, n in cells.items())})")
     return "; ".join(parts) + ": every tool's data_issues names those of the tables it reads"
 
 
