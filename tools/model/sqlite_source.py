@@ -416,9 +416,7 @@ def _copy_chunks(con, sqlite, table: str, target: str, utf8: Utf8Repairs) -> dic
         decoded, rows = utf8.take(cols, rows)
         for c, n in decoded.items():
             count(c, NOT_UTF8, n)
-        # object columns: pandas' own inference turns integers with a NULL among them into floats (2**56 + 1 read as
-        # 2**56); _normalise_column decides each column's type exactly
-        df = pd.DataFrame(rows, columns=cols, dtype=object)
+        df = _frame(rows, cols)
         if select is None:
             # A column declared TEXT may hold blobs (Nsight's NVTX_EVENTS.binaryData): cast to text, the bytes would
             # come back escaped, so a column of blobs only stays BLOB.
@@ -451,6 +449,19 @@ def _copy_chunks(con, sqlite, table: str, target: str, utf8: Utf8Repairs) -> dic
         rows = cur.fetchmany(LENIENT_CHUNK_ROWS)
         if not rows:
             return repaired
+
+
+def _frame(rows: list[tuple], cols: list[str]) -> pd.DataFrame:
+    """The chunk as a DataFrame. pandas' own inference turns integers with a NULL among them into floats (2**56 + 1
+    read as 2**56): such a column is taken again from the rows as objects, which _normalise_column types exactly
+    (every column as objects took the 3 M-range NVTX_EVENTS copy 10 % longer)."""
+    df = pd.DataFrame.from_records(rows, columns=cols)
+    for i, c in enumerate(cols):
+        if pd.api.types.is_float_dtype(df.dtypes.iloc[i]):
+            values = [r[i] for r in rows]
+            if any(type(v) is int for v in values):
+                df[c] = pd.Series(values, dtype=object, index=df.index)
+    return df
 
 
 def _cast_losses(con, name: str, df: pd.DataFrame, casts: dict[str, str]) -> list[tuple[str, str, int]]:
