@@ -541,3 +541,23 @@ def test_a_lenient_copy_keeps_64_bit_integers_beside_nulls(tmp_path, monkeypatch
     sqlite_source.copy_lenient(con, sqlite_source.open_sqlite(path), "t", "copy")
     assert [r[0] for r in con.execute("SELECT tid FROM copy ORDER BY id").fetchall()] == values
     assert con.execute("SELECT typeof(tid) FROM copy LIMIT 1").fetchone()[0] == "BIGINT"
+
+
+@pytest.mark.parametrize("chunk_rows", [100_000, 2])
+def test_a_lenient_copy_keeps_a_blob_column_of_numbers(tmp_path, monkeypatch, chunk_rows):
+    """A BLOB column holding only numbers (pandas types it as numbers) is not cast to NULL: each is kept as the bytes
+    of its text, as SQLite's CAST gives, and counted."""
+    import duckdb
+
+    from gpuscope.tools.model import sqlite_source
+
+    path = tmp_path / "t.sqlite"
+    src = sqlite3.connect(path)
+    src.execute("CREATE TABLE t (id INTEGER, payload BLOB)")
+    src.executemany("INSERT INTO t VALUES (?, ?)", [(1, 12), (2, 13), (3, 2.5), (4, None)])
+    src.commit()
+    monkeypatch.setattr(sqlite_source, "LENIENT_CHUNK_ROWS", chunk_rows)
+    con = duckdb.connect()
+    got = sqlite_source.copy_lenient(con, sqlite_source.open_sqlite(path), "t", "copy")
+    assert got == [('native."t"', "repaired", 3, f'"payload": {sqlite_source.NUMBER_AS_BLOB}')]
+    assert con.execute("SELECT payload FROM copy ORDER BY id").fetchall() == [(b"12",), (b"13",), (b"2.5",), (None,)]

@@ -388,7 +388,8 @@ def copy_lenient(con: duckdb.DuckDBPyConnection, sqlite: sqlite3.Connection, tab
 
     Returns what the copy changed as data_issues rows (table native."table", 'repaired', rows, '"column": reason'):
     per column, the rows whose cell was not valid UTF-8, was a blob in a text column, did not cast to the declared
-    type (NULL) or was a fraction in an integer column (rounded)."""
+    type (NULL), was a fraction in an integer column (rounded), was not a number among numbers (NULL) or was a number
+    in a blob column (the bytes of its text)."""
     with counting_utf8(sqlite) as utf8:
         repaired = _copy_chunks(con, sqlite, table, target, utf8)
     shown = native_table_name(table)
@@ -488,6 +489,10 @@ def _normalise_column(series: pd.Series, blob: bool) -> tuple[pd.Series, list[tu
     a column of numbers (the kind of a column is decided on its first 10,000 values). In a column read as BLOB, a
     text or a number is kept as the bytes of its text (SQLite's own CAST to BLOB; DuckDB reads a column of bytes and
     text as BLOB) and a number counted."""
+    if blob and pd.api.types.is_numeric_dtype(series.dtype):  # numbers only (pandas typed them): TRY_CAST would NULL them
+        kept = series.notna()
+        return (pd.Series([str(v) if k else None for v, k in zip(series.tolist(), kept.tolist())], dtype=object, index=series.index),
+                [(NUMBER_AS_BLOB, int(kept.sum()))])
     if series.dtype != object:
         return series, []
     if blob:
