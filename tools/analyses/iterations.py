@@ -29,7 +29,11 @@ first step that fails the test ends the warm-up. Steady-state statistics exclude
 from __future__ import annotations
 
 import statistics
+from contextlib import contextmanager
+from typing import Iterator
 
+import duckdb
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel, Field
 
@@ -38,10 +42,10 @@ from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .containment import temp_tables
 from .marker_summary import ANNOTATE
-from .projection import RANGE_KINDS_SQL, SHIFT, projection_absent_reason, with_sql
+from .projection import RANGE_KINDS_SQL, SHIFT, projection_absent_reason
 from .requirements import left_out, require
-from .stacked import run, stack, union_stats_sql
-from .step_choice import MIN_COVERAGE, marker_params, run_choice, warmup
+from .stacked import run, stack
+from .step_choice import MIN_COVERAGE, choice_sql, choice_tables, marker_params, warmup
 
 
 class StepDevice(BaseModel):
@@ -153,9 +157,8 @@ def iterations(
     _, window = resolve_selection(trace, device, None, start_ns, end_ns)
     limit = None if limit is None else max(1, min(int(limit), 1000))
     absent = projection_absent_reason(trace)
-    choice, groups, steps_df = _steps(trace, pid, marker, absent, window, start_ns, end_ns)
+    choice, groups, steps_df, figures = _steps(trace, pid, marker, absent, window, start_ns, end_ns, figures=True, device=device)
     chosen = groups[groups["picked"]]
-    figures = _step_figures(trace, with_sql(trace), [int(r) for r in steps_df["rid"]], device, absent is None)
     steps, summaries = _assemble(steps_df, figures, absent is None, trace.count("kernels") + trace.count("memops") > 0, limit)
     alternatives = groups.drop(index=chosen.index, errors="ignore")
     alternatives = alternatives[alternatives["instances"] >= 2]
@@ -185,30 +188,43 @@ def chosen_steps(trace: Trace) -> tuple[Choice, pd.DataFrame]:
     place boundaries at steps (phases, memory_timeline); raises ProfileError as iterations does."""
     require(trace, "iterations", "Steps are taken from repeating ranges. " + ANNOTATE)
     _, window = resolve_selection(trace, None, None, None, None)
-    choice, _, steps_df = _steps(trace, None, None, projection_absent_reason(trace), window, None, None)
+    choice, _, steps_df, _ = _steps(trace, None, None, projection_absent_reason(trace), window, None, None)
     return choice, steps_df
 
 
 def _steps(trace: Trace, pid: int | None, marker: str | None, absent: str | None, window: Window, start_ns: int | None,
-           end_ns: int | None) -> tuple[Choice, pd.DataFrame, pd.DataFrame]:
-    """(choice, range groups, the chosen steps starting in [start_ns, end_ns) with their index in their series)."""
-    choice, groups, steps_df = step_choice([trace], 0, pid, marker, absent)
-    steps_df = steps_df.sort_values(["pid", "tid", "start_ns", "rid"])
-    if start_ns is not None:
-        steps_df = steps_df[steps_df["start_ns"] >= start_ns]
-    if end_ns is not None:
-        steps_df = steps_df[steps_df["start_ns"] < end_ns]
-    if steps_df.empty:
-        raise ProfileError(f"no step of '{choice.pattern}' starts inside the time window [{window.start_ns}, {window.end_ns}) ns.")
-    return choice, groups, steps_df.assign(index=steps_df.groupby(["pid", "tid"]).cumcount()).reset_index(drop=True)
+           end_ns: int | None, figures: bool = False, device: int | None = None
+           ) -> tuple[Choice, pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
+    """(choice, range groups, the chosen steps starting in [start_ns, end_ns) with their index in their series, and
+    with `figures` their figures per device (_step_figures; on `device` only when given), else None)."""
+    with _choosing([trace], 0, pid, marker, absent, detail=figures) as (cur, choice, groups, steps_df):
+        steps_df = steps_df.sort_values(["pid", "tid", "start_ns", "rid"])
+        if start_ns is not None:
+            steps_df = steps_df[steps_df["start_ns"] >= start_ns]
+        if end_ns is not None:
+            steps_df = steps_df[steps_df["start_ns"] < end_ns]
+        if steps_df.empty:
+            raise ProfileError(f"no step of '{choice.pattern}' starts inside the time window [{window.start_ns}, {window.end_ns}) ns.")
+        steps_df = steps_df.assign(index=steps_df.groupby(["pid", "tid"]).cumcount()).reset_index(drop=True)
+        per = _step_figures(cur, steps_df[["rid"]], device) if figures else None
+    return choice, groups, steps_df, per
 
 
 def step_choice(traces: list[Trace], part: int, pid: int | None, marker: str | None,
                 absent: str | None) -> tuple[Choice, pd.DataFrame, pd.DataFrame]:
     """(choice, range groups, step ranges) of one scope: profile `part` of `traces` (one profile, or a job read through
     its stacked store), process `pid` (None: every process); `absent`: why the profile has no GPU projection (None: it
-    has one). Raises ProfileError as iterations does when no range can be the step. Three statements at most after
-    the choice's temp tables (step_choice.choice_tables)."""
+    has one). Raises ProfileError as iterations does when no range can be the step."""
+    with _choosing(traces, part, pid, marker, absent) as (_, choice, groups, steps_df):
+        return choice, groups, steps_df
+
+
+@contextmanager
+def _choosing(traces: list[Trace], part: int, pid: int | None, marker: str | None, absent: str | None, detail: bool = False
+            ) -> Iterator[tuple[duckdb.DuckDBPyConnection, Choice, pd.DataFrame, pd.DataFrame]]:
+    """step_choice's answer, and the cursor holding the choice's temp tables (step_choice.choice_tables; `detail`: its
+    _step_gop with each op's device and times) for the block: the steps' figures reuse its ranges and launched ops.
+    Two statements after the temp tables."""
     ranges = f"kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL"
     if pid is not None:
         have = [p for (p,) in run(traces, f"""SELECT DISTINCT pid FROM (
@@ -216,20 +232,29 @@ def step_choice(traces: list[Trace], part: int, pid: int | None, marker: str | N
         if pid not in have:
             raise ProfileError(f"process {pid} has no annotation ranges; processes with ranges: {have}.")
     params = marker_params(traces, marker, {part})
-    # one statement after the choice's inputs: the range groups (one row each) and the chosen step ranges
+    # two statements after the choice's inputs: the range groups (one row each), then the chosen step ranges
     gcols = ["pid", "tid", "domain", "pattern", "instances", "min_depth", "example", "coverage", "picked", "how", "best",
              "any_eligible"]
     scols = ["rid", "pid", "tid", "start_ns", "end_ns", "name", "domain", "pattern"]
-    (found_groups, found_steps), = run_choice(traces, [(part, pid)], [part] if absent is None else [], bool(marker),
-                                              "names" in params, f"""
-        SELECT (SELECT list(({', '.join(f'g_.{c}' for c in gcols)}) ORDER BY g_.first_rid) FROM (
-                   SELECT g.*, p.pid IS NOT NULL AS picked, p.how, b.pid IS NOT NULL AS best, b.any_eligible FROM grp g
-                   LEFT JOIN pick p ON p.pid = g.pid AND p.tid = g.tid AND p.domain = g.domain AND p.pattern = g.pattern
-                   LEFT JOIN best b ON b.pid = g.pid AND b.tid = g.tid AND b.domain = g.domain AND b.pattern = g.pattern) g_),
-               (SELECT list(({', '.join(scols)}) ORDER BY pid, tid, start_ns, rid) FROM chosen)""", params or None)
-    groups = pd.DataFrame([tuple(x) for x in found_groups or []], columns=gcols)
-    groups["coverage"] = groups["coverage"].astype("float64")
-    steps_df = pd.DataFrame([tuple(x) for x in found_steps or []], columns=scols)
+    with choice_tables(traces, [(part, pid)], [part] if absent is None else [], detail) as cur:
+        sql = choice_sql(bool(marker), "names" in params)
+        found = cur.execute(sql + f"""
+            SELECT list(({', '.join(f'g_.{c}' for c in gcols)}) ORDER BY g_.first_rid) FROM (
+                SELECT g.*, p.pid IS NOT NULL AS picked, p.how, b.pid IS NOT NULL AS best, b.any_eligible FROM grp g
+                LEFT JOIN pick p ON p.pid = g.pid AND p.tid = g.tid AND p.domain = g.domain AND p.pattern = g.pattern
+                LEFT JOIN best b ON b.pid = g.pid AND b.tid = g.tid AND b.domain = g.domain AND b.pattern = g.pattern) g_""",
+            params or None).fetchall()[0][0]
+        groups = pd.DataFrame([tuple(x) for x in found or []], columns=gcols)
+        groups["coverage"] = groups["coverage"].astype("float64")
+        # the steps as columns: 250,000 of them as a list of tuples took 0.6 s to fetch
+        cols = cur.execute(sql + f"SELECT {', '.join(scols)} FROM chosen ORDER BY pid, tid, start_ns, rid", params or None).fetchnumpy()
+        steps_df = pd.DataFrame({c: v.filled(None) if isinstance(v, np.ma.MaskedArray) else v for c, v in cols.items()})
+        choice = _named(groups, steps_df, marker, absent)
+        yield cur, choice, groups, steps_df
+
+
+def _named(groups: pd.DataFrame, steps_df: pd.DataFrame, marker: str | None, absent: str | None) -> Choice:
+    """The choice as iterations states it; raises ProfileError where no range can be the step."""
     if marker:
         if steps_df.empty:
             top = groups.sort_values("instances", ascending=False)["pattern"].head(8).tolist()
@@ -239,11 +264,11 @@ def step_choice(traces: list[Trace], part: int, pid: int | None, marker: str | N
         choice = Choice(how="caller", pattern=pats[0] if len(pats) == 1 else marker,
                         domain=str(steps_df.sort_values("rid")["domain"].iloc[0]), reason=f"requested with marker={marker!r}")
     else:
-        choice = _choice(groups, absent)
-    return choice, groups, steps_df
+        choice = _auto_choice(groups, absent)
+    return choice
 
 
-def _choice(groups: pd.DataFrame, absent: str | None) -> Choice:
+def _auto_choice(groups: pd.DataFrame, absent: str | None) -> Choice:
     """How step_choice.py chose the groups marked `picked` (one row per range group, `best`: the automatic choice)."""
     ps = groups[groups["picked"] & (groups["how"] == "ProfilerStep")]
     if not ps.empty:
@@ -267,52 +292,56 @@ def _choice(groups: pd.DataFrame, absent: str | None) -> Choice:
     return Choice(how="auto", pattern=best.pattern, domain=best.domain, reason=why)
 
 
-def _step_figures(trace: Trace, base: str, rids: list[int], device: int | None, projected: bool) -> pd.DataFrame:
+def _step_figures(cur: duckdb.DuckDBPyConnection, rids: pd.DataFrame, device: int | None) -> pd.DataFrame:
     """One row per (step rid, device) with any GPU op: win_busy (union of the process's GPU ops clipped to the step
     window, ns), win_ops, win_kernels, and prj_busy, prj_ops, prj_kernels of the projected ops (0 where none).
-    The steps, the process's ops and the linked ops go into temp tables first, so that the two interval joins
-    (overlap with the window, containment of the launching call) are IEJoins (containment.py), not joins of every
-    step with every op; each union is a window per (rid, device) (stacked.union_stats_sql), so a run of 250,000
-    steps costs no Python object per step."""
-    rid_list = ", ".join(str(r) for r in rids)
-    # every GPU op of the step's process (unlinked ones too), keyed per process so one join serves every process
-    inputs = f"""{base},
-        st AS (SELECT * FROM rng WHERE rid IN ({rid_list})),
+    `cur` holds the choice's temp tables (step_choice.choice_tables with detail): the steps are its ranges (_step_rng)
+    and the projected ops its launched ops (_step_gop, empty without a projection), so neither is built twice. The
+    two interval joins (overlap with the window, containment of the launching call) read temp tables, so they are
+    IEJoins (containment.py), not joins of every step with every op; each union is a window per (rid, device), so a
+    run of 250,000 steps costs no Python object per step. `rids`: the steps' range ids (column rid), scanned as a
+    frame: as an IN list in the SQL text, 250,000 ids cost 0.8 s to plan in each statement naming them."""
+    on_device = "TRUE" if device is None else f"device_id = {int(device)}"
+    g_on_device = "TRUE" if device is None else f"g.device_id = {int(device)}"
+    # every GPU op of the steps' processes (unlinked ones too), keyed per process so one join serves every process
+    inputs = f"""
+        WITH st AS (SELECT r.* FROM _step_rng r SEMI JOIN _it_rid USING (rid)),
         pk AS (SELECT pid, (row_number() OVER (ORDER BY pid))::HUGEINT AS k FROM (SELECT DISTINCT pid FROM st)),
-        allop AS (SELECT 'kernel' AS op, device_id, start_ns, end_ns, pid FROM kernels WHERE pid IS NOT NULL
-                  UNION ALL SELECT op, device_id, start_ns, end_ns, pid FROM memops WHERE pid IS NOT NULL),
-        ko AS (SELECT o.*, pk.k * {SHIFT} + o.start_ns AS ks, pk.k * {SHIFT} + o.end_ns AS ke FROM allop o JOIN pk USING (pid)
-               WHERE {'TRUE' if device is None else f'o.device_id = {int(device)}'}),
+        allop AS (SELECT TRUE AS kernel, device_id, start_ns, end_ns, pid FROM kernels WHERE pid IS NOT NULL AND {on_device}
+                  UNION ALL SELECT FALSE, device_id, start_ns, end_ns, pid FROM memops WHERE pid IS NOT NULL AND {on_device}),
+        ko AS (SELECT o.*, pk.k * {SHIFT} + o.start_ns AS ks, pk.k * {SHIFT} + o.end_ns AS ke FROM allop o JOIN pk USING (pid)),
         kst AS (SELECT st.rid, st.start_ns AS s, st.end_ns AS e, pk.k * {SHIFT} + st.start_ns AS ks, pk.k * {SHIFT} + st.end_ns AS ke
                 FROM st JOIN pk USING (pid)),
-        pst AS (SELECT rid, ks, ke FROM st WHERE NOT cross_thread),
-        lop AS (SELECT op, device_id, start_ns, end_ns, ks, ke FROM gop
-                WHERE {'FALSE' if not projected else 'TRUE' if device is None else f'device_id = {int(device)}'})"""
-    cur = trace.con.cursor()
+        pst AS (SELECT rid, ks, ke FROM st WHERE NOT cross_thread)"""
+    # ops (zero-length ones too) per (rid, device), and the union of the non-empty ones: one pass, the reach of an op
+    # being the latest end of the earlier non-empty ops (stacked.reach_sql)
+    stats = """
+        SELECT rid, device_id, count(*) AS ops, count(*) FILTER (WHERE kernel) AS kernels,
+               coalesce(sum(greatest(0, end_ns - greatest(start_ns, coalesce(reach_ns, start_ns))))
+                        FILTER (WHERE end_ns > start_ns), 0)::BIGINT AS busy
+        FROM (SELECT *, max(end_ns) FILTER (WHERE end_ns > start_ns) OVER (
+                            PARTITION BY rid, device_id ORDER BY start_ns, end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                        AS reach_ns
+              FROM ({pairs}))
+        GROUP BY rid, device_id"""
+    win = """SELECT rid, kernel, device_id, cs AS start_ns, ce AS end_ns FROM (
+                 SELECT s.rid, o.kernel, o.device_id, o.start_ns, o.end_ns, greatest(o.start_ns, s.s) AS cs, least(o.end_ns, s.e) AS ce
+                 FROM _it_step s JOIN _it_op o ON o.ks < s.ke AND o.ke >= s.ks)
+             WHERE ce > cs OR (start_ns = end_ns AND start_ns >= cs)"""
+    prj = f"""SELECT s.rid, g.kernel, g.device_id, g.start_ns, g.end_ns
+              FROM _it_pstep s JOIN _step_gop g ON s.ks <= g.ks AND g.ke <= s.ke WHERE {g_on_device}"""
+    cur.register("_it_rid_frame", rids)
     try:
-        with temp_tables(cur, inputs, {"_it_step": "kst", "_it_op": "ko", "_it_pstep": "pst", "_it_lop": "lop"}):
-            cur.execute("""CREATE OR REPLACE TEMP TABLE _it_win AS
-                SELECT rid, device_id, op, cs AS start_ns, ce AS end_ns FROM (
-                    SELECT s.rid, o.op, o.device_id, o.start_ns, o.end_ns, greatest(o.start_ns, s.s) AS cs, least(o.end_ns, s.e) AS ce
-                    FROM _it_step s JOIN _it_op o ON o.ks < s.ke AND o.ke >= s.ks)
-                WHERE ce > cs OR (start_ns = end_ns AND start_ns >= cs)""")
-            cur.execute("""CREATE OR REPLACE TEMP TABLE _it_prj AS
-                SELECT s.rid, g.op, g.device_id, g.start_ns, g.end_ns FROM _it_pstep s JOIN _it_lop g ON s.ks <= g.ks AND g.ke <= s.ke""")
-            try:
-                parts = []
-                for key, table in (("win", "_it_win"), ("prj", "_it_prj")):
-                    union = union_stats_sql(f"SELECT rid, device_id, start_ns, end_ns FROM {table}", "rid, device_id")
-                    parts.append(cur.execute(f"""
-                        SELECT n.rid, n.device_id, coalesce(u.busy_ns, 0)::BIGINT AS {key}_busy, n.ops AS {key}_ops,
-                               n.kernels AS {key}_kernels
-                        FROM (SELECT rid, device_id, count(*) AS ops, count(*) FILTER (WHERE op = 'kernel') AS kernels
-                              FROM {table} GROUP BY ALL) n
-                        LEFT JOIN ({union}) u ON u.rid = n.rid AND u.device_id IS NOT DISTINCT FROM n.device_id""").df())
-            finally:
-                cur.execute("DROP TABLE IF EXISTS temp.main._it_win")
-                cur.execute("DROP TABLE IF EXISTS temp.main._it_prj")
+        cur.execute("CREATE OR REPLACE TEMP TABLE _it_rid AS SELECT rid::BIGINT AS rid FROM _it_rid_frame")
     finally:
-        cur.close()
+        cur.unregister("_it_rid_frame")
+    try:
+        with temp_tables(cur, inputs, {"_it_step": "kst", "_it_op": "ko", "_it_pstep": "pst"}):
+            parts = [cur.execute(stats.format(pairs=pairs)).df().rename(
+                columns={"ops": f"{key}_ops", "kernels": f"{key}_kernels", "busy": f"{key}_busy"})
+                for key, pairs in (("win", win), ("prj", prj))]
+    finally:
+        cur.execute("DROP TABLE IF EXISTS temp.main._it_rid")
     per = parts[0].merge(parts[1], on=["rid", "device_id"], how="outer")
     return per.fillna({c: 0 for c in per.columns if c not in ("rid", "device_id")}).astype(
         {c: "int64" for c in per.columns if c not in ("rid", "device_id")})

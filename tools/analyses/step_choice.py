@@ -117,13 +117,15 @@ def choice_sql(marker: bool, globbed: bool) -> str:
 
 
 @contextmanager
-def choice_tables(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int]) -> Iterator[duckdb.DuckDBPyConnection]:
+def choice_tables(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int],
+                  detail: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
     """A cursor on which choice_sql's statement runs: the cursor stacked.run would use (the profile's model, or the
     job's stacked stores), holding choice_sql's inputs as temp tables for the block:
        _step_scope(part, pid)  the scopes (pid NULL: every process of the profile); _step_proj(part) the parts with
                                a GPU projection;
        _step_rng(rid, part, pid, tid, start_ns, end_ns, name, domain, pattern, cross_thread, ks, ke)  the ranges;
-       _step_gop(part, op_id, pid, dur_ns, ks, ke)  the projected parts' linked GPU ops, keyed by their launching call;
+       _step_gop(part, op_id, pid, dur_ns, ks, ke)  the projected parts' linked GPU ops, keyed by their launching call
+                               (with `detail`, also kernel (a kernel, not a memory op), device_id, start_ns, end_ns);
        _step_depth(part, rid, depth)  the enclosing ranges of a range (same thread, enclosing, earlier rid; a range
                                without any has no row);
        _step_cgrp(part, pid, tid, domain, pattern, work)  GPU work launched inside a range group's ranges.
@@ -133,8 +135,10 @@ def choice_tables(traces: list[Trace], scopes: list[tuple[int, int | None]], pro
     ranges = stack(traces, "markers", "pid, tid, start_ns, end_ns, name, domain, kind",
                    f"kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL")
     calls = stack(traces, "api_calls", "pid, tid, correlation_id, start_ns, end_ns", "pid IS NOT NULL AND tid IS NOT NULL")
-    ops = (stack(traces, "kernels", "rowid * 2 AS op_id, pid, correlation_id, dur_ns", "correlation_id IS NOT NULL")
-           + " UNION ALL " + stack(traces, "memops", "rowid * 2 + 1 AS op_id, pid, correlation_id, dur_ns", "correlation_id IS NOT NULL"))
+    more = ", device_id, start_ns, end_ns" if detail else ""
+    ops = (stack(traces, "kernels", f"rowid * 2 AS op_id, pid, correlation_id, dur_ns{more}", "correlation_id IS NOT NULL")
+           + " UNION ALL "
+           + stack(traces, "memops", f"rowid * 2 + 1 AS op_id, pid, correlation_id, dur_ns{more}", "correlation_id IS NOT NULL"))
     inputs = f"""
         WITH scope(part, pid) AS ({values(scopes, ('BIGINT', 'BIGINT'))}),
         proj(part) AS ({values([(p,) for p in projected], ("BIGINT",))}),
@@ -156,7 +160,8 @@ def choice_tables(traces: list[Trace], scopes: list[tuple[int, int | None]], pro
                    arg_min(end_ns, (start_ns, end_ns)) AS end_ns
             FROM a WHERE correlation_id IS NOT NULL AND part IN (SELECT part FROM proj) GROUP BY part, pid, correlation_id),
         gop AS (
-            SELECT o.part, o.op_id, o.pid, o.dur_ns, thr.k * {SHIFT} + l.start_ns AS ks, thr.k * {SHIFT} + l.end_ns AS ke
+            SELECT o.part, o.op_id, o.pid, o.dur_ns, thr.k * {SHIFT} + l.start_ns AS ks, thr.k * {SHIFT} + l.end_ns AS ke{
+                   ", o.op_id % 2 = 0 AS kernel, o.device_id, o.start_ns, o.end_ns" if detail else ""}
             FROM ({ops}) o
             JOIN launch l ON l.part = o.part AND l.pid = o.pid AND l.correlation_id = o.correlation_id
             JOIN thr ON thr.part = l.part AND thr.pid = l.pid AND thr.tid = l.tid)"""
