@@ -192,6 +192,19 @@ def chosen_steps(trace: Trace) -> tuple[Choice, pd.DataFrame]:
     return choice, steps_df
 
 
+def refusal(trace: Trace) -> str | None:
+    """Why iterations refuses this profile with its default arguments (None: it answers), for trace_info: the same
+    rules without the GPU coverage of the range groups, which ranks them but does not decide whether any step exists
+    (ProfilerStep ranges, else the best group repeating at least twice), and without the steps' figures."""
+    try:
+        require(trace, "iterations", "Steps are taken from repeating ranges. " + ANNOTATE)
+        _, window = resolve_selection(trace, None, None, None, None)
+        _steps(trace, None, None, "not needed to tell whether steps exist", window, None, None)
+    except ProfileError as exc:
+        return str(exc)
+    return None
+
+
 def _steps(trace: Trace, pid: int | None, marker: str | None, absent: str | None, window: Window, start_ns: int | None,
            end_ns: int | None, figures: bool = False, device: int | None = None
            ) -> tuple[Choice, pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:

@@ -7,13 +7,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..model.errors import ProfileError
 from ..model.quality import CORRELATION_IDS_UNIQUE
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns
 from .common import WHOLE_GRAPH_ADVICE, ToolResult, Window, capture_window, data_issues, gpu_activity_sql, pct
 from .intervals import unions
-from .iterations import iterations
+from .iterations import refusal as iteration_refusal
 from .graph_summary import absent_reason as graph_absent
 from .requirements import left_out, reason
 
@@ -175,12 +174,7 @@ def capabilities(trace: Trace, counts: dict[str, int]) -> list[Capability]:
 
     rx = re.compile("|".join(f"(?:{p})" for p in comm_patterns()), re.I)
     comm = any(rx.search(n) for (n,) in trace.sql("SELECT DISTINCT name FROM kernels")) if counts["kernels"] else False
-    steps_why = None
-    if reason(trace, "iterations") is None:
-        try:  # the rule is iterations' own (repeating ranges, ProfilerStep#N...); memoized for the later call
-            iterations(trace, limit=1)
-        except ProfileError as exc:
-            steps_why = str(exc)
+    steps_why = iteration_refusal(trace) if reason(trace, "iterations") is None else None
     caps = [cap(t) for t in ("top_kernels", "gap_histogram", "gap_histogram.host_calls", "gpu_timeline", "stream_summary",
                              "phases", "diagnose", "compare_traces", "check_regression", "rank_summary", "memcpy_summary",
                              "api_summary", "marker_summary")]
