@@ -13,6 +13,7 @@ import pytest
 from conftest import DATA as SHARED_DATA, CountingSqlite
 from gpuscope.fixtures.scenario import ApiCall, Device, Kernel, Marker, MemOp, Process, Scenario, Thread
 from gpuscope.fixtures.writers import nsys as writer
+from gpuscope.tools.analyses.marker_summary import marker_summary
 from gpuscope.tools.analyses.ops_summary import ops_summary
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
@@ -297,6 +298,10 @@ def test_repeated_correlation_ids_do_not_duplicate_kernels(tmp_path):
     conn = sqlite3.connect(path)  # a second call of process 1000 on thread 1001 reusing correlation id 10
     conn.execute("""INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME SELECT start + 1, end + 1, eventClass, globalTid + 1, correlationId, nameId,
                     returnValue, callchainId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId = 10 AND (globalTid & 16777215) = 1000""")
+    # and an NVTX range 'late' on thread 1001 around that second call (a copy of 'copy-phase', the range of that thread)
+    conn.execute("CREATE TEMP TABLE late AS SELECT * FROM NVTX_EVENTS WHERE text = 'copy-phase'")
+    conn.execute("UPDATE late SET start = 1000000, end = 1010000, text = 'late', eventId = (SELECT max(eventId) + 1 FROM NVTX_EVENTS)")
+    conn.execute("INSERT INTO NVTX_EVENTS SELECT * FROM late")
     conn.commit()
     conn.close()
     t = load_trace(path)
@@ -310,6 +315,12 @@ def test_repeated_correlation_ids_do_not_duplicate_kernels(tmp_path):
     sc = base_scenario()
     assert r.totals.gpu_ops == len(sc.kernels) + len(sc.memops) and sum(row.count for row in r.rows) == len(sc.kernels)
     assert r.totals.summed_kernel_time_ns == sum(k.end_ns - k.start_ns for k in sc.kernels)
+    # The NVTX projection ranks them the same way: the kernel of id 10 belongs to the range 'fwd' around the first call
+    # on thread 1000, not to 'late' around the second one on thread 1001.
+    k10 = next(k for k in sc.kernels if k.pid == 1000 and k.correlation_id == 10)
+    rows = {m.name: m for m in marker_summary(t).markers}
+    assert (rows["fwd"].gpu_ops, rows["fwd"].gpu_kernels, rows["fwd"].gpu_work_ns) == (1, 1, k10.end_ns - k10.start_ns)
+    assert (rows["late"].count, rows["late"].gpu_ops) == (1, 0)
     assert load_trace(writer.write(base_scenario(), tmp_path / "unique.sqlite")).meta["correlation_ids_unique"] == "true"
 
 

@@ -39,11 +39,11 @@ import duckdb
 import numpy as np
 
 from ..model.names import GRAPH_LAUNCH_RX
-from ..model.quality import CORRELATION_IDS_UNIQUE
 from ..model.quote import quote_literal
 from ..model.trace import Trace
 from .comm_patterns import is_comm_sql
 from .containment import SHIFT, temp_tables
+from .projection import calls_unique
 
 BLEED_NS = 1_000                 # tolerated overhang of a child past its parent's end (node tree only)
 PASS_THROUGH = ("execute",)      # cpu_ops that never launch on their own (TraceLens get_kernel_launchers)
@@ -65,7 +65,7 @@ def with_sql(unique: bool = False) -> str:
         comm(name, comm)                                              whether a kernel name is communication (one regex per
                                                                       distinct name, not per kernel);
         graph_call(name)                                              the API names that launch a graph.
-    `unique` (calls_unique): no two calls share a (pid, correlation id), so each is its pair's launching call and the calls
+    `unique` (projection.calls_unique): no two calls share a (pid, correlation id), so each is its pair's launching call and the calls
     are not ranked per pair (a window sorting every call: 0.3-0.4 s CPU of a 2 M-call profile)."""
     return f"""
     WITH thr AS (
@@ -184,11 +184,6 @@ def _names(trace: Trace) -> Names:
     return Names(table=kept.names["names"], kept=kept)
 
 
-def calls_unique(trace: Trace) -> bool:
-    """Whether no two API calls share a (pid, correlation id): trace_meta's correlation_ids_unique (the model check)."""
-    return trace.meta.get(CORRELATION_IDS_UNIQUE) == "true"
-
-
 def launchers(trace: Trace) -> Launchers:
     """Memoized per trace: the launcher of every GPU op and the subtree pairs."""
     return trace.memo(("op_tree.launchers",), lambda: _launchers(trace))
@@ -198,7 +193,7 @@ def _launchers(trace: Trace) -> Launchers:
     n = names(trace)
     kept = Kept(trace, "gops", "subtree")
     cur = kept.cur
-    unique = calls_unique(trace)
+    unique = calls_unique([trace])
     w = with_sql(unique)
     gops, subtree = kept.names["gops"], kept.names["subtree"]
     # The containment join reads tables (containment.py): the launcher candidates are a temp table, and where there are

@@ -55,8 +55,8 @@ from .common import (ALL_TABLES, CONTAINS_SQL, Window, clip_name, contains_patte
 from .comm_patterns import comm_patterns
 from .graph_summary import GRAPH_KERNELS_CTE, graph_kernel_count
 from .intervals import unions_on
-from .op_tree import Kept, calls_unique, gop_kinds_sql, gops_sql, launchers, linked_sql, names as name_table
-from .projection import INNERMOST, RANGE_KINDS_SQL, tables as projection_tables
+from .op_tree import Kept, gop_kinds_sql, gops_sql, launchers, linked_sql, names as name_table
+from .projection import INNERMOST, RANGE_KINDS_SQL, calls_unique, tables as projection_tables
 from .requirements import require
 from .stacked import union_stats_sql
 
@@ -413,7 +413,7 @@ def _build_frame(trace: Trace) -> Frame:
         # rows (op_tree.gops_sql): they are read as a subquery, not written as a table first. The projection reads the
         # GPU ops linked as there (op_tree.linked_sql); without ranges there is none to make.
         n = name_table(trace)
-        names, keep, src = n.table, n, f"({gops_sql(n.table, unique=calls_unique(trace))})"
+        names, keep, src = n.table, n, f"({gops_sql(n.table, unique=calls_unique([trace]))})"
         match = _categories(cur, f"({gop_kinds_sql(names)})", ("name_id", "is_comm", "op", "whole_graph"), kernel_category, "g",
                             names, ("name_id",))
         ranged = trace.scalar(f"SELECT EXISTS (SELECT 1 FROM markers WHERE kind IN ({RANGE_KINDS_SQL}))")
@@ -421,7 +421,7 @@ def _build_frame(trace: Trace) -> Frame:
         inner = (f"WITH inn AS ({INNERMOST}) SELECT inn.gop_id, r.rid, r.name, r.start_ns, r.end_ns FROM inn JOIN _proj_rng r USING (rid)"
                  if ranged else "SELECT NULL::BIGINT AS gop_id, NULL::BIGINT AS rid, NULL::VARCHAR AS name, NULL::BIGINT AS start_ns, "
                                 "NULL::BIGINT AS end_ns WHERE false")
-        with projection_tables(cur, trace, gops=linked_sql(calls_unique(trace))) if ranged else nullcontext():
+        with projection_tables(cur, trace, gops=linked_sql(calls_unique([trace]))) if ranged else nullcontext():
             _frame_table(cur, kept.names["frame"], "", f"""(
                 SELECT {common},
                     CASE WHEN r.rid IS NOT NULL THEN 'range' WHEN g.launcher_kind IN ('runtime', 'graph') THEN 'kernel'

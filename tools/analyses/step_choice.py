@@ -31,7 +31,7 @@ import duckdb
 
 from ..model.trace import Trace
 from .containment import temp_tables
-from .projection import RANGE_KINDS_SQL, SHIFT, normalised_sql, projection_absent_reason
+from .projection import RANGE_KINDS_SQL, SHIFT, calls_unique, launch_sql, normalised_sql, projection_absent_reason
 from .stacked import cursor, run, stack, values
 
 MIN_COVERAGE = 0.5  # an automatic step group receives at least this share of its process's launched GPU work
@@ -155,10 +155,8 @@ def choice_tables(traces: list[Trace], scopes: list[tuple[int, int | None]], pro
                                                     AND xt.start_ns = m.start_ns) AS cross_thread,
                    thr.k * {SHIFT} + m.start_ns AS ks, thr.k * {SHIFT} + m.end_ns AS ke
             FROM m JOIN thr USING (part, pid, tid)),
-        launch AS (
-            SELECT part, pid, correlation_id, arg_min(tid, (start_ns, end_ns)) AS tid, min(start_ns) AS start_ns,
-                   arg_min(end_ns, (start_ns, end_ns)) AS end_ns
-            FROM a WHERE correlation_id IS NOT NULL AND part IN (SELECT part FROM proj) GROUP BY part, pid, correlation_id),
+        launch AS ({launch_sql("SELECT * FROM a WHERE part IN (SELECT part FROM proj)", "part, pid",
+                               calls_unique([traces[p] for p in projected]))}),
         gop AS (
             SELECT o.part, o.op_id, o.pid, o.dur_ns, thr.k * {SHIFT} + l.start_ns AS ks, thr.k * {SHIFT} + l.end_ns AS ke{
                    ", o.op_id % 2 = 0 AS kernel, o.device_id, o.start_ns, o.end_ns" if detail else ""}
