@@ -185,11 +185,24 @@ def iterations(
 def chosen_steps(trace: Trace) -> tuple[Choice, pd.DataFrame]:
     """The steps `iterations` chooses with its default arguments, without their figures: one row per step with pid, tid,
     start_ns, end_ns, name, rid and index (0-based within its series), in (pid, tid, start) order. For the tools that
-    place boundaries at steps (phases, memory_timeline); raises ProfileError as iterations does."""
+    place boundaries at steps (memory_timeline); raises ProfileError as iterations does."""
     require(trace, "iterations", "Steps are taken from repeating ranges. " + ANNOTATE)
     _, window = resolve_selection(trace, None, None, None, None)
     choice, _, steps_df, _ = _steps(trace, None, None, projection_absent_reason(trace), window, None, None)
     return choice, steps_df
+
+
+@contextmanager
+def chosen_step_tables(trace: Trace) -> Iterator[tuple[duckdb.DuckDBPyConnection, Choice, pd.DataFrame]]:
+    """chosen_steps, and for the block the cursor holding the choice's temp tables (step_choice.choice_tables with
+    detail): _step_rng, the ranges (a step's rid is its row), and _step_gop, the linked GPU ops keyed by their
+    launching call, with device and times; empty without a projection. A tool that looks up the GPU work of the steps
+    (phases) joins them instead of building both again."""
+    require(trace, "iterations", "Steps are taken from repeating ranges. " + ANNOTATE)
+    _, window = resolve_selection(trace, None, None, None, None)
+    with _stepping(trace, None, None, projection_absent_reason(trace), window, None, None, detail=True) as (
+            cur, choice, _, steps_df):
+        yield cur, choice, steps_df
 
 
 def refusal(trace: Trace) -> str | None:
@@ -210,7 +223,16 @@ def _steps(trace: Trace, pid: int | None, marker: str | None, absent: str | None
            ) -> tuple[Choice, pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
     """(choice, range groups, the chosen steps starting in [start_ns, end_ns) with their index in their series, and
     with `figures` their figures per device (_step_figures; on `device` only when given), else None)."""
-    with _choosing([trace], 0, pid, marker, absent, detail=figures) as (cur, choice, groups, steps_df):
+    with _stepping(trace, pid, marker, absent, window, start_ns, end_ns, figures) as (cur, choice, groups, steps_df):
+        return choice, groups, steps_df, _step_figures(cur, steps_df[["rid"]], device) if figures else None
+
+
+@contextmanager
+def _stepping(trace: Trace, pid: int | None, marker: str | None, absent: str | None, window: Window, start_ns: int | None,
+              end_ns: int | None, detail: bool = False
+              ) -> Iterator[tuple[duckdb.DuckDBPyConnection, Choice, pd.DataFrame, pd.DataFrame]]:
+    """_steps' choice, groups and steps, with the cursor holding the choice's temp tables for the block (_choosing)."""
+    with _choosing([trace], 0, pid, marker, absent, detail) as (cur, choice, groups, steps_df):
         steps_df = steps_df.sort_values(["pid", "tid", "start_ns", "rid"])
         if start_ns is not None:
             steps_df = steps_df[steps_df["start_ns"] >= start_ns]
@@ -218,9 +240,7 @@ def _steps(trace: Trace, pid: int | None, marker: str | None, absent: str | None
             steps_df = steps_df[steps_df["start_ns"] < end_ns]
         if steps_df.empty:
             raise ProfileError(f"no step of '{choice.pattern}' starts inside the time window [{window.start_ns}, {window.end_ns}) ns.")
-        steps_df = steps_df.assign(index=steps_df.groupby(["pid", "tid"]).cumcount()).reset_index(drop=True)
-        per = _step_figures(cur, steps_df[["rid"]], device) if figures else None
-    return choice, groups, steps_df, per
+        yield cur, choice, groups, steps_df.assign(index=steps_df.groupby(["pid", "tid"]).cumcount()).reset_index(drop=True)
 
 
 def step_choice(traces: list[Trace], part: int, pid: int | None, marker: str | None,

@@ -37,15 +37,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .common import Window, clip_name, data_issue_notes, data_issues_field, gpu_activity_sql, pct, resolve_selection, skipped_note, ToolResult
 from .intervals import merge_chunks, time_chunks, unions, unions_on
-from .iterations import chosen_steps
-from . import projection
+from .iterations import chosen_step_tables
 from .stacked import gaps_sql
 from .requirements import require
 
@@ -437,32 +435,29 @@ def _iterations(trace: Trace, dev: int, t0: int, t1: int) -> tuple[str, list[int
     (launched by an API call inside the step on the step's thread, as `iterations` projects GPU work).
     None as well when no step has such an op: those steps cannot place a boundary."""
     try:
-        choice, chosen = chosen_steps(trace)
+        with chosen_step_tables(trace) as (cur, choice, chosen):
+            chosen = chosen[(chosen["end_ns"] > t0) & (chosen["start_ns"] < t1)]
+            steps = len(set(zip(*(chosen[c].tolist() for c in ("pid", "tid", "start_ns", "end_ns")))))
+            if not steps:
+                return None
+            # the step choice's ranges and linked ops are temp tables, the step lookup a subquery: no CTE, so the
+            # containment join is an IEJoin
+            cur.register("phase_steps", chosen[["rid"]])
+            try:
+                rows = cur.execute(
+                    """SELECT st.pid, st.tid, st.start_ns, min(g.start_ns) FROM (
+                           SELECT DISTINCT r.pid, r.tid, r.start_ns, r.ks, r.ke FROM _step_rng r SEMI JOIN phase_steps s USING (rid)
+                           WHERE NOT r.cross_thread) st
+                       JOIN _step_gop g ON st.ks <= g.ks AND g.ke <= st.ke
+                       WHERE g.device_id = ? AND g.end_ns > g.start_ns GROUP BY ALL""", [dev]).fetchall()
+            finally:
+                cur.unregister("phase_steps")
     except ProfileError:
         return None
-    chosen = chosen[(chosen["end_ns"] > t0) & (chosen["start_ns"] < t1)]
-    steps = sorted(set(zip(*(chosen[c].astype("int64").tolist() for c in ("pid", "tid", "start_ns", "end_ns")))))
-    if not steps:
-        return None
-    df = pd.DataFrame(steps, columns=["pid", "tid", "start_ns", "end_ns"])
-    cur = trace.con.cursor()
-    try:
-        cur.register("phase_steps", df)
-        # ranges and linked ops as temp tables, the step lookup a subquery: no CTE, so the containment join is an IEJoin
-        with projection.tables(cur, trace, ("rng", "gop")):
-            rows = cur.execute(
-                """SELECT st.pid, st.tid, st.start_ns, min(g.start_ns) FROM (
-                       SELECT DISTINCT r.pid, r.tid, r.start_ns, r.ks, r.ke FROM _proj_rng r
-                       JOIN phase_steps s ON r.pid = s.pid AND r.tid = s.tid AND r.start_ns = s.start_ns AND r.end_ns = s.end_ns
-                       WHERE NOT r.cross_thread) st
-                   JOIN _proj_gop g ON st.ks <= g.ks AND g.ke <= st.ke
-                   WHERE g.device_id = ? AND g.end_ns > g.start_ns GROUP BY ALL""", [dev]).fetchall()
-    finally:
-        cur.close()
     gpu = sorted({int(g) for *_, g in rows if g is not None and t0 <= g <= t1})
     if not gpu:  # steps that launched nothing on this device (a fallback choice of `iterations`) place no boundary
         return None
-    return choice.pattern, gpu, len(steps)
+    return choice.pattern, gpu, steps
 
 
 def _phase_figures(trace: Trace, dev_acts: str, params: list, bounds: list[int]) -> dict[int, dict]:
