@@ -13,6 +13,7 @@ import pytest
 from conftest import DATA as SHARED_DATA, CountingSqlite
 from gpuscope.fixtures.scenario import ApiCall, Device, Kernel, Marker, MemOp, Process, Scenario, Thread
 from gpuscope.fixtures.writers import nsys as writer
+from gpuscope.tools.analyses.iterations import iterations
 from gpuscope.tools.analyses.marker_summary import marker_summary
 from gpuscope.tools.analyses.ops_summary import ops_summary
 from gpuscope.tools.model.errors import ProfileError
@@ -361,6 +362,15 @@ def test_scale_writer_truth(tmp_path):
            for n, c, s, lo, hi in t.sql("SELECT name, count(*), sum(dur_ns), min(dur_ns), max(dur_ns) FROM kernels GROUP BY 1")}
     assert got == truth["per_name"]
     assert re.fullmatch(r"kernel_\d\d", t.scalar("SELECT min(short_name) FROM kernels"))
+
+
+def test_scale_writer_steps(tmp_path):
+    # nvtx_every=8: a range around each block of 8 launches (the last block holds the 3 left), which iterations takes
+    # as the steps; each step launched its block's kernels.
+    truth = writer.write_scale(tmp_path / "steps.sqlite", n_kernels=2_003, seed=5, nvtx_every=8)
+    r = iterations(load_trace(tmp_path / "steps.sqlite"), limit=1000)
+    assert truth["n_ranges"] == 251 and (r.choice.how, r.choice.pattern) == ("auto", "layer_<N>")
+    assert [s.projected_kernels for s in r.steps] == [8] * 250 + [3] and r.summaries[0].steps == 251
 
 
 def test_nsys_rep_export_and_cache(tmp_path, monkeypatch):
