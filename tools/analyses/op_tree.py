@@ -65,8 +65,9 @@ def with_sql(unique: bool = False) -> str:
         comm(name, comm)                                              whether a kernel name is communication (one regex per
                                                                       distinct name, not per kernel);
         graph_call(name)                                              the API names that launch a graph.
-    `unique` (projection.calls_unique): no two calls share a (pid, correlation id), so each is its pair's launching call and the calls
-    are not ranked per pair (a window sorting every call: 0.3-0.4 s CPU of a 2 M-call profile)."""
+    `unique` (projection.calls_unique): no two calls share a (pid, correlation id), so each is its pair's launching
+    call and the calls are not ranked per pair (a window sorting every call: 0.3-0.4 s CPU of a 2 M-call profile). The
+    rule is projection.launch_sql's, ties going by rowid here: a call's name is read too."""
     return f"""
     WITH thr AS (
         SELECT pid, tid, (row_number() OVER (ORDER BY pid, tid) - 1)::HUGEINT AS k FROM (
