@@ -95,6 +95,18 @@ def test_baseline_round_trips_through_json(opened, tmp_path):
         G.load_baseline(path)
 
 
+def test_baseline_refuses_more_per_step_figures_than_it_holds(opened, monkeypatch):
+    # 13 steps x (3 kernel groups + the step itself): 52 figures. A budget one short refuses, with what to do, instead of
+    # writing a file the loader would refuse (or, at 250,000 steps, computing for minutes).
+    groups = len(truth("gate_base", "nsys")["groups"])
+    monkeypatch.setattr(G, "MAX_STEP_FIGURES", 13 * (groups + 1) - 1)
+    with pytest.raises(ProfileError, match=f"too many per-step figures to record or compare: 13 steps of 'ProfilerStep#<N>' x "
+                                           f"{groups} kernel groups .*Pass marker="):
+        G.save_baseline(opened("gate_base", "nsys"))
+    monkeypatch.setattr(G, "MAX_STEP_FIGURES", 13 * (groups + 1))
+    assert len(G.save_baseline(opened("gate_base", "nsys")).iterations.steps) == 13
+
+
 def test_baseline_without_steps_keeps_totals(opened):
     b = G.save_baseline(opened("gate_no_steps", "nsys"))
     assert b.iterations is None and "annotation ranges" in b.iterations_absent

@@ -35,6 +35,7 @@ import unicodedata
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
 from gpuscope import __version__
@@ -46,7 +47,6 @@ from ..model.trace import Trace
 from .common import clip_name, ToolResult
 from .gpu_timeline import gpu_timeline
 from .iterations import iterations
-from .step_choice import WARMUP_RULE
 
 SCHEMA = "gpuscope-baseline"
 SCHEMA_VERSION = 1
@@ -159,6 +159,9 @@ def _steps(trace: Trace, marker: str | None, pid: int | None) -> tuple[BaselineI
                               warmup_rule=sm.warmup_note, steps=steps), None, False
 
 
+MAX_STEP_FIGURES = 2_000_000  # steps x (kernel groups + 1) a baseline holds: ~20 MB of JSON (MAX_BASELINE_BYTES: 64 MiB)
+
+
 def _kernel_groups(trace: Trace, it: BaselineIterations | None) -> list[BaselineKernelGroup]:
     if trace.count("kernels") == 0:
         return []
@@ -167,12 +170,29 @@ def _kernel_groups(trace: Trace, it: BaselineIterations | None) -> list[Baseline
     per: dict[tuple, list[int]] = {}
     if it is not None:
         n = len(it.steps)
-        # the step windows as a VALUES list of integers (never text from the profile)
-        values = ", ".join(f"({i}, {int(it.pid)}, {int(s.start_ns)}, {int(s.start_ns + s.wall_ns)})" for i, s in enumerate(it.steps))
-        for dev, g, i, total in trace.sql(f"""
-                WITH st(i, pid, s, e) AS (VALUES {values})
+        if n * (len(rows) + 1) > MAX_STEP_FIGURES:
+            raise ProfileError(
+                f"too many per-step figures to record or compare: {n:,} steps of '{clip_name(it.pattern, 60)}' x "
+                f"{len(rows):,} kernel groups (a baseline holds at most {MAX_STEP_FIGURES:,}). Pass marker= (CLI --marker) "
+                "naming a coarser step range (an iteration rather than a layer), or capture fewer steps.")
+        # The step windows go in as a frame scanned into a temp table, and the series' one process filters the kernels
+        # first: the join is then an IEJoin on the two time conditions (containment.py), not a hash join on the process
+        # comparing every step with every kernel (250,000 steps did not finish in minutes).
+        cur = trace.con.cursor()
+        try:
+            cur.register("_rg_frame", {"i": np.arange(n, dtype=np.int64),
+                                       "s": np.array([s.start_ns for s in it.steps], dtype=np.int64),
+                                       "e": np.array([s.start_ns + s.wall_ns for s in it.steps], dtype=np.int64)})
+            cur.execute("CREATE OR REPLACE TEMP TABLE _rg_steps AS SELECT * FROM _rg_frame")
+            cur.unregister("_rg_frame")
+            found = cur.execute("""
                 SELECT k.device_id, coalesce(k.short_name, k.name), st.i, sum(k.dur_ns)::BIGINT
-                FROM kernels k JOIN st ON k.pid = st.pid AND k.start_ns >= st.s AND k.start_ns < st.e GROUP BY ALL"""):
+                FROM (SELECT device_id, short_name, name, start_ns, dur_ns FROM kernels WHERE pid = ?) k
+                JOIN _rg_steps st ON k.start_ns >= st.s AND k.start_ns < st.e GROUP BY ALL""", [int(it.pid)]).fetchall()
+        finally:
+            cur.execute("DROP TABLE IF EXISTS temp.main._rg_steps")
+            cur.close()
+        for dev, g, i, total in found:
             per.setdefault((dev, g), [0] * n)[i] = int(total)
     return [BaselineKernelGroup(device_id=int(d), short_name=str(g), count=int(c), total_ns=int(t),
                                 per_step_ns=None if it is None else per.get((d, g), [0] * len(it.steps)))
