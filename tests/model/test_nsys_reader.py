@@ -491,7 +491,8 @@ def test_a_blob_column_empty_in_the_first_chunk_stays_blob(tmp_path, monkeypatch
 def test_a_lenient_copy_counts_every_cell_it_changes(tmp_path, monkeypatch, chunk_rows):
     """A table the scanner refuses is copied through sqlite3, which must change some cells: text that is not UTF-8, a
     blob in a text column, a value its declared type cannot hold (NULL), a fraction in an integer column (rounded), a
-    number in a blob column (the bytes of its text). Each is counted per column, whether the table is copied in one chunk or two rows at a time; the rest is kept."""
+    number in a blob column (the bytes of its text). Each is counted per column, whether the table is copied in one
+    chunk or two rows at a time; the rest is kept."""
     import duckdb
 
     from gpuscope.tools.model import sqlite_source

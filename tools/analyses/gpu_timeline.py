@@ -75,7 +75,8 @@ def timeline_ops_sql(trace: Trace, where: str, lo: int, hi: int, include_unlinke
 class Timeline(BaseModel):
     device_id: int | None = Field(description="GPU; null for the all-device merge")
     device_name: str | None = None
-    pid: int | None = Field(description="process owning the work: the ops' process, else their stream's or device's only one (null: none, or the all-device merge)")
+    pid: int | None = Field(description="process owning the work: the ops' process, else their stream's or device's only "
+                                        "one (owners.py; null: none, or the all-device merge)")
     rank: int | None = Field(None, description="distributed rank of that process when the profile states it")
     ops: int = Field(description="GPU operations with non-zero duration in the selection")
     comm_ops: int = Field(description="of which communication kernels")

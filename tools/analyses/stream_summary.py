@@ -33,7 +33,8 @@ from .requirements import require
 class StreamRow(BaseModel):
     device_id: int
     stream_id: int | None = Field(description="stream id on this device (null: the profile does not say)")
-    pid: int | None = Field(description="process owning the stream: its ops' process, else the device's only one (null when unknown)")
+    pid: int | None = Field(description="process owning the stream: its ops' process; for ops without one, the stream's "
+                                        "only process, else the device's (owners.py; null when none)")
     kernel_count: int = Field(description="kernels (zero-length ones included)")
     copy_count: int = Field(description="memory copies")
     set_count: int = Field(description="memory sets")
