@@ -12,7 +12,7 @@ from ...model.trace import Trace
 from ..collectives import KIND_LABELS, instances_sql, match_rule
 from ..requirements import require
 from ..stacked import frame
-from .build import RankGraph, rank_graphs
+from .build import rank_graphs
 from .graph import COLL, KINDS, STREAM, Graph
 from .lanes import FIN, START, Lanes
 from .result import CollectiveLinks, JobRank
