@@ -265,6 +265,11 @@ def test_roundtrip(variant, tmp_path):
         with pytest.raises(sqlite3.OperationalError):
             conn.execute("SELECT text FROM NVTX_EVENTS").fetchall()
         conn.close()
+        # the writer's one EXPORT_USER value of cp1252 bytes, read with the export's metadata, is counted
+        from gpuscope.tools.model.sqlite_source import NOT_UTF8
+
+        meta_table = "META_DATA_EXPORT" if era == "modern" else "EXPORT_META_DATA"
+        assert (f'native."{meta_table}"', "repaired", 1, f'"value": {NOT_UTF8}') in t.sql("SELECT * FROM data_issues")
     t.close()
 
 

@@ -279,6 +279,7 @@ class SqliteSource:
         self._lower = {t.lower(): t for t in self.tables}
         self._columns: dict[str, list[str]] = {}
         self.copied: set[str] = set()
+        self._recorded: dict[tuple[str, str, str], int] = {}  # _record_most's counts so far
         self.attached = False
         try:
             attach_scanner(con, path, "src")
@@ -300,9 +301,33 @@ class SqliteSource:
     def has_column(self, table: str, column: str) -> bool:
         return column in self.columns(table)
 
-    def query(self, sql: str, params: tuple = ()) -> list[tuple]:
-        """Run a small SQLite-dialect query through sqlite3 (lenient text)."""
-        return self.sqlite.execute(sql, params).fetchall()
+    def query(self, sql: str, params: tuple = (), *, table: str) -> list[tuple]:
+        """Run a small SQLite-dialect query through sqlite3 (lenient text) whose result columns hold cells of `table`.
+        Cells that were not valid UTF-8 are counted in data_issues under native."table", per column as the query names
+        it (_record_most)."""
+        with counting_utf8(self.sqlite) as utf8:
+            cur = self.sqlite.execute(sql, params)
+            rows = cur.fetchall()
+        counts, rows = utf8.take([d[0] for d in cur.description or ()], rows)
+        shown = native_table_name(table)
+        self._record_most([(shown, "repaired", n, f"{quote_ident(c)[:80]}: {NOT_UTF8}") for c, n in counts.items()])
+        return rows
+
+    def restart(self) -> None:
+        """The reader deleted the data_issues rows of every table but the copies (it reads the profile again): what its
+        queries counted is counted again as they run again."""
+        copies = {native_table_name(t) for t in self.copied}
+        self._recorded = {k: n for k, n in self._recorded.items() if k[0] in copies}
+
+    def _record_most(self, rows: list[tuple[str, str, int, str]]) -> None:
+        """Record data_issues rows so that each (table, action, reason) counts the most rows any one read reported: the
+        queries of a table (and its copy, which reads every row) may read the same rows, and each counts what it read."""
+        for table, action, n, reason in rows:
+            key = (table, action, reason)
+            have = self._recorded.get(key, 0)
+            if n > have:
+                record(self.con, [(table, action, n - have, reason)])
+                self._recorded[key] = n
 
     # -- relations for DuckDB SQL ---------------------------------------------------------------
     def relation(self, table: str, *, text: bool = False) -> str:
@@ -335,7 +360,7 @@ class SqliteSource:
             except duckdb.Error as exc:  # invalid UTF-8 or mixed types: the lenient path reads it
                 log.info("scanner copy of %s failed (%s); copying through sqlite3", table, exc)
                 self.con.execute(f"DROP TABLE IF EXISTS {target}")
-        record(self.con, copy_lenient(self.con, self.sqlite, table, target))
+        self._record_most(copy_lenient(self.con, self.sqlite, table, target))
         self.copied.add(table)
         return target
 

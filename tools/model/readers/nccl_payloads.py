@@ -136,7 +136,8 @@ def _schemas(src, domains: list[int]) -> dict[int, tuple[str, dict[str, str]]]:
     mine = _in_domains(src, "NVTX_PAYLOAD_SCHEMAS", domains)
     entries = src.query('SELECT DISTINCT schemaId, idx, type, name, coalesce("offset", 0) FROM NVTX_PAYLOAD_SCHEMA_ENTRIES '
                         f"WHERE {_in_domains(src, 'NVTX_PAYLOAD_SCHEMA_ENTRIES', domains)} "
-                        f"AND schemaId IN (SELECT schemaId FROM NVTX_PAYLOAD_SCHEMAS WHERE {mine}) ORDER BY schemaId, idx")
+                        f"AND schemaId IN (SELECT schemaId FROM NVTX_PAYLOAD_SCHEMAS WHERE {mine}) ORDER BY schemaId, idx",
+                        table="NVTX_PAYLOAD_SCHEMA_ENTRIES")
     enums = _enums(src, domains)
     ambiguous = set(_ambiguous(src, domains))
     out: dict[int, tuple[str, dict[str, str]]] = {}
@@ -167,12 +168,13 @@ def _enums(src, domains: list[int]) -> dict[int, tuple[int, dict[int, str]]]:
     if not (src.has_column("NVTX_PAYLOAD_ENUMS", "schemaId") and src.has_column("NVTX_PAYLOAD_ENUMS", "size")):
         return {}
     sizes = {s: z for s, z in src.query(f"SELECT DISTINCT schemaId, size FROM NVTX_PAYLOAD_ENUMS "
-                                        f"WHERE {_in_domains(src, 'NVTX_PAYLOAD_ENUMS', domains)}")
+                                        f"WHERE {_in_domains(src, 'NVTX_PAYLOAD_ENUMS', domains)}", table="NVTX_PAYLOAD_ENUMS")
              if isinstance(s, int) and z in (1, 2, 4, 8)}
     names: dict[int, dict[int, str]] = {s: {} for s in sizes}
     if all(src.has_column("NVTX_PAYLOAD_ENUM_ENTRIES", c) for c in ("schemaId", "value", "name")):
         for s, value, name in src.query("SELECT DISTINCT schemaId, value, name FROM NVTX_PAYLOAD_ENUM_ENTRIES "
-                                        f"WHERE {_in_domains(src, 'NVTX_PAYLOAD_ENUM_ENTRIES', domains)}"):
+                                        f"WHERE {_in_domains(src, 'NVTX_PAYLOAD_ENUM_ENTRIES', domains)}",
+                                        table="NVTX_PAYLOAD_ENUM_ENTRIES"):
             if s in names and isinstance(value, int) and isinstance(name, str):
                 names[s].setdefault(value, name)
     return {s: (sizes[s], names[s]) for s in sizes}
@@ -183,7 +185,8 @@ def _ambiguous(src, domains: list[int]) -> list[int]:
     if not all(src.has_column("NVTX_PAYLOAD_SCHEMA_ENTRIES", c) for c in ENTRY_COLUMNS):
         return []
     rows = src.query('SELECT schemaId FROM (SELECT DISTINCT schemaId, idx, type, name, "offset" FROM NVTX_PAYLOAD_SCHEMA_ENTRIES '
-                     f"WHERE {_in_domains(src, 'NVTX_PAYLOAD_SCHEMA_ENTRIES', domains)}) GROUP BY schemaId, idx HAVING count(*) > 1")
+                     f"WHERE {_in_domains(src, 'NVTX_PAYLOAD_SCHEMA_ENTRIES', domains)}) GROUP BY schemaId, idx HAVING count(*) > 1",
+                     table="NVTX_PAYLOAD_SCHEMA_ENTRIES")
     return sorted({r[0] for r in rows if isinstance(r[0], int)})
 
 

@@ -118,7 +118,7 @@ class _Reader:
     # -- metadata -----------------------------------------------------------------------------------
     def _metadata(self) -> None:
         table = next((t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if self.src.has(t)), None)
-        rows = dict(self.src.query(f"SELECT name, value FROM {quote_ident(table)}")) if table else {}
+        rows = dict(self.src.query(f"SELECT name, value FROM {quote_ident(table)}", table=table)) if table else {}
         self.meta += [("format", "nsys"), ("format_version", rows.get("EXPORT_SCHEMA_VERSION") or ""),
                       ("product_version", rows.get("EXPORT_PRODUCT_VERSION") or "")]
         if table is None:
@@ -126,7 +126,8 @@ class _Reader:
         if rows.get("EXPORT_PLATFORM"):
             self.meta.append(("platform", rows["EXPORT_PLATFORM"]))
         if self.src.has_column("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
-            utc = self.src.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+            utc = self.src.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1",
+                                 table="TARGET_INFO_SESSION_START_TIME")
             if utc and utc[0][0] is not None:
                 self.meta.append(("session_start_utc_ns", str(int(utc[0][0]))))
 
@@ -136,14 +137,16 @@ class _Reader:
         if self.src.has("ENUM_CUDA_MEMCPY_OPER"):
             short = {n.upper(): n for n in set(COPY_KINDS.values())}
             # CAST and typeof: a damaged or hand-edited enum can hold blobs or text ids
-            rows = self.src.query("SELECT id, CAST(name AS TEXT) FROM ENUM_CUDA_MEMCPY_OPER WHERE typeof(id) = 'integer'")
+            rows = self.src.query("SELECT id, CAST(name AS TEXT) AS name FROM ENUM_CUDA_MEMCPY_OPER WHERE typeof(id) = 'integer'",
+                                  table="ENUM_CUDA_MEMCPY_OPER")
             copy = {i: short.get((name or "").removeprefix("CUDA_MEMCPY_KIND_").removeprefix("UVM_"), "Unknown") for i, name in rows}
             uvm = {i for i, name in rows if "UVM" in (name or "")}
         else:
             uvm = {11, 12, 13}
             if self.src.has(MEMCPY):
                 self.warn("no ENUM_CUDA_MEMCPY_OPER table: built-in copy-kind map used")
-        mem = (dict(self.src.query("SELECT id, CAST(label AS TEXT) FROM ENUM_CUDA_MEM_KIND WHERE typeof(id) = 'integer'"))
+        mem = (dict(self.src.query("SELECT id, CAST(label AS TEXT) AS label FROM ENUM_CUDA_MEM_KIND WHERE typeof(id) = 'integer'",
+                                    table="ENUM_CUDA_MEM_KIND"))
                if self.src.has("ENUM_CUDA_MEM_KIND") else MEM_KINDS)
         self.con.execute("CREATE TEMP TABLE _copykind (id BIGINT, kind VARCHAR, managed BOOLEAN)")
         self.con.executemany("INSERT INTO _copykind VALUES (?, ?, ?)", [(i, k, i in uvm) for i, k in copy.items()])
@@ -206,7 +209,8 @@ class _Reader:
         # join would duplicate GPU rows, so redo it against one call per pair. Exports are written
         # append-only, so max(rowid) is the row count at O(log n); only on a mismatch is the table scanned
         # for rows left out (no times, no device), and any mismatch left after them takes the safe path.
-        inserted, rows = insert("_rt"), self.src.query(f"SELECT coalesce(max(rowid), 0) FROM {quote_ident(table)}")[0][0]
+        inserted = insert("_rt")
+        rows = self.src.query(f"SELECT coalesce(max(rowid), 0) FROM {quote_ident(table)}", table=table)[0][0]
         if inserted != rows:
             missing_time, _ = time_checks("k.start", 'k."end"')
             skipped = self.con.execute(count_sql(model, f"{rel} k", [
@@ -498,7 +502,8 @@ class _Reader:
                      f"WHERE {PID.format(g='m.globalTid')} = u.pid)")
         hosts = []
         if self.src.has("TARGET_INFO_SYSTEM_ENV"):
-            hosts = self.src.query("SELECT DISTINCT globalVid >> 48, value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'")
+            hosts = self.src.query("SELECT DISTINCT globalVid >> 48, value FROM TARGET_INFO_SYSTEM_ENV WHERE name = 'Hostname'",
+                                   table="TARGET_INFO_SYSTEM_ENV")
         if len({h for _, h in hosts}) == 1:
             host = quote_literal(str(hosts[0][1]))
         elif hosts:  # several hosts in one report: match on the VM bits of the process id
@@ -514,10 +519,11 @@ class _Reader:
     # -- capture span ----------------------------------------------------------------------------------
     def _span(self) -> None:
         if self.src.has("ANALYSIS_DETAILS"):
-            row = self.src.query("SELECT duration, startTime FROM ANALYSIS_DETAILS LIMIT 1")
+            row = self.src.query("SELECT duration, startTime FROM ANALYSIS_DETAILS LIMIT 1", table="ANALYSIS_DETAILS")
             clock = None
             if self.src.has_column("TARGET_INFO_SESSION_START_TIME", "systemClockNs"):
-                clock = self.src.query("SELECT systemClockNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+                clock = self.src.query("SELECT systemClockNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1",
+                                       table="TARGET_INFO_SESSION_START_TIME")
             if row and row[0][0] is not None:
                 duration, start_time = int(row[0][0]), row[0][1]
                 # Event times are relative to session start; ANALYSIS_DETAILS.startTime is on the target system
@@ -573,14 +579,15 @@ def preview(con: duckdb.DuckDBPyConnection, path: Path, names: bool = True, stre
         with setting(con, "preserve_insertion_order", False):
             if not (src.attached and src.has(KERNEL) and src.has("StringIds")):
                 raise NoPreview("no scanner or no kernels")
-            rows = src.query(f"SELECT coalesce(max(rowid), 0) FROM {quote_ident(KERNEL)}")[0][0]
+            rows = src.query(f"SELECT coalesce(max(rowid), 0) FROM {quote_ident(KERNEL)}", table=KERNEL)[0][0]
             if rows < PREVIEW_MIN_KERNELS:
                 raise NoPreview("small export")
             r = _Reader(con, src, lambda *_: None)
             strings = r._strings()
             if r.scalar(f"SELECT coalesce(max(length(value)), 0) FROM {strings}") > MAX_NAME_CHARS:
                 raise NoPreview("long names")
-            analysed = src.has("ANALYSIS_DETAILS") and (src.query("SELECT duration FROM ANALYSIS_DETAILS LIMIT 1") or [(None,)])[0][0] is not None
+            analysed = src.has("ANALYSIS_DETAILS") and (src.query("SELECT duration FROM ANALYSIS_DETAILS LIMIT 1", table="ANALYSIS_DETAILS")
+                                                        or [(None,)])[0][0] is not None
             if not analysed and any(src.has(t) for t in (MEMCPY, MEMSET, "NVTX_EVENTS")):
                 raise NoPreview("capture span needs more tables")
             if src.has(GRAPH_TRACE):  # whole-graph executions are kernels rows too (_graph_executions): the store has them

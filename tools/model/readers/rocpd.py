@@ -137,6 +137,7 @@ def load(con: duckdb.DuckDBPyConnection, path: Path, progress, detected: Detecte
             # the native tables already copied stay, and so do their data_issues rows
             con.execute("DELETE FROM data_issues WHERE NOT list_contains(?, table_name)",
                         [[native_table_name(t) for t in src.copied]])
+            src.restart()
             tb = _Tables(con, src, lenient=True)
             _load(con, path, progress, tb, sidecars)
     finally:
@@ -402,7 +403,8 @@ def _schema_version(src: SqliteSource, tb: _Tables, path: Path) -> str:
             f"{path} has rocpd tables but no rocpd_metadata: it is not a complete rocprofv3 database (hand-made or "
             "interrupted). Re-run rocprofv3 with `--output-format rocpd`."
         )
-    versions = {str(v) for n in names for (v,) in src.query(f"SELECT value FROM {quote_ident(n)} WHERE tag = 'schema_version'")}
+    versions = {str(v) for n in names
+                for (v,) in src.query(f"SELECT value FROM {quote_ident(n)} WHERE tag = 'schema_version'", table=n)}
     if len(versions) > 1:
         raise ProfileError(f"{path} merges rocpd databases of different schema versions ({', '.join(sorted(versions))}); "
                            "analyse each process's database separately.")

@@ -86,7 +86,8 @@ def _load(con, path: Path, progress, src: SqliteSource) -> None:
     for t in ("rocpd_op", "rocpd_api", "rocpd_string"):
         if not src.has(t):
             raise ProfileError(f"{path} lacks {t}: it is not a complete RPD database. Re-profile with rocprofv3 `--output-format rocpd`.")
-    version = (src.query("SELECT value FROM rocpd_metadata WHERE tag = 'schema_version'") or [("",)])[0][0] if src.has("rocpd_metadata") else ""
+    version = ((src.query("SELECT value FROM rocpd_metadata WHERE tag = 'schema_version'", table="rocpd_metadata") or [("",)])[0][0]
+               if src.has("rocpd_metadata") else "")
     progress(0.1, "rpd: reading tables")
     _materialise(con, src, "rocpd_op", ["id", "gpuId", "queueId", "start", "end", "description_id", "opType_id"], False)
     _materialise(con, src, "rocpd_api", ["id", "pid", "tid", "start", "end", "apiName_id", "args_id"], False)
