@@ -555,11 +555,13 @@ def _write_rows(result: BaseModel, fmt: str, field: str | None, output: str | No
 
     import pandas as pd
 
+    from gpuscope.tools.model.limits import connect
+
     name, rows = table_rows(result, field)
     columns = list(dict.fromkeys(k for r in rows for k in r))
     frame = pd.DataFrame(rows, columns=columns)
     if fmt == "parquet":
-        con = duckdb.connect()  # a private in-memory instance: it only writes the file the user named
+        con = connect(":memory:", {})  # a private in-memory instance: it only writes the file the user named
         try:
             con.register("result_rows", frame)
             con.execute("COPY result_rows TO ? (FORMAT parquet)", [str(Path(output).expanduser())])

@@ -266,6 +266,25 @@ def test_small_memory_limit_spills_instead_of_failing(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "(3000000, True)"
 
 
+def test_no_instance_draws_duckdb_s_progress_bar_where_python_counts_as_interactive(tmp_path):
+    """DuckDB's Python client turns its progress bar on for a connection made where __main__ has no file (python -c,
+    as here) and draws it on fd 1, a stdio server's protocol stream: the analysis instance and every instance made by
+    limits.connect (builds, previews, sql_query's worker) have it off."""
+    code = ("import duckdb\n"
+            "from gpuscope.tools.model.hub import hub\n"
+            "from gpuscope.tools.model.limits import connect, duckdb_config\n"
+            "q = \"SELECT current_setting('enable_progress_bar')\"\n"
+            "print(duckdb.connect().execute(q).fetchone()[0], hub().con.execute(q).fetchone()[0],\n"
+            "      connect(':memory:', duckdb_config()).execute(q).fetchone()[0])")
+    out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "cache"), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    plain, analysis, built = out.stdout.split()
+    if plain != "True":
+        pytest.skip("this DuckDB client does not turn the progress bar on under python -c")
+    assert (analysis, built) == ("False", "False")
+
+
 def test_two_instances_of_one_process_spill_without_mixing_their_rows(tmp_path, monkeypatch):
     """The hub and a build behind a preview live in one process and both spill: each must read back its own rows.
     With one spill folder per process their same-named spill files overwrote each other and sums came back wrong."""

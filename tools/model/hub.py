@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from .limits import duckdb_config
+from .limits import connect, duckdb_config
 from .quote import quote_ident, quote_literal
 from .store import lock_down, stores_root
 
@@ -28,7 +28,7 @@ class Hub:
     def __init__(self, root: Path):
         self.root = root
         config = duckdb_config()
-        self.con = duckdb.connect(":memory:", config={**config, "allow_community_extensions": "false"})
+        self.con = connect(":memory:", {**config, "allow_community_extensions": "false"})
         # The spill folder must be allowed too: without it DuckDB cannot spill and fails at memory_limit.
         allowed = ", ".join(quote_literal(d.rstrip(os.sep) + os.sep) for d in (str(root), config["temp_directory"]))
         self.con.execute(f"SET allowed_directories = [{allowed}]")

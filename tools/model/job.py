@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-import duckdb
-
 from .errors import ProfileError, shown_path
 from .quote import quote_ident, quote_literal
 from .trace import Trace
@@ -301,7 +299,7 @@ def job_stack(traces: list[Trace], progress: Progress = lambda f, m: None) -> Jo
     """The stacked store of `traces` (in this order), built when missing: stores attached STACK_BATCH at a time to a
     build connection of their own, each table copied with one INSERT per batch; written to a temporary file and
     renamed, so a concurrent builder or a crash leaves no half-built stack behind."""
-    from .limits import duckdb_config
+    from .limits import connect, duckdb_config
     from .store import evict, job_stack_file, job_stack_lease, touch_job, write_job_info
 
     files = [str(t.store.model_file) for t in traces]
@@ -317,7 +315,7 @@ def job_stack(traces: list[Trace], progress: Progress = lambda f, m: None) -> Jo
         if not target.is_file():
             built = True
             tmp = target.with_name(f"{key}.{os.getpid()}.{threading.get_ident()}.tmp")
-            con = duckdb.connect(str(tmp), config=duckdb_config())
+            con = connect(str(tmp), duckdb_config())
             try:
                 created: set[str] = set()
                 for start in range(0, len(traces), STACK_BATCH):

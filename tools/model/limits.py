@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import duckdb
+
 from .errors import ProfileError
 from .quote import quote_literal
 
@@ -143,6 +145,16 @@ def duckdb_config(memory_limit: int | None = None, spill: bool = True) -> dict[s
         # the process's folder goes when the process is gone (store.cleanup_stale_spill).
         config["temp_directory"] = str(scratch_dir() / f"db{next(_instances)}")
     return config
+
+
+def connect(database: str, config: dict[str, str], read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """A new DuckDB instance (every gpuscope instance is made here), with DuckDB's progress bar off. The Python client
+    turns the bar on for a connection made where __main__ has no file (python -c, a REPL, a notebook) and draws it on
+    fd 1 once a statement runs for 2 s: the JSON-RPC stream of a stdio server started that way, or the CSV a command
+    writes. It is a setting of the connection (DuckDB refuses it in `config`); the cursors made from it start off."""
+    con = duckdb.connect(database, read_only=read_only, config=config)
+    con.execute("SET enable_progress_bar = false")
+    return con
 
 
 @contextmanager

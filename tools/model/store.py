@@ -45,7 +45,7 @@ import duckdb
 
 from .detect import SQLITE_FORMATS
 from .errors import ProfileError, shown_path
-from .limits import cache_bytes, cache_root, duckdb_config, private_dir  # noqa: F401 (cache_bytes: for callers)
+from .limits import cache_bytes, cache_root, connect, duckdb_config, private_dir  # noqa: F401 (cache_bytes: for callers)
 from .quote import quote_ident
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ def store_exists(path: Path) -> bool:
 
 def connect_locked(file: Path, memory_limit: int | None = None) -> duckdb.DuckDBPyConnection:
     """A read-only connection on a store file in a fresh DuckDB instance that can reach nothing else."""
-    con = duckdb.connect(str(file), read_only=True, config={**duckdb_config(memory_limit), "allow_community_extensions": "false"})
+    con = connect(str(file), {**duckdb_config(memory_limit), "allow_community_extensions": "false"}, read_only=True)
     lock_down(con)
     return con
 
@@ -292,7 +292,7 @@ class Store:
             tmp = target.with_name(f".{uuid.uuid4().hex}.tmp")
             from .sqlite_source import attach_scanner, copy_lenient, open_sqlite, scanner_config
 
-            con = duckdb.connect(str(tmp), config={**duckdb_config(), **scanner_config()})
+            con = connect(str(tmp), {**duckdb_config(), **scanner_config()})
             try:
                 try:
                     attach_scanner(con, profile, "src")
@@ -400,7 +400,7 @@ def _build(folder: Path, profile: Path, fmt: str, st: os.stat_result, build: Bui
     try:
         try:
             tmp.mkdir(mode=0o700)
-            con = duckdb.connect(str(tmp / MODEL_FILE), config={**duckdb_config(), **scanner_settings(fmt)})
+            con = connect(str(tmp / MODEL_FILE), {**duckdb_config(), **scanner_settings(fmt)})
         except ProfileError as exc:  # no spill folder
             raise _DiskProblem(str(exc)) from None
         except (OSError, duckdb.Error) as exc:
@@ -429,7 +429,7 @@ def _build(folder: Path, profile: Path, fmt: str, st: os.stat_result, build: Bui
 
 
 def _in_memory(key: str, profile: Path, build: Builder, reason: str) -> Store:
-    con = duckdb.connect(":memory:", config=duckdb_config(spill=False))
+    con = connect(":memory:", duckdb_config(spill=False))
     try:
         catalog = build(con)
     except BaseException:

@@ -21,7 +21,7 @@ from collections import OrderedDict
 
 import duckdb
 
-from ..model.limits import duckdb_config
+from ..model.limits import connect, duckdb_config
 from ..model.quote import quote_ident, quote_literal
 from ..model.quality import native_table_name
 from ..model.store import lock_down
@@ -62,7 +62,7 @@ class Catalogs:
 def _build(plan: dict, memory_limit: int) -> tuple[duckdb.DuckDBPyConnection, dict[str, list]]:
     config = {**duckdb_config(memory_limit), "threads": "2", "allow_community_extensions": "false",
               "allow_unsigned_extensions": "false"}
-    con = duckdb.connect(":memory:", config=config)
+    con = connect(":memory:", config)
     con.execute(f"ATTACH {quote_literal(plan['store'])} AS store (READ_ONLY)")
     for t in plan["model"]:
         con.execute(f"CREATE VIEW main.{quote_ident(t)} AS SELECT * FROM store.main.{quote_ident(t)}")
