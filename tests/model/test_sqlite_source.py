@@ -33,6 +33,8 @@ def test_the_signature_check_is_skipped_only_where_no_one_else_can_write_the_cop
     """In the private cache the LOAD skips DuckDB's signature check (0.11 s a profile); once a folder on the way to the
     copy is writable by others, or the copy is a link, the check runs again and refuses a changed binary."""
     assert sqlite_source.scanner_config() == {"allow_unsigned_extensions": "true"}
+    assert [sqlite_source.scanner_config(f) for f in ("nsys", "rocpd", "rpd", "kineto")] == [
+        {"allow_unsigned_extensions": "true"}] * 3 + [{}]  # a Kineto build loads no scanner: it gets nothing
     _load(extension, sqlite_source.scanner_config())
 
     with open(extension, "r+b") as fh:  # a changed binary of the same size (the copy is not made again)

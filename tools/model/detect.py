@@ -33,7 +33,6 @@ FORMAT_NAMES = {
     "rpd": "legacy rocmProfileData (RPD) database",
     "kineto": "PyTorch profiler (Kineto) trace",
 }
-SQLITE_FORMATS = ("nsys", "rocpd", "rpd")  # the formats read from a SQLite file (sqlite_source.py)
 
 
 @dataclass(frozen=True)

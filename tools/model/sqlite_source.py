@@ -43,6 +43,7 @@ from .quote import quote_ident, quote_literal
 log = logging.getLogger(__name__)
 
 _EXTENSION_FILE: Path | None | bool = False  # False: not looked for yet; None: unavailable
+SQLITE_FORMATS = ("nsys", "rocpd", "rpd")  # the profile formats read from a SQLite file, through this module
 SQLITE_HEADER = 100
 SIDECARS = ("-wal", "-journal")
 
@@ -233,14 +234,15 @@ def _drop_all_images() -> None:
             _drop_image(_IMAGES.popitem()[1])
 
 
-def scanner_config() -> dict[str, str]:
-    """Settings for a DuckDB instance that will LOAD the scanner (attach_scanner). DuckDB checks an extension's signature
+def scanner_config(fmt: str | None = None) -> dict[str, str]:
+    """Settings for a DuckDB instance that reads a profile of format `fmt` (None: a SQLite profile), which LOADs the
+    scanner (attach_scanner) where it is a SQLite file; none for another format. DuckDB checks an extension's signature
     on every LOAD, a SHA-256 of the 35 MB binary: 0.11 s of each preview and each build of every SQLite profile. The
     file it would check is our copy of the installed package's binary, in folders that only this user can write, so
     the check cannot tell anything that their permissions do not: there it is skipped. Where any folder from the cache
     down to the file is writable by others (a cache on a shared folder), or not ours, LOAD checks the signature. The
     instances given this never run SQL from a profile or a user and never load anything else (autoload is off)."""
-    ext = _extension_file()
+    ext = _extension_file() if fmt is None or fmt in SQLITE_FORMATS else None
     if ext is None:
         return {}
     uid = os.getuid() if hasattr(os, "getuid") else None

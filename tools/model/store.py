@@ -43,10 +43,10 @@ from typing import Any, Callable, Iterator
 
 import duckdb
 
-from .detect import SQLITE_FORMATS
 from .errors import ProfileError, shown_path
 from .limits import cache_bytes, cache_root, connect, duckdb_config, private_dir  # noqa: F401 (cache_bytes: for callers)
 from .quote import quote_ident
+from .sqlite_source import scanner_config
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +290,7 @@ class Store:
                 return target
             target.parent.mkdir(mode=0o700, exist_ok=True)
             tmp = target.with_name(f".{uuid.uuid4().hex}.tmp")
-            from .sqlite_source import attach_scanner, copy_lenient, open_sqlite, scanner_config
+            from .sqlite_source import attach_scanner, copy_lenient, open_sqlite
 
             con = connect(str(tmp), {**duckdb_config(), **scanner_config()})
             try:
@@ -386,21 +386,12 @@ def disk_problem(exc: BaseException) -> bool:
     return isinstance(exc, (OSError, duckdb.Error)) and any(w in str(exc) for w in _DISK_WORDS)
 
 
-def scanner_settings(fmt: str) -> dict[str, str]:
-    """sqlite_source.scanner_config for an instance reading a profile of format `fmt` (none where it is no SQLite file)."""
-    if fmt not in SQLITE_FORMATS:
-        return {}
-    from .sqlite_source import scanner_config
-
-    return scanner_config()
-
-
 def _build(folder: Path, profile: Path, fmt: str, st: os.stat_result, build: Builder) -> None:
     tmp = folder.parent / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     try:
         try:
             tmp.mkdir(mode=0o700)
-            con = connect(str(tmp / MODEL_FILE), {**duckdb_config(), **scanner_settings(fmt)})
+            con = connect(str(tmp / MODEL_FILE), {**duckdb_config(), **scanner_config(fmt)})
         except ProfileError as exc:  # no spill folder
             raise _DiskProblem(str(exc)) from None
         except (OSError, duckdb.Error) as exc:

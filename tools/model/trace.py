@@ -24,13 +24,14 @@ from typing import Any, Callable
 
 import duckdb
 
-from .detect import FORMAT_NAMES, GZIP_MAGIC, SQLITE_FORMATS, Detected, detect, regular_file
+from .detect import FORMAT_NAMES, GZIP_MAGIC, Detected, detect, regular_file
 from .errors import NoPreview, ProfileError, shown_path
 from .hub import ModelConnection, hub
 from .quality import check_model
 from .limits import connect, duckdb_config, preview_memory_limit_bytes
 from .quote import quote_ident
-from .store import Lease, NativeCatalog, Store, disk_problem, lock_down, open_store, scanner_settings, store_exists, store_key
+from .sqlite_source import SQLITE_FORMATS, scanner_config
+from .store import Lease, NativeCatalog, Store, disk_problem, lock_down, open_store, store_exists, store_key
 
 log = logging.getLogger(__name__)
 SCHEMA_SQL = (Path(__file__).parent / "schema.sql").read_text()
@@ -371,7 +372,7 @@ def _preview_trace(path: Path, fmt: str, progress: Progress, names: bool = True,
     progress(0.0, "answering from the export while its store is built")
     # Less than the usual limit (the rest spills to the private cache): top_kernels' interval union then fetches the
     # kernels beside it, and a 10 M-kernel preview at the full limit took the process past 1.8 GB.
-    con = connect(":memory:", {**duckdb_config(preview_memory_limit_bytes()), **scanner_settings(fmt)})
+    con = connect(":memory:", {**duckdb_config(preview_memory_limit_bytes()), **scanner_config(fmt)})
     try:
         con.execute(SCHEMA_SQL)
         preview(con, path, names, streams)
