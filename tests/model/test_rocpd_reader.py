@@ -17,6 +17,7 @@ from gpuscope.fixtures.scenario import ApiCall, Device, Kernel, Marker, MemOp, P
 from gpuscope.fixtures.writers import rocpd as writer
 from gpuscope.tools.model.detect import detect
 from gpuscope.tools.model.errors import ProfileError
+from gpuscope.tools.model.readers import rocpd
 from gpuscope.tools.model.trace import load_trace
 
 RPD = DATA / "rocpd_legacy" / "rpd_v2_matmul_result.rpd"
@@ -369,6 +370,39 @@ def test_rocpd_merged_processes_join_on_guid(tmp_path):
     for table in ("kernels", "memops", "api_calls", "markers"):
         assert rows(trace, table) == sorted(want_a[table] + want_b[table], key=repr), table
     assert trace.count("devices") == 2 and trace.count("processes") == 3
+    trace.close()
+
+
+def test_rocpd_guids_that_no_table_suffix_spells_still_join_as_text(tmp_path):
+    """The reader joins on integer keys for the guids its table suffixes spell. A row with any other guid makes it start
+    over on the guid text, so the joins match what rocpd's own views match: a file whose every row carries a guid
+    unlike its suffix loads whole, and a dispatch whose guid alone differs names no agent of its process."""
+    sc = rich_scenario()
+    path = writer.write(sc, tmp_path / "renamed.db")
+    con = sqlite3.connect(path)
+    tables = [n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'rocpd_%'")
+              if "guid" in [c[1] for c in con.execute(f'PRAGMA table_info("{n}")')]]
+    for name in tables:
+        con.execute(f'UPDATE "{name}" SET guid = \'00000000-0000-0000-0000-000000000000\'')
+    con.commit()
+    con.close()
+    trace = load_trace(path)
+    want = expected(sc)
+    for table in ("kernels", "memops", "api_calls", "markers"):
+        assert rows(trace, table) == want[table], table
+    assert trace.count("data_issues") == 0
+    trace.close()
+
+    path = writer.write(sc, tmp_path / "one_row.db")
+    con = sqlite3.connect(path)
+    table = con.execute("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'rocpd_kernel_dispatch_%'").fetchone()[0]
+    start = con.execute(f'SELECT start FROM "{table}" WHERE id = 1').fetchone()[0]
+    con.execute(f"UPDATE \"{table}\" SET guid = 'another-process' WHERE id = 1")
+    con.commit()
+    con.close()
+    trace = load_trace(path)
+    assert rows(trace, "kernels") == [r for r in want["kernels"] if r[2] != start]
+    assert trace.sql("SELECT * FROM data_issues") == [("kernels", "skipped", 1, rocpd.UNKNOWN_AGENT)]
     trace.close()
 
 
