@@ -484,7 +484,7 @@ def test_phases_tile_device_span(case):
         for v in (p.pct_of_gpu_span, p.busy_pct_of_phase):
             assert v is None or 0 <= v <= 100
     # counts: ops starting inside the span; times: durations clipped to it (= whole, for ops inside the span)
-    raw = trace.sql(f"""SELECT
+    raw = trace.sql("""SELECT
         (SELECT count(*) FROM kernels WHERE device_id = $d AND start_ns >= $lo AND start_ns < $hi),
         (SELECT count(*) FROM memops WHERE device_id = $d AND op = 'copy' AND start_ns >= $lo AND start_ns < $hi),
         (SELECT count(*) FROM memops WHERE device_id = $d AND op = 'set' AND start_ns >= $lo AND start_ns < $hi),

@@ -179,8 +179,8 @@ def test_collectives_match_by_communicator_where_recorded(tmp_path, fmt):
     assert res.straggler is not None and res.straggler.rank == e["straggler"] == (5 if by_comm else 2)
     assert res.straggler.times_last == (3 * STEPS if by_comm else 2 * STEPS)
     assert res.straggler.evidence.startswith(
-        f"rank 5 arrived last at 9 of the 9 collectives it took part in (24 compared in the job;" if by_comm else
-        f"rank 2 arrived last at 6 of the 9 collectives it took part in (9 compared in the job;")
+        "rank 5 arrived last at 9 of the 9 collectives it took part in (24 compared in the job;" if by_comm else
+        "rank 2 arrived last at 6 of the 9 collectives it took part in (9 compared in the job;")
     no_comm = [n for n in res.notes if "record no communicator" in n]
     assert len(no_comm) == (0 if by_comm else 1)
     if not by_comm:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import re
 import tokenize
 from pathlib import Path

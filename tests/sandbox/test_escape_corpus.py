@@ -9,7 +9,6 @@ SELECTs (the controls) still answer exactly."""
 from __future__ import annotations
 
 import hashlib
-import os
 import sqlite3
 from pathlib import Path
 

@@ -28,12 +28,10 @@ SLURM_WALLTIME = "00:30:00"
 
 def _dask():
     try:
-        import distributed  # noqa: F401
+        import distributed
     except ImportError:
         raise ProfileError("building stores on a cluster needs Dask: install gpuscope with the `cluster` extra "
                            "(pip install 'gpuscope[cluster]'; `make install` includes it).") from None
-    import distributed
-
     return distributed
 
 
