@@ -135,14 +135,23 @@ def _check_launches(con: duckdb.DuckDBPyConnection) -> None:
         unique = con.execute("""SELECT (SELECT count(*) FROM _first_call) =
                                        (SELECT count(*) FROM api_calls WHERE pid IS NOT NULL AND correlation_id IS NOT NULL)""").fetchone()[0]
         con.execute("INSERT INTO trace_meta VALUES (?, ?)", [CORRELATION_IDS_UNIQUE, str(bool(unique)).lower()])
-        for table in GPU_OP_TABLES:
-            n = con.execute(
-                f"""UPDATE {table} SET correlation_id = NULL, tid = NULL, launched = false FROM _first_call c
-                    WHERE {table}.pid = c.pid AND {table}.correlation_id = c.correlation_id AND {table}.start_ns < c.call_start"""
-            ).fetchone()[0]
-            record(con, [(table, "repaired", n, LAUNCH_BEFORE_CALL)])
+        # One join of the GPU ops with their pairs' first calls counts, per table, the ops starting before the call (the
+        # repair) and inside it (the warning). A profile usually has none of the first, often none of the second: the
+        # repair's UPDATE and the warning's grouped query, each another join of every op, run only where there are some.
+        tagged = " UNION ALL ".join(f"SELECT {i} AS t, pid, correlation_id, start_ns FROM {t}" for i, t in enumerate(GPU_OP_TABLES))
+        counts = {t: (before, inside) for t, before, inside in con.execute(
+            f"""SELECT t, count(*) FILTER (WHERE g.start_ns < c.call_start),
+                       count(*) FILTER (WHERE g.start_ns >= c.call_start AND g.start_ns < c.call_end)
+                FROM ({tagged}) g JOIN _first_call c USING (pid, correlation_id) GROUP BY t""").fetchall()}
+        for i, table in enumerate(GPU_OP_TABLES):
+            if counts.get(i, (0, 0))[0]:
+                n = con.execute(
+                    f"""UPDATE {table} SET correlation_id = NULL, tid = NULL, launched = false FROM _first_call c
+                        WHERE {table}.pid = c.pid AND {table}.correlation_id = c.correlation_id AND {table}.start_ns < c.call_start"""
+                ).fetchone()[0]
+                record(con, [(table, "repaired", n, LAUNCH_BEFORE_CALL)])
         union = " UNION ALL ".join(f"SELECT pid, correlation_id, start_ns FROM {t}" for t in GPU_OP_TABLES)
-        early = con.execute(
+        early = [] if not any(inside for _, inside in counts.values()) else con.execute(
             f"""WITH e AS (SELECT pid, correlation_id, c.call_start, c.call_end, count(*) AS n
                            FROM ({union}) g JOIN _first_call c USING (pid, correlation_id)
                            WHERE g.start_ns < c.call_end GROUP BY ALL),
