@@ -406,6 +406,26 @@ def test_rocpd_guids_that_no_table_suffix_spells_still_join_as_text(tmp_path):
     trace.close()
 
 
+def test_rocpd_merged_processes_beyond_the_keyed_limit_join_as_text(tmp_path, monkeypatch):
+    """A file merging more processes than MAX_KEYED_GUIDS joins on the guid text from the start: the same rows."""
+    keyed = []
+    init = rocpd._Tables.__init__
+
+    def spy(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        keyed.append(self.key_type)
+
+    monkeypatch.setattr(rocpd._Tables, "__init__", spy)
+    monkeypatch.setattr(rocpd, "MAX_KEYED_GUIDS", 0)
+    sc = rich_scenario()
+    trace = load_trace(writer.write(sc, tmp_path / "text_keys.db"))
+    want = expected(sc)
+    for table in ("kernels", "memops", "api_calls", "markers"):
+        assert rows(trace, table) == want[table], table
+    assert keyed == ["VARCHAR"]
+    trace.close()
+
+
 def test_rocpd_mistyped_cells_fall_back_to_lenient_read(tmp_path):
     """A cell whose type contradicts its column (here '' in an INTEGER column) stops DuckDB's
     native scanner; the reader then reads through sqlite3 and treats the cell as absent."""

@@ -77,6 +77,8 @@ def logical_tables(tables: list[str]) -> dict[str, list[str]]:
 # Raised (through DuckDB's error()) by a row whose guid is none of the file's table suffixes: the load starts over
 # joining on the guid text itself.
 _FOREIGN_GUID = "gpuscope: a rocpd row carries a guid that names none of the file's tables"
+# A key is one CASE branch per suffix, tried in turn on every row: a file merging more processes joins on the text.
+MAX_KEYED_GUIDS = 16
 
 
 class _Tables:
@@ -91,14 +93,14 @@ class _Tables:
         self.con, self.src, self.lenient = con, src, lenient
         self.physical = logical_tables(src.tables)
         guids = sorted({n[len(logical) + 1:].replace("_", "-") for logical, names in self.physical.items() for n in names})
-        self.text_keys = text_keys or not guids
+        self.text_keys = text_keys or not guids or len(guids) > MAX_KEYED_GUIDS
         self.key_type = "VARCHAR" if self.text_keys else "INTEGER"
         self._guids = guids
         self._rel: dict[tuple[str, bool], str | None] = {}
         self.views: list[str] = []
 
     def key(self, column: str) -> str:
-        """SQL for the join key of the guid in `column` (a qualified column reference made by this module)."""
+        """SQL for the join key of the guid in `column` (a column reference made by this module, never profile text)."""
         if self.text_keys:
             return column
         cases = " ".join(f"WHEN {column} = {quote_literal(g)} THEN {i}" for i, g in enumerate(self._guids))
