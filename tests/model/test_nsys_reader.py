@@ -573,7 +573,8 @@ def test_a_lenient_copy_keeps_64_bit_integers_beside_nulls(tmp_path, monkeypatch
 @pytest.mark.parametrize("chunk_rows", [100_000, 2])
 def test_a_lenient_copy_keeps_a_blob_column_of_numbers(tmp_path, monkeypatch, chunk_rows):
     """A BLOB column holding only numbers (pandas types it as numbers) is not cast to NULL: each is kept as the bytes
-    of its text, as SQLite's CAST gives, and counted."""
+    of its text, as SQLite's CAST gives (a REAL as SQLite writes it, not as Python does: '1.0e+20', not '1e+20'), and
+    counted. The same for numbers among blobs."""
     import duckdb
 
     from gpuscope.tools.model import sqlite_source
@@ -581,10 +582,18 @@ def test_a_lenient_copy_keeps_a_blob_column_of_numbers(tmp_path, monkeypatch, ch
     path = tmp_path / "t.sqlite"
     src = sqlite3.connect(path)
     src.execute("CREATE TABLE t (id INTEGER, payload BLOB)")
-    src.executemany("INSERT INTO t VALUES (?, ?)", [(1, 12), (2, 13), (3, 2.5), (4, None)])
+    src.execute("CREATE TABLE u (id INTEGER, payload BLOB)")
+    numbers = [12, 13, 2.5, None, 1e20, 0.1 + 0.2, 2**60 + 1, float("inf")]
+    src.executemany("INSERT INTO t VALUES (?, ?)", list(enumerate(numbers, 1)))
+    src.executemany("INSERT INTO u VALUES (?, ?)", [(1, b"\x01"), (2, b"\x02"), (3, 1e20)])
     src.commit()
+    want = src.execute("SELECT CAST(payload AS BLOB) FROM t ORDER BY id").fetchall()
+    assert want[4] == (b"1.0e+20",)  # SQLite's text, not Python's str()
     monkeypatch.setattr(sqlite_source, "LENIENT_CHUNK_ROWS", chunk_rows)
     con = duckdb.connect()
     got = sqlite_source.copy_lenient(con, sqlite_source.open_sqlite(path), "t", "copy")
-    assert got == [('native."t"', "repaired", 3, f'"payload": {sqlite_source.NUMBER_AS_BLOB}')]
-    assert con.execute("SELECT payload FROM copy ORDER BY id").fetchall() == [(b"12",), (b"13",), (b"2.5",), (None,)]
+    assert got == [('native."t"', "repaired", 7, f'"payload": {sqlite_source.NUMBER_AS_BLOB}')]
+    assert con.execute("SELECT payload FROM copy ORDER BY id").fetchall() == want
+    got = sqlite_source.copy_lenient(con, sqlite_source.open_sqlite(path), "u", "copy_u")
+    assert got == [('native."u"', "repaired", 1, f'"payload": {sqlite_source.NUMBER_AS_BLOB}')]
+    assert con.execute("SELECT payload FROM copy_u ORDER BY id").fetchall() == [(b"\x01",), (b"\x02",), (b"1.0e+20",)]

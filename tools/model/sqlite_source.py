@@ -451,6 +451,7 @@ def _copy_chunks(con, sqlite, table: str, target: str, utf8: Utf8Repairs) -> dic
     # Declared SQLite types decide the DuckDB types, so empty or all-NULL columns keep them.
     declared = {r[1]: r[2] for r in sqlite.execute(f"PRAGMA table_info({quote_ident(table)})").fetchall()}
     repaired: dict[tuple[str, str], int] = {}
+    number_text = NumberText(sqlite)
 
     def count(column: str, reason: str, n: int) -> None:
         repaired[(column, reason)] = repaired.get((column, reason), 0) + int(n)
@@ -482,7 +483,7 @@ def _copy_chunks(con, sqlite, table: str, target: str, utf8: Utf8Repairs) -> dic
         else:
             verb = f"INSERT INTO {target}"
         for i, c in enumerate(cols):
-            series, changed = _normalise_column(df.iloc[:, i], kept_blob[c] or casts.get(c) == "BLOB")
+            series, changed = _normalise_column(df.iloc[:, i], kept_blob[c] or casts.get(c) == "BLOB", number_text)
             df[c] = series
             for reason, n in changed:
                 count(c, reason, n)
@@ -532,15 +533,32 @@ def _cast_losses(con, name: str, df: pd.DataFrame, casts: dict[str, str]) -> lis
     return [(c, reason, n) for (c, reason, _), n in zip(checks, counts) if n]
 
 
-def _normalise_column(series: pd.Series, blob: bool) -> tuple[pd.Series, list[tuple[str, int]]]:
+class NumberText:
+    """A number's text as SQLite's own CAST gives it: str() of an integer, SQLite's rendering of a REAL (15 significant
+    digits, '1.0e+20', 'Inf' in SQLite 3.40, where Python writes '1e+20' and 'inf'), asked of the connection that read
+    it once per distinct value. Only numbers found in a blob column come here: damage, counted."""
+
+    def __init__(self, sqlite: sqlite3.Connection) -> None:
+        self.sqlite, self._floats = sqlite, {}
+
+    def __call__(self, v) -> str:
+        if not isinstance(v, float):
+            return str(v)
+        if v not in self._floats:
+            self._floats[v] = self.sqlite.execute("SELECT CAST(? AS TEXT)", (v,)).fetchone()[0]
+        return self._floats[v]
+
+
+def _normalise_column(series: pd.Series, blob: bool, number_text) -> tuple[pd.Series, list[tuple[str, int]]]:
     """SQLite cells are dynamically typed: make each column one DuckDB-friendly type. Also returns what that changed,
     as (reason, cells): blobs turned into text in a column of text, and values that are not numbers read as NULL in
     a column of numbers (the kind of a column is decided on its first 10,000 values). In a column read as BLOB, a
-    text or a number is kept as the bytes of its text (SQLite's own CAST to BLOB; DuckDB reads a column of bytes and
-    text as BLOB) and a number counted."""
+    text or a number is kept as the bytes of its text (a number's text by `number_text`, NumberText: SQLite's own CAST
+    to BLOB; DuckDB reads a column of bytes and text as BLOB) and a number counted."""
     if blob and pd.api.types.is_numeric_dtype(series.dtype):  # numbers only (pandas typed them): TRY_CAST would NULL them
         kept = series.notna()
-        return (pd.Series([str(v) if k else None for v, k in zip(series.tolist(), kept.tolist())], dtype=object, index=series.index),
+        return (pd.Series([number_text(v) if k else None for v, k in zip(series.tolist(), kept.tolist())], dtype=object,
+                          index=series.index),
                 [(NUMBER_AS_BLOB, int(kept.sum()))])
     if series.dtype != object:
         return series, []
@@ -552,7 +570,7 @@ def _normalise_column(series: pd.Series, blob: bool) -> tuple[pd.Series, list[tu
             if v is None or isinstance(v, (bytes, str)):
                 return v
             numbers += 1
-            return str(v)
+            return number_text(v)
 
         return series.map(as_blob), [(NUMBER_AS_BLOB, numbers)]
     kinds = {type(v) for v in series.dropna().head(10000)}
