@@ -62,7 +62,7 @@ from gpuscope.tools.remote_context import remote_context as _remote_context
 
 from . import serve as _serve
 from . import skills as _skills
-from .render import OUT_OF_MEMORY_ADVICE, out_of_memory, render, visible
+from .render import out_of_memory_advice, out_of_memory, render, visible
 
 INSTRUCTIONS = """gpuscope: read-only performance analysis of GPU profiles — Nsight Systems SQLite exports \
 (.sqlite; .nsys-rep is exported when nsys is installed), rocprofv3 rocpd databases and PyTorch profiler traces \
@@ -124,7 +124,7 @@ async def _answer(ctx: Context | None, title: str, work: Callable[[], BaseModel]
         raise ToolError(visible(str(exc))) from None
     except (MemoryError, duckdb.OutOfMemoryException) as exc:
         log.error("%s ran out of memory: %s", title, out_of_memory(exc))
-        raise ToolError(f"{title}: gpuscope ran out of memory ({out_of_memory(exc)}). {OUT_OF_MEMORY_ADVICE} "
+        raise ToolError(f"{title}: gpuscope ran out of memory ({out_of_memory(exc)}). {out_of_memory_advice()} "
                         "Other calls still work.") from None
     except Exception as exc:  # a bug, not bad input: say so instead of the SDK's bare "Error executing tool"
         log.error("%s failed\n%s", title, visible("".join(traceback.format_exception(exc)), keep_newlines=True))

@@ -25,7 +25,7 @@ from gpuscope.tools.model.job import names_job, open_job
 from gpuscope.tools.model.errors import ProfileError
 
 from . import install
-from .render import OUT_OF_MEMORY_ADVICE, out_of_memory, render, visible, visible_json
+from .render import out_of_memory_advice, out_of_memory, render, visible, visible_json
 
 
 def _with_trace(fn: Callable[..., BaseModel]) -> Callable[..., BaseModel]:
@@ -521,7 +521,7 @@ def _main(argv: list[str] | None) -> None:
     except OSError as exc:  # a file the user named cannot be written or read (report, --plot, install target)
         _fail(f"{exc.strerror or exc}: {exc.filename or ''}. Check the path and its permissions.")
     except (MemoryError, duckdb.OutOfMemoryException) as exc:
-        _fail(f"out of memory ({out_of_memory(exc)}). {OUT_OF_MEMORY_ADVICE}")
+        _fail(f"out of memory ({out_of_memory(exc)}). {out_of_memory_advice()}")
     if args.format == "json":
         print(visible_json(result.model_dump(mode="json")))
     else:

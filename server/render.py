@@ -17,17 +17,24 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gpuscope.tools.model.limits import memory_limit_bytes
+
 MAX_CELL = 80        # table cells: kernel names and signatures can run to thousands of characters
 MAX_SENTENCE = 1000  # notes, reasons, hints: explanations are cut only when pathological
 PROSE = ("note", "notes", "reason", "why", "hint", "caveat", "message", "warning", "title", "next_step",
          "path", "trace", "file")  # paths too: an agent passes them on verbatim
-OUT_OF_MEMORY_ADVICE = ("Narrow the request: pass a time window, one device or a smaller limit; or give gpuscope more "
-                        "memory: raise the GPUSCOPE_MEMORY_LIMIT setting (see the README).")
+
+
+def out_of_memory_advice() -> str:
+    """What to do after running out of memory, with the limit in force (GPUSCOPE_MEMORY_LIMIT, or its default)."""
+    return ("Narrow the request: pass a time window, one device or a smaller limit; or give gpuscope more memory: raise "
+            f"GPUSCOPE_MEMORY_LIMIT (now {memory_limit_bytes() // 2**20} MiB) in the server's environment (see the README).")
 
 
 def out_of_memory(exc: BaseException) -> str:
-    """'MemoryError' or 'OutOfMemoryException: could not allocate ...', short and escaped."""
-    detail = visible(str(exc)[:300])
+    """'MemoryError' or 'OutOfMemoryException: could not allocate ...', short and escaped. Only DuckDB's first line:
+    the rest is its own advice (SET threads, SET memory_limit), which a gpuscope user cannot act on."""
+    detail = visible(str(exc).split("\n", 1)[0][:300])
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 

@@ -151,7 +151,8 @@ def test_roofline_plot_without_matplotlib_fails_clearly(capsys, tmp_path, write_
     assert not (tmp_path / "r.png").exists()
 
 
-@pytest.mark.parametrize("error", [MemoryError(), duckdb.OutOfMemoryException("could not allocate block")])
+@pytest.mark.parametrize("error", [MemoryError(), duckdb.OutOfMemoryException(
+    "Out of Memory Error: could not allocate block\n\nPossible solutions:\n* Reducing the number of threads (SET threads=X)")])
 def test_out_of_memory_is_a_clear_error(capsys, monkeypatch, nsys_profile, error):
     from gpuscope.server import cli
 
@@ -162,4 +163,4 @@ def test_out_of_memory_is_a_clear_error(capsys, monkeypatch, nsys_profile, error
     code, out, err = run_main(capsys, "top-kernels", str(nsys_profile))
     assert code == 2 and out == ""
     H.assert_message(err, ["out of memory", "window", "GPUSCOPE_MEMORY_LIMIT"])
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "SET " not in err and " MiB) in the server's environment" in err

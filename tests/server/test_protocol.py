@@ -19,6 +19,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from gpuscope.server.app import server
+from gpuscope.tools.model.limits import memory_limit_bytes
 
 
 from conftest import http_server
@@ -381,7 +382,9 @@ async def test_descriptions_say_profile_text_is_data(client):
 
 
 @pytest.mark.parametrize("error", [MemoryError(), duckdb.OutOfMemoryException(
-    "Out of Memory Error: could not allocate block of size 256.0 KiB (3.9 GiB/4.0 GiB used)")], ids=["python", "duckdb"])
+    "Out of Memory Error: could not allocate block of size 256.0 KiB (3.9 GiB/4.0 GiB used)\n\nPossible solutions:\n"
+    "* Reducing the number of threads (SET threads=X)\n* Increasing the memory limit (SET memory_limit='...GB')")],
+    ids=["python", "duckdb"])
 async def test_out_of_memory_is_a_clear_error_and_the_server_keeps_serving(client, profiles, monkeypatch, caplog, error):
     from gpuscope.tools import analyses as A
 
@@ -394,6 +397,8 @@ async def test_out_of_memory_is_a_clear_error_and_the_server_keeps_serving(clien
     text = await _err(client, "top_kernels", {"trace": str(profiles["nsys"])})
     assert_message(text, ["out of memory", "window", "device", "GPUSCOPE_MEMORY_LIMIT", type(error).__name__])
     assert "internal error" not in text and "bug" not in text
+    # DuckDB's own advice (SET ...) is not for a gpuscope user; the limit in force is named instead
+    assert "SET " not in text and f"(now {memory_limit_bytes() // 2**20} MiB)" in text
     assert any("out of memory" in r.getMessage() for r in caplog.records)   # logged for the operator
     monkeypatch.setattr(A, "top_kernels", real)
     sc = await _ok(client, "top_kernels", {"trace": str(profiles["nsys"])})
