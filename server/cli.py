@@ -23,6 +23,7 @@ from gpuscope.tools import analyses as A
 from gpuscope.tools.model.cache import leases, open_trace
 from gpuscope.tools.model.job import names_job, open_job
 from gpuscope.tools.model.errors import ProfileError
+from gpuscope.tools.model.limits import connect
 
 from . import install
 from .render import out_of_memory_advice, out_of_memory, render, visible, visible_json
@@ -554,8 +555,6 @@ def _write_rows(result: BaseModel, fmt: str, field: str | None, output: str | No
     import csv
 
     import pandas as pd
-
-    from gpuscope.tools.model.limits import connect
 
     name, rows = table_rows(result, field)
     columns = list(dict.fromkeys(k for r in rows for k in r))
