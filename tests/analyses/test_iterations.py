@@ -188,3 +188,54 @@ def test_real_profiles(path):
         assert res.choice.how == "ProfilerStep"
         assert sum(s.steps for s in res.summaries) == trace.scalar(
             "SELECT count(*) FROM markers WHERE name LIKE 'ProfilerStep#%' AND kind = 'annotation'")
+
+
+SMALL_MEMORY_CHILD = """
+import json, sys
+from gpuscope.tools.analyses.iterations import iterations
+from gpuscope.tools.analyses.marker_summary import marker_summary
+from gpuscope.tools.analyses.phases import phases
+from gpuscope.tools.model.cache import open_trace
+t = open_trace(sys.argv[1])
+it = iterations(t, limit=3)
+ms = marker_summary(t, limit=50)
+ph = phases(t)
+print(json.dumps({"steps": it.summaries[0].steps, "wall_ns": it.summaries[0].wall_total_ns,
+                  "listed_projected": [s.projected_kernels for s in it.steps],
+                  "ranges": ms.ranges, "projected_ops": ms.projection.projected_ops,
+                  "per_name": {m.name: [m.count, m.gpu_kernels] for m in ms.markers},
+                  "phase_markers": ph.iteration_markers.count}))
+"""
+
+
+def test_step_tools_fit_a_small_memory_limit(tmp_path):
+    """2 M kernels with an NVTX range around every 8 launches (250,000 steps), iterations, marker_summary and
+    phases under DuckDB's smallest limit (64 MiB) over the built store: they spill. When the GPU ops met their launching
+    calls and those calls their threads in one statement, the calls (read twice, so held) and the join's hash table
+    ran all three out of memory here (and iterations at 190 MiB); so did iterations' per-step unions, a window
+    over the step/op pairs straight from their join."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from gpuscope.fixtures.writers import nsys
+
+    n = 2_000_000
+    path = tmp_path / "steps.sqlite"
+    truth = nsys.write_scale(path, n_kernels=n, nvtx_every=8)
+    env = {**os.environ, "GPUSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    built = subprocess.run([sys.executable, "-c", "import sys; from gpuscope.tools.model.trace import load_trace; "
+                            "load_trace(sys.argv[1], store_now=True).close()", str(path)],
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-c", SMALL_MEMORY_CHILD, str(path)], env={**env, "GPUSCOPE_MEMORY_LIMIT": "64MiB"},
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    steps = truth["n_ranges"]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "steps": steps, "wall_ns": truth["ranges_wall_ns"], "listed_projected": [8, 8, 8],
+        "ranges": steps, "projected_ops": n,
+        # range j is 'layer_<j % 16>' around launches 8j .. 8j + 7
+        "per_name": {f"layer_{i}": [len(range(i, steps, 16)), 8 * len(range(i, steps, 16))] for i in range(16)},
+        "phase_markers": steps}

@@ -39,3 +39,18 @@ def temp_tables(cur: duckdb.DuckDBPyConnection, with_clause: str, tables: dict[s
     finally:
         for name in made:
             cur.execute(f"DROP TABLE IF EXISTS temp.main.{quote_ident(name)}")
+
+
+@contextmanager
+def temp_table_after(cur: duckdb.DuckDBPyConnection, with_clause: str, name: str, cte: str,
+                     staged: dict[str, str]) -> Iterator[None]:
+    """Temp table `name` (CTE `cte` of `with_clause`) for the block, made in a statement of its own after the temp
+    tables `staged` (temp name -> CTE of the same clause) that `cte` reads, which go as soon as it is made. GPU ops
+    joined to their launching calls, and those calls to their threads, in one statement ran out of a 190 MiB limit
+    at 2 M ops; as two statements, each with one join of 2 M rows, they spill."""
+    with temp_tables(cur, with_clause, staged):
+        cur.execute(f"CREATE OR REPLACE TEMP TABLE {quote_ident(name)} AS {with_clause} SELECT * FROM {quote_ident(cte)}")
+    try:
+        yield
+    finally:
+        cur.execute(f"DROP TABLE IF EXISTS temp.main.{quote_ident(name)}")

@@ -370,9 +370,13 @@ def _step_figures(cur: duckdb.DuckDBPyConnection, rids: pd.DataFrame, device: in
         cur.unregister("_it_rid_frame")
     try:
         with temp_tables(cur, inputs, {"_it_step": "kst", "_it_op": "ko", "_it_pstep": "pst"}):
-            parts = [cur.execute(stats.format(pairs=pairs)).df().rename(
-                columns={"ops": f"{key}_ops", "kernels": f"{key}_kernels", "busy": f"{key}_busy"})
-                for key, pairs in (("win", win), ("prj", prj))]
+            parts = []
+            # The (step, op) pairs are a table before the unions' window reads them: straight from the join, 250,000
+            # steps' 2 M pairs ran out of a 64 MiB limit; a table spills.
+            for key, pairs in (("win", win), ("prj", prj)):
+                with temp_tables(cur, f"WITH pairs AS ({pairs})", {"_it_pairs": "pairs"}):
+                    parts.append(cur.execute(stats.format(pairs="SELECT * FROM _it_pairs")).df().rename(
+                        columns={"ops": f"{key}_ops", "kernels": f"{key}_kernels", "busy": f"{key}_busy"}))
     finally:
         cur.execute("DROP TABLE IF EXISTS temp.main._it_rid")
     per = parts[0].merge(parts[1], on=["rid", "device_id"], how="outer")

@@ -24,7 +24,7 @@ projection's pairs temp tables of a cursor, and the tools read those.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -34,7 +34,7 @@ import numpy as np
 from ..model.job import XT_COLUMNS
 from ..model.quality import CORRELATION_IDS_UNIQUE
 from ..model.trace import Trace
-from .containment import SHIFT, temp_tables
+from .containment import SHIFT, temp_table_after, temp_tables
 from .requirements import GPU, gap_text
 
 RANGE_KINDS = ("push_pop", "start_end", "annotation")
@@ -93,11 +93,13 @@ def with_sql(trace: Trace, gops: str | None = None) -> str:
     """A WITH clause defining
        thr(pid, tid, k)                          threads of ranges and API calls, numbered from 0;
        rng(rid, pid, tid, start_ns, end_ns, dur_ns, name, domain, kind, source, cross_thread, ks, ke);
+       call(pid, correlation_id, ks, ke)         the launching API call of each (pid, correlation id), keyed;
        gop(op_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, ks, ke)
            linked GPU ops (kernel/copy/set) with the keys of their launching API call; read from `gops`, an
            op_tree.Launchers table (the same ops and calls), where the caller has one, instead of grouping every API
            call by correlation id again; from `gops`, only those launched on a thread with ranges (the others are in
-           no pair: an export without ranges copies none of its millions of GPU ops).
+           no pair: an export without ranges copies none of its millions of GPU ops). Without `gops` it joins the
+           temp table _proj_call (`call`, made first by `tables`).
     A containment join of rng and gop below this clause is planned without IEJoin, quadratic in the ranges of a
     thread (containment.py): join them as `tables` does, over temp tables."""
     keys = cross_thread(trace).keys
@@ -118,6 +120,9 @@ def with_sql(trace: Trace, gops: str | None = None) -> str:
         FROM markers m JOIN thr ON thr.pid = m.pid AND thr.tid = m.tid
         WHERE m.kind IN ({RANGE_KINDS_SQL})),
     launch AS ({launch_sql("SELECT pid, tid, correlation_id, start_ns, end_ns FROM api_calls", "pid", calls_unique([trace]))}),
+    call AS (
+        SELECT l.pid, l.correlation_id, thr.k * {SHIFT} + l.start_ns AS ks, thr.k * {SHIFT} + l.end_ns AS ke
+        FROM launch l JOIN thr ON thr.pid = l.pid AND thr.tid = l.tid),
     gop AS ({_gop_sql(gops)})
     """
 
@@ -130,16 +135,15 @@ def _gop_sql(gops: str | None) -> str:
         FROM {gops} g JOIN thr ON thr.pid = g.pid AND thr.tid = g.call_tid
         SEMI JOIN (SELECT DISTINCT pid, tid FROM markers WHERE kind IN ({RANGE_KINDS_SQL})) r ON r.pid = g.pid AND r.tid = g.call_tid
         WHERE g.linked"""
-    return f"""
-        SELECT o.op_id, o.op, o.device_id, o.stream_id, o.start_ns, o.end_ns, o.dur_ns, o.pid,
-               thr.k * {SHIFT} + l.start_ns AS ks, thr.k * {SHIFT} + l.end_ns AS ke
+    # No `correlation_id IS NOT NULL` on the ops (the join drops NULL ids): with it DuckDB guesses the ops at a fifth
+    # of their number and hashes them, not the narrower calls (step_choice.choice_tables).
+    return """
+        SELECT o.op_id, o.op, o.device_id, o.stream_id, o.start_ns, o.end_ns, o.dur_ns, o.pid, c.ks, c.ke
         FROM (SELECT rowid * 2 AS op_id, 'kernel' AS op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, correlation_id
-              FROM kernels WHERE correlation_id IS NOT NULL
+              FROM kernels
               UNION ALL
-              SELECT rowid * 2 + 1, op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, correlation_id
-              FROM memops WHERE correlation_id IS NOT NULL) o
-        JOIN launch l ON l.pid = o.pid AND l.correlation_id = o.correlation_id
-        JOIN thr ON thr.pid = l.pid AND thr.tid = l.tid"""
+              SELECT rowid * 2 + 1, op, device_id, stream_id, start_ns, end_ns, dur_ns, pid, correlation_id FROM memops) o
+        JOIN _proj_call c ON c.pid = o.pid AND c.correlation_id = o.correlation_id"""
 
 
 # The projection's pairs, from the temp tables of `tables`: a statement naming no CTE but this one (named once, so
@@ -159,13 +163,15 @@ def tables(cur: duckdb.DuckDBPyConnection, trace: Trace, want: tuple[str, ...] =
        _proj_prj(rid, op_id, op, device_id, start_ns, end_ns, dur_ns)  every (range, GPU op) pair of the projection
                              (cross-thread ranges excluded), joined as an IEJoin (needs rng and gop).
     Temp tables belong to the cursor's connection, so concurrent tool calls never share them."""
-    base = {f"_proj_{n}": n for n in ("rng", "gop") if n in want or "prj" in want}
-    with temp_tables(cur, with_sql(trace, gops), base):
+    w = with_sql(trace, gops)
+    with ExitStack() as made:
+        if "rng" in want or "prj" in want:
+            made.enter_context(temp_tables(cur, w, {"_proj_rng": "rng"}))
+        if "gop" in want or "prj" in want:
+            made.enter_context(temp_table_after(cur, w, "_proj_gop", "gop", {"_proj_call": "call"} if gops is None else {}))
         if "prj" in want:
-            with temp_tables(cur, PAIRS, {"_proj_prj": "prj"}):
-                yield
-        else:
-            yield
+            made.enter_context(temp_tables(cur, PAIRS, {"_proj_prj": "prj"}))
+        yield
 
 
 # Per projected GPU op (gop_id = gop.op_id), the rid of the innermost range it belongs to (the largest: on one thread an

@@ -30,7 +30,7 @@ from typing import Iterator
 import duckdb
 
 from ..model.trace import Trace
-from .containment import temp_tables
+from .containment import temp_table_after, temp_tables
 from .projection import RANGE_KINDS_SQL, SHIFT, calls_unique, launch_sql, normalised_sql, projection_absent_reason
 from .stacked import cursor, run, stack, values
 
@@ -123,7 +123,9 @@ def choice_tables(traces: list[Trace], scopes: list[tuple[int, int | None]], pro
     job's stacked stores), holding choice_sql's inputs as temp tables for the block:
        _step_scope(part, pid)  the scopes (pid NULL: every process of the profile); _step_proj(part) the parts with
                                a GPU projection;
-       _step_rng(rid, part, pid, tid, start_ns, end_ns, name, domain, pattern, cross_thread, ks, ke)  the ranges;
+       _step_thr(part, pid, tid, k)  the threads of ranges and API calls, numbered (k) from 0;
+       _step_rng(rid, part, pid, tid, start_ns, end_ns, name, domain, pattern, cross_thread, ks, ke, gid)  the ranges
+                               (gid: the number of their (part, pid, tid, domain, pattern) group);
        _step_gop(part, op_id, pid, dur_ns, ks, ke)  the projected parts' linked GPU ops, keyed by their launching call
                                (with `detail`, also kernel (a kernel, not a memory op), device_id, start_ns, end_ns);
        _step_depth(part, rid, depth)  the enclosing ranges of a range (same thread, enclosing, earlier rid; a range
@@ -136,9 +138,12 @@ def choice_tables(traces: list[Trace], scopes: list[tuple[int, int | None]], pro
                    f"kind IN ({RANGE_KINDS_SQL}) AND pid IS NOT NULL AND tid IS NOT NULL")
     calls = stack(traces, "api_calls", "pid, tid, correlation_id, start_ns, end_ns", "pid IS NOT NULL AND tid IS NOT NULL")
     more = ", device_id, start_ns, end_ns" if detail else ""
-    ops = (stack(traces, "kernels", f"rowid * 2 AS op_id, pid, correlation_id, dur_ns{more}", "correlation_id IS NOT NULL")
+    # No `correlation_id IS NOT NULL` on the ops (the join drops NULL ids): DuckDB guesses a filter keeps a fifth of the
+    # rows, and 2 M ops guessed at 400 k became the hash side of their join with the calls, which then ran out of a
+    # 64 MiB limit; unfiltered, the narrower calls' table is hashed.
+    ops = (stack(traces, "kernels", f"rowid * 2 AS op_id, pid, correlation_id, dur_ns{more}")
            + " UNION ALL "
-           + stack(traces, "memops", f"rowid * 2 + 1 AS op_id, pid, correlation_id, dur_ns{more}", "correlation_id IS NOT NULL"))
+           + stack(traces, "memops", f"rowid * 2 + 1 AS op_id, pid, correlation_id, dur_ns{more}"))
     inputs = f"""
         WITH scope(part, pid) AS ({values(scopes, ('BIGINT', 'BIGINT'))}),
         proj(part) AS ({values([(p,) for p in projected], ("BIGINT",))}),
@@ -147,37 +152,45 @@ def choice_tables(traces: list[Trace], scopes: list[tuple[int, int | None]], pro
         thr AS (SELECT part, pid, tid, (row_number() OVER (ORDER BY part, pid, tid) - 1)::HUGEINT AS k FROM (
                     SELECT DISTINCT part, pid, tid FROM m UNION SELECT DISTINCT part, pid, tid FROM a)),
         xt AS ({stack(traces, "nvtx_cross_thread", "pid, tid, start_ns")}),
-        rng AS (
+        rng AS (SELECT *, dense_rank() OVER (ORDER BY part, pid, tid, domain, pattern) AS gid FROM (
             SELECT row_number() OVER (PARTITION BY m.part ORDER BY m.pid, m.tid, m.start_ns, m.end_ns DESC, m.name, m.domain, m.kind) AS rid,
                    m.part, m.pid, m.tid, m.start_ns, m.end_ns, m.name, coalesce(m.domain, '') AS domain,
                    {normalised_sql('m.name')} AS pattern,
                    m.kind = 'start_end' AND EXISTS (SELECT 1 FROM xt WHERE xt.part = m.part AND xt.pid = m.pid AND xt.tid = m.tid
                                                     AND xt.start_ns = m.start_ns) AS cross_thread,
                    thr.k * {SHIFT} + m.start_ns AS ks, thr.k * {SHIFT} + m.end_ns AS ke
-            FROM m JOIN thr USING (part, pid, tid)),
+            FROM m JOIN _step_thr thr USING (part, pid, tid))),
         launch AS ({launch_sql("SELECT * FROM a WHERE part IN (SELECT part FROM proj)", "part, pid",
                                calls_unique([traces[p] for p in projected]))}),
-        gop AS (
-            SELECT o.part, o.op_id, o.pid, o.dur_ns, thr.k * {SHIFT} + l.start_ns AS ks, thr.k * {SHIFT} + l.end_ns AS ke{
+        call AS (
+            SELECT l.part, l.pid, l.correlation_id, thr.k * {SHIFT} + l.start_ns AS ks, thr.k * {SHIFT} + l.end_ns AS ke
+            FROM launch l JOIN _step_thr thr ON thr.part = l.part AND thr.pid = l.pid AND thr.tid = l.tid),
+        gop AS (  -- over `call` as the temp table _step_call (containment.temp_table_after)
+            SELECT o.part, o.op_id, o.pid, o.dur_ns, c.ks, c.ke{
                    ", o.op_id % 2 = 0 AS kernel, o.device_id, o.start_ns, o.end_ns" if detail else ""}
-            FROM ({ops}) o
-            JOIN launch l ON l.part = o.part AND l.pid = o.pid AND l.correlation_id = o.correlation_id
-            JOIN thr ON thr.part = l.part AND thr.pid = l.pid AND thr.tid = l.tid)"""
+            FROM ({ops}) o JOIN _step_call c ON c.part = o.part AND c.pid = o.pid AND c.correlation_id = o.correlation_id)"""
     # The IEJoin works on the first two conditions: containment itself. Each thread has its own key range, so no
     # pair of two threads (or profiles) passes both; rid, numbered per profile, only orders a thread's own ranges.
     joins = """
         WITH depth AS (SELECT c.part, c.rid, count(*) AS depth
                        FROM _step_rng c JOIN _step_rng p ON p.ks <= c.ks AND c.ke <= p.ke AND p.rid < c.rid
                        GROUP BY c.part, c.rid),
-        cgrp AS (SELECT part, pid, tid, domain, pattern, sum(dur_ns) AS work FROM (
-                    SELECT DISTINCT r.part, r.pid, r.tid, r.domain, r.pattern, g.op_id, g.dur_ns
-                    FROM _step_rng r JOIN _step_gop g ON r.ks <= g.ks AND g.ke <= r.ke
-                    WHERE NOT r.cross_thread) GROUP BY ALL)"""
+        cgrp AS (SELECT r.part, r.pid, r.tid, r.domain, r.pattern, w.work
+                 FROM (SELECT gid, sum(dur_ns) AS work FROM (
+                           SELECT DISTINCT r.gid, g.op_id, g.dur_ns
+                           FROM _step_rng r JOIN _step_gop g ON r.ks <= g.ks AND g.ke <= r.ke
+                           WHERE NOT r.cross_thread) GROUP BY gid) w
+                 JOIN (SELECT DISTINCT gid, part, pid, tid, domain, pattern FROM _step_rng) r USING (gid))"""
     cur = cursor(traces)
     try:
-        with temp_tables(cur, inputs, {"_step_scope": "scope", "_step_proj": "proj", "_step_rng": "rng", "_step_gop": "gop"}):
-            with temp_tables(cur, joins, {"_step_depth": "depth", "_step_cgrp": "cgrp"}):
-                yield cur
+        # The threads are a table before anything joins them: as the CTE, their number is guessed from the calls' (a
+        # DISTINCT over 2 M rows is guessed at 400 k), so the calls became the hash side of that join and it ran out of a
+        # 64 MiB limit; as a table, the few threads are hashed. _step_rng's gid numbers the range groups, so the GPU
+        # work per group is a DISTINCT over integers, not over the groups' names (which ran out of that limit too).
+        with temp_tables(cur, inputs, {"_step_scope": "scope", "_step_proj": "proj", "_step_thr": "thr", "_step_rng": "rng"}), \
+                temp_table_after(cur, inputs, "_step_gop", "gop", {"_step_call": "call"}), \
+                temp_tables(cur, joins, {"_step_depth": "depth", "_step_cgrp": "cgrp"}):
+            yield cur
     finally:
         cur.close()
 
