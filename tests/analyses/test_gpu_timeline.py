@@ -252,7 +252,7 @@ def test_launch_lookup_in_batches_gives_the_idle_split(write_profile, monkeypatc
     from gpuscope.tools.model.trace import load_trace
 
     module = importlib.import_module("gpuscope.tools.analyses.gpu_timeline")
-    monkeypatch.setattr(module, "IDLE_BATCH", batch)
+    monkeypatch.setattr(module, "idle_batch", lambda: batch)
     trace = load_trace(write_profile("comm_overlap", "nsys", scenarios=SCENARIOS))
     try:
         got = {(x.device_id, x.pid, x.stream_id): x for x in gpu_timeline(trace, kernel_wait_threshold_ns=1000).streams}

@@ -192,6 +192,7 @@ def test_real_profiles(path):
 
 SMALL_MEMORY_CHILD = """
 import json, sys
+from gpuscope.tools.analyses.gpu_timeline import gpu_timeline
 from gpuscope.tools.analyses.iterations import iterations
 from gpuscope.tools.analyses.marker_summary import marker_summary
 from gpuscope.tools.analyses.phases import phases
@@ -200,7 +201,8 @@ t = open_trace(sys.argv[1])
 it = iterations(t, limit=3)
 ms = marker_summary(t, limit=50)
 ph = phases(t)
-print(json.dumps({"steps": it.summaries[0].steps, "wall_ns": it.summaries[0].wall_total_ns,
+tl = gpu_timeline(t).timelines[0]
+print(json.dumps({"timeline": [tl.ops, tl.busy_ns],"steps": it.summaries[0].steps, "wall_ns": it.summaries[0].wall_total_ns,
                   "listed_projected": [s.projected_kernels for s in it.steps],
                   "ranges": ms.ranges, "projected_ops": ms.projection.projected_ops,
                   "per_name": {m.name: [m.count, m.gpu_kernels] for m in ms.markers},
@@ -208,12 +210,12 @@ print(json.dumps({"steps": it.summaries[0].steps, "wall_ns": it.summaries[0].wal
 """
 
 
-def test_step_tools_fit_a_small_memory_limit(tmp_path):
-    """2 M kernels with an NVTX range around every 8 launches (250,000 steps), iterations, marker_summary and
-    phases under DuckDB's smallest limit (64 MiB) over the built store: they spill. When the GPU ops met their launching
-    calls and those calls their threads in one statement, the calls (read twice, so held) and the join's hash table
-    ran all three out of memory here (and iterations at 190 MiB); so did iterations' per-step unions, a window
-    over the step/op pairs straight from their join."""
+def test_step_tools_and_gpu_timeline_fit_a_small_memory_limit(tmp_path):
+    """2 M kernels with an NVTX range around every 8 launches (250,000 steps), iterations, marker_summary, phases
+    and gpu_timeline under DuckDB's smallest limit (64 MiB) over the built store: they spill. When the GPU ops met
+    their launching calls and those calls their threads in one statement, that ran the first three out of memory here
+    (and iterations at 190 MiB); so did iterations' per-step unions, a window over the step/op pairs straight from
+    their join, and gpu_timeline's launch lookup of the idle gaps in batches of 4 M op positions whatever the limit."""
     import json
     import os
     import subprocess
@@ -234,7 +236,7 @@ def test_step_tools_fit_a_small_memory_limit(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     steps = truth["n_ranges"]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {
-        "steps": steps, "wall_ns": truth["ranges_wall_ns"], "listed_projected": [8, 8, 8],
+        "timeline": [n, truth["kernel_busy_ns"]], "steps": steps, "wall_ns": truth["ranges_wall_ns"], "listed_projected": [8, 8, 8],
         "ranges": steps, "projected_ops": n,
         # range j is 'layer_<j % 16>' around launches 8j .. 8j + 7
         "per_name": {f"layer_{i}": [len(range(i, steps, 16)), 8 * len(range(i, steps, 16))] for i in range(16)},

@@ -26,6 +26,7 @@ import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
+from ..model.limits import memory_limit_bytes
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
@@ -407,7 +408,11 @@ class _SetUnions:
         return split_gpu_time(u[0], u[1], u[2], u[3], u[5], int(self.first[i]), int(self.reach[-1, i]), whole_graph=u[4])
 
 
-IDLE_BATCH = 4_000_000  # op positions whose gaps one launch-lookup statement takes
+def idle_batch() -> int:
+    """Op positions whose gaps one launch-lookup statement takes: 4 M under the default memory limit, fewer under a
+    smaller one (~64 B of the limit per position). At 10 M kernels a batch of 4 M positions (~1.3 M gaps) ran out
+    of a 128 MiB limit and one of 2 M fitted."""
+    return max(1 << 18, min(4_000_000, memory_limit_bytes() // 64))
 _STREAM_SUMS = ("ops", "work", "busy", "gaps", "comm", "memcpy", "unlinked", "unlinked_ns", "graph")
 
 
@@ -504,19 +509,20 @@ class _Measure:
         """Per stream id, its idle time per HTA category (c0..c3 of _Stream.idle) from the collected gaps: the
         gap-starting ops find their launch keys (their rows by `ref`, among the rows starting in the batch's time
         range) and meet the calls of those keys in one join (the ops are its build side), whose earliest start per
-        gap decides it, a batch of gaps per statement (IDLE_BATCH ops' positions), so the join's memory follows the
+        gap decides it, a batch of gaps per statement (idle_batch() ops' positions), so the join's memory follows the
         batch. Grouping the calls per key first (a semi join, then a GROUP BY, then the join) took ~1.5x the CPU."""
         cat = f"CASE WHEN unknown THEN 3 WHEN launch_ns > gs THEN 0 WHEN ge - gs < {self.threshold} THEN 1 ELSE 2 END"
         sums = ", ".join(f"coalesce(sum(ge - gs) FILTER (WHERE {cat} = {c}), 0)::BIGINT" for c in range(4))
         keys = "a.pid = o.pid AND a.tid = o.tid AND a.correlation_id = o.correlation_id"
         out: dict[int, list[int]] = {}
-        for lo in range(0, self.seen, IDLE_BATCH):
-            t0, t1 = self.gaps.execute(f"SELECT min(ge), max(ge) FROM _tl_gap_ops WHERE gap >= {lo} AND gap < {lo + IDLE_BATCH}"
+        batch = idle_batch()
+        for lo in range(0, self.seen, batch):
+            t0, t1 = self.gaps.execute(f"SELECT min(ge), max(ge) FROM _tl_gap_ops WHERE gap >= {lo} AND gap < {lo + batch}"
                                        ).fetchone()
             if t0 is None:
                 continue
             rows = self.gaps.execute(f"""
-                WITH g AS (SELECT * FROM _tl_gap_ops WHERE gap >= {lo} AND gap < {lo + IDLE_BATCH}),
+                WITH g AS (SELECT * FROM _tl_gap_ops WHERE gap >= {lo} AND gap < {lo + batch}),
                 o AS (SELECT g.gap, g.sid, g.gs, g.ge, g.unlaunched, r.pid, r.tid, r.correlation_id
                       FROM g JOIN (SELECT * FROM {_REF_KEYS} WHERE start_ns BETWEEN {int(t0)} AND {int(t1)}) r USING (ref))
                 SELECT sid, {sums}
