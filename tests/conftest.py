@@ -30,6 +30,8 @@ import contextlib
 import importlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -229,3 +231,18 @@ async def http_server(folder: Path, env: dict | None = None):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def under_memory_limit(tmp_path: Path, profile: Path, child: str, limit: str = "64MiB", timeout: int = 600) -> str:
+    """The last line `child` (python -c, the profile's path as argv[1]) prints under GPUSCOPE_MEMORY_LIMIT=limit over
+    the profile's store, which a first process builds with the default limit (reading the profile is not what is
+    tested; store_now: a large export would otherwise open as a pending trace, built only when asked)."""
+    env = {**os.environ, "GPUSCOPE_CACHE_DIR": str(tmp_path / "cache")}
+    built = subprocess.run([sys.executable, "-c", "import sys; from gpuscope.tools.model.trace import load_trace; "
+                            "load_trace(sys.argv[1], store_now=True).close()", str(profile)],
+                           env=env, capture_output=True, text=True, timeout=timeout)
+    assert built.returncode == 0, built.stderr[-2000:]
+    out = subprocess.run([sys.executable, "-c", child, str(profile)], env={**env, "GPUSCOPE_MEMORY_LIMIT": limit},
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()[-1]

@@ -11,15 +11,13 @@ spill instead of failing, and still equal the truth computed from the export's o
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 from collections import defaultdict
 
 import numpy as np
 import pytest
 
+from conftest import under_memory_limit
 from gpuscope.fixtures.truth import BUCKETS, bucket_of, merge
 from gpuscope.tools.analyses import intervals
 from gpuscope.tools.analyses.gpu_timeline import COMM, COMP, MEMCPY, split_measures
@@ -185,17 +183,7 @@ def test_unions_spill_under_a_small_memory_limit(tmp_path):
     path = tmp_path / "scale.sqlite"
     nsys.write_scale(path, n_kernels=1_000_000)
     want = _raw_truth(path)
-    env = {**os.environ, "GPUSCOPE_CACHE_DIR": str(tmp_path / "cache")}
-    # the store is built with the default limit (reading an export is not what is tested), then reopened under 64 MiB
-    # (store_now: an export this large would otherwise open as a pending trace, built only when asked)
-    built = subprocess.run([sys.executable, "-c", "import sys; from gpuscope.tools.model.trace import load_trace; "
-                            "load_trace(sys.argv[1], store_now=True).close()",
-                            str(path)], env=env, capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr[-2000:]
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], env={**env, "GPUSCOPE_MEMORY_LIMIT": "64MiB"},
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = json.loads(under_memory_limit(tmp_path, path, CHILD, timeout=300))
     assert got["gaps"] == want
     assert got["timeline"] == {d: v[:3] for d, v in want.items()}
     assert got["streams"] == 8  # write_scale's streams 13..20, each busy

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from conftest import FORMATS, needs_data, real_files
+from conftest import FORMATS, needs_data, real_files, under_memory_limit
 from gpuscope.fixtures import scenarios_iterations as SI
 from gpuscope.fixtures.truth import expressed, merge, time_shift
 from gpuscope.tools.analyses.iterations import iterations
@@ -217,25 +217,15 @@ def test_step_tools_and_gpu_timeline_fit_a_small_memory_limit(tmp_path):
     (and iterations at 190 MiB); so did iterations' per-step unions, a window over the step/op pairs straight from
     their join, and gpu_timeline's launch lookup of the idle gaps in batches of 4 M op positions whatever the limit."""
     import json
-    import os
-    import subprocess
-    import sys
 
     from gpuscope.fixtures.writers import nsys
 
     n = 2_000_000
     path = tmp_path / "steps.sqlite"
     truth = nsys.write_scale(path, n_kernels=n, nvtx_every=8)
-    env = {**os.environ, "GPUSCOPE_CACHE_DIR": str(tmp_path / "cache")}
-    built = subprocess.run([sys.executable, "-c", "import sys; from gpuscope.tools.model.trace import load_trace; "
-                            "load_trace(sys.argv[1], store_now=True).close()", str(path)],
-                           env=env, capture_output=True, text=True, timeout=600)
-    assert built.returncode == 0, built.stderr[-2000:]
-    out = subprocess.run([sys.executable, "-c", SMALL_MEMORY_CHILD, str(path)], env={**env, "GPUSCOPE_MEMORY_LIMIT": "64MiB"},
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(under_memory_limit(tmp_path, path, SMALL_MEMORY_CHILD))
     steps = truth["n_ranges"]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+    assert got == {
         "timeline": [n, truth["kernel_busy_ns"]], "steps": steps, "wall_ns": truth["ranges_wall_ns"], "listed_projected": [8, 8, 8],
         "ranges": steps, "projected_ops": n,
         # range j is 'layer_<j % 16>' around launches 8j .. 8j + 7

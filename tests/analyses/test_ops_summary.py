@@ -17,13 +17,10 @@ from __future__ import annotations
 import ast
 import csv
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import DATA
+from conftest import DATA, under_memory_limit
 from gpuscope.fixtures import scenarios_ops_summary as SO
 from gpuscope.tools.analyses.op_tree import launchers, node_parents
 from gpuscope.tools.analyses.ops_summary import OP_CATEGORIES, TRACELENS_UNMAPPED, ops_summary
@@ -327,15 +324,8 @@ def test_the_op_tree_fits_a_small_memory_limit(tmp_path):
 
     s = SO.launch_chain(80_000)
     path = kineto.write(s, tmp_path / "chain.json")
-    env = {**os.environ, "GPUSCOPE_CACHE_DIR": str(tmp_path / "cache")}
-    built = subprocess.run([sys.executable, "-c", "import sys; from gpuscope.tools.model.trace import load_trace; "
-                            "load_trace(sys.argv[1], store_now=True).close()", str(path)],
-                           env=env, capture_output=True, text=True, timeout=300)
-    assert built.returncode == 0, built.stderr[-2000:]
-    out = subprocess.run([sys.executable, "-c", CHAIN_CHILD, str(path)], env={**env, "GPUSCOPE_MEMORY_LIMIT": "64MiB"},
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(under_memory_limit(tmp_path, path, CHAIN_CHILD, timeout=300))
     kernel_ns = sum(k.end_ns - k.start_ns for k in s.kernels)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+    assert got == {
         "gpu_ops": len(s.kernels), "attributed_ns": kernel_ns,
         "rows": [["aten::add", len(s.cpu_ops), len(s.kernels), kernel_ns, sum(o.end_ns - o.start_ns for o in s.cpu_ops)]]}
