@@ -315,6 +315,30 @@ print(json.dumps({"gpu_ops": r.totals.gpu_ops, "attributed_ns": r.totals.attribu
 """
 
 
+LONG_CALL_CHILD = """
+import json, sys
+from gpuscope.tools.analyses import ops_summary
+from gpuscope.tools.model.cache import open_trace
+r = ops_summary(open_trace(sys.argv[1]), limit=50)
+print(json.dumps({"gpu_ops": r.totals.gpu_ops, "rows": sorted([x.name, x.count, x.total_direct_kernel_time_ns] for x in r.rows)}))
+"""
+
+
+def test_the_launching_calls_names_do_not_weigh_on_the_frames_memory(tmp_path):
+    """1 M kernels, each launched by a call with a 1,017-character name, ops_summary under a 128 MiB limit over the
+    built store: each kernel is its own instance, named by its kernel's base name, with the writer's counts and times.
+    While the calls' names were looked up after the calls met the GPU ops, that join's hash side held every call's
+    name: it ran out of memory here (and on a 10 M-kernel export with the real 22-character name)."""
+    from gpuscope.fixtures.writers import nsys
+
+    path = tmp_path / "long_calls.sqlite"
+    truth = nsys.write_scale(path, n_kernels=1_000_000, api_name="cudaLaunchKernel_" + "x" * 1000)
+    got = json.loads(under_memory_limit(tmp_path, path, LONG_CALL_CHILD, limit="128MiB", timeout=300))
+    # the writer's kernel 'void kernel_07<float, 128>(float*, int)' has the base name 'kernel_07'
+    assert got == {"gpu_ops": truth["n_kernels"], "rows": sorted(
+        [full.removeprefix("void ").split("<")[0], k["count"], k["total_ns"]] for full, k in truth["per_name"].items())}
+
+
 def test_the_op_tree_fits_a_small_memory_limit(tmp_path):
     """80,000 PyTorch ops each launching one kernel, ops_summary under DuckDB's smallest limit (64 MiB) over the built
     store: it spills and attributes every kernel to its aten::add. While each GPU op's innermost op was looked up
