@@ -200,7 +200,12 @@ def test_tools_carry_the_counts_of_the_tables_they_read(damaged):
     assert info.data_issues_summary.startswith(parts[0]) and all(p in info.data_issues_summary for p in parts)
 
     def notes(*tables):
-        return sorted(n for t, a, n, r in issues if t in tables for n in [f"{n} {NOUN[t][n != 1]} {a}: {r}"])
+        """The notes of the model tables' rows, and of the cells repaired in the profile's tables they are read from:
+        rocpd's kernels come from rocpd_kernel_dispatch, its copies from rocpd_memory_copy, its calls from rocpd_region;
+        RPD's GPU ops from rocpd_op, with their launching calls from rocpd_api."""
+        natives = {native for t in tables for native in SOURCES.get(fmt, {}).get(t, ())}
+        return sorted(f"{n} {NOUN[t][n != 1]} {a}: {r}" if t in NOUN else f"{n} {t} row{'s' * (n != 1)} {a}: {r}"
+                      for t, a, n, r in issues if t in tables or t in natives)
 
     top = top_kernels(trace)
     assert sorted(top.data_issues) == notes("kernels")
@@ -212,6 +217,12 @@ def test_tools_carry_the_counts_of_the_tables_they_read(damaged):
     assert sum(d.kernel_count for d in top.devices) == kept
 
 
+SOURCES = {
+    "rocpd": {"kernels": [f"native.{rocpd._table('bad_values', 'rocpd_kernel_dispatch')}"],
+              "memops": [f"native.{rocpd._table('bad_values', 'rocpd_memory_copy')}"],
+              "api_calls": [f"native.{rocpd._table('bad_values', 'rocpd_region')}"]},
+    "rpd": {t: ['native."rocpd_op"', 'native."rocpd_api"'] for t in ("kernels", "memops")} | {"api_calls": ['native."rocpd_api"']},
+}
 NOUN = {"kernels": ("kernel", "kernels"), "memops": ("memory copy/set", "memory copies/sets"),
         "api_calls": ("API call", "API calls"), "markers": ("marker", "markers"), "cpu_ops": ("CPU op", "CPU ops")}
 
@@ -258,6 +269,54 @@ def test_nsys_rows_without_times_or_device_are_counted(tmp_path):
     assert trace.count("kernels") == N_KERNELS - 3
     assert not any("repeats correlation ids" in w for w in trace.warnings)
     trace.close()
+
+
+def _bad_text(path, table: str, column: str, old: str, new: bytes) -> None:
+    """Store `new` (not UTF-8) over the cell of `table`.`column` that holds `old`, as Windows exports hold cp1252."""
+    import sqlite3
+
+    con = sqlite3.connect(path)
+    assert con.execute(f"UPDATE {table} SET {column} = CAST(? AS TEXT) WHERE {column} = ?", (new, old)).rowcount == 1
+    con.commit()
+    con.close()
+
+
+def test_tools_name_the_repaired_cells_their_rows_were_read_from(tmp_path):
+    """A kernel's name of invalid UTF-8 in StringIds and a marker's text of invalid UTF-8 in NVTX_EVENTS are read with
+    U+FFFD and counted under the profile's table. The tools showing those names say so: top_kernels names the StringIds
+    cell and not the NVTX one, gpu_timeline (kernels, copies, calls) the same; a tool reading the markers names both.
+    On rocpd, the repaired name of the launch calls (the writer's hipLaunchKernel) in rocpd_string_<uuid> is named by
+    the tools reading calls."""
+    from gpuscope.tools.analyses.api_summary import api_summary
+    from gpuscope.tools.analyses.marker_summary import marker_summary
+    from gpuscope.tools.model.sqlite_source import NOT_UTF8
+
+    path = nsys.write(scenario(), tmp_path / "names.sqlite")
+    _bad_text(path, "StringIds", "value", "kernel_2", b"kernel_\xff2")
+    _bad_text(path, "NVTX_EVENTS", "text", "step_1", b"step_\xe91")
+    strings = f'1 native."StringIds" row repaired: "value": {NOT_UTF8}'
+    nvtx = f'1 native."NVTX_EVENTS" row repaired: "text": {NOT_UTF8}'
+    trace = load_trace(path)
+    try:
+        top = top_kernels(trace, limit=50)
+        assert "kernel_\ufffd2" in {k.name for k in top.kernels}
+        assert strings in top.data_issues and nvtx not in top.data_issues
+        timeline = gpu_timeline(trace).data_issues
+        assert strings in timeline and nvtx not in timeline
+        markers = marker_summary(trace).data_issues
+        assert strings in markers and nvtx in markers
+    finally:
+        trace.close()
+
+    path = rocpd.write(scenario(), tmp_path / "names.db")
+    table = rocpd._table("bad_values", "rocpd_string")
+    _bad_text(path, table, "string", "hipLaunchKernel", b"hipLaunch\xffKernel")
+    note = f'1 native.{table} row repaired: "string": {NOT_UTF8}'
+    trace = load_trace(path)
+    try:
+        assert note in api_summary(trace).data_issues and note in gpu_timeline(trace).data_issues
+    finally:
+        trace.close()
 
 
 def test_a_clean_profile_has_no_issues_and_tools_say_nothing(tmp_path):

@@ -9,6 +9,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
+from ..model.quality import native_table_of, read_from
 from ..model.trace import Trace
 
 NAME_CHARS = 160  # full kernel names can run to thousands of characters; sql_query has them whole
@@ -88,8 +89,9 @@ ALL_TABLES = ("kernels", "memops", "api_calls", "markers", "cpu_ops")
 _ROWS = {"kernels": ("kernel", "kernels"), "memops": ("memory copy/set", "memory copies/sets"),
          "api_calls": ("API call", "API calls"), "markers": ("marker", "markers"), "cpu_ops": ("CPU op", "CPU ops")}
 DATA_ISSUES_DOC = ("source rows behind these figures that the reader left out ('skipped') or corrected ('repaired'), "
-                   "as 'N <rows> <action>: <reason>'; the figures count only the rows kept. Empty when none; "
-                   "trace_info lists them for the whole profile")
+                   "as 'N <rows> <action>: <reason>'; the figures count only the rows kept. Rows of the profile's own "
+                   "tables the figures' rows were read from (their names included) are named as native.\"<table>\". "
+                   "Empty when none; trace_info lists them for the whole profile")
 
 
 def data_issues_field() -> Any:
@@ -106,9 +108,14 @@ def data_issues(trace: Trace) -> list[tuple[str, str, int, str]]:
 
 def data_issue_notes(trace: Trace, tables: Iterable[str]) -> list[str]:
     """'N kernels skipped: ts is not a finite number' for each data_issues row of the model tables a
-    tool's figures read, in the order `tables` names them."""
-    rows = data_issues(trace)
-    return [issue_note(t, action, n, reason) for table in tables for t, action, n, reason in rows if t == table]
+    tool's figures read, in the order `tables` names them; then the rows the reader repaired in the profile's own
+    tables those are read from ('1 native."StringIds" row repaired: "value": text that is not valid UTF-8...': a
+    kernel's name shown with U+FFFD)."""
+    tables, rows = list(tables), data_issues(trace)
+    source = read_from(trace.format, tables)
+    return ([issue_note(t, action, n, reason) for table in tables for t, action, n, reason in rows if t == table]
+            + [issue_note(t, action, n, reason) for t, action, n, reason in rows
+               if (native := native_table_of(t)) is not None and source(native)])
 
 
 def issue_note(table: str, action: str, rows: int, reason: str) -> str:

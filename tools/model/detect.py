@@ -21,7 +21,8 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 ROCPD_SUFFIXED = re.compile(r"(rocpd_[a-z_]+?)_[0-9a-fA-F]{8}_[0-9a-fA-F]{4}_[0-9a-fA-F]{4}_[0-9a-fA-F]{4}_[0-9a-fA-F]{12}")
 
 
-def _unsuffixed(name: str) -> str:
+def unsuffixed(name: str) -> str:
+    """A rocpd table's name without its process's UUID suffix (rocpd_string_<uuid> -> rocpd_string); others as they are."""
     m = ROCPD_SUFFIXED.fullmatch(name)
     return m.group(1) if m else name
 GZIP_MAGIC = b"\x1f\x8b"
@@ -209,7 +210,7 @@ def _sqlite_format(path: Path) -> str:
         raise ProfileError(f"{shown_path(path)} looks like SQLite but cannot be read ({exc}); it may be truncated or corrupt. Re-export it.") from None
     if "StringIds" in names and any(n.startswith(("CUPTI_", "NVTX_EVENTS", "TARGET_INFO_", "OSRT_API")) for n in names):
         return "nsys"
-    rocpd = {_unsuffixed(n) for n in names}
+    rocpd = {unsuffixed(n) for n in names}
     if "rocpd_kernel_dispatch" in rocpd and version is not None and version.split(".")[0] in ("3", "4"):
         return "rocpd"
     if "rocpd_op" in names and "rocpd_api" in names:

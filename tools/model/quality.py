@@ -18,7 +18,8 @@ launch delays leave them out and say so.
 
 from __future__ import annotations
 
-from typing import Iterable
+import importlib
+from typing import Callable, Iterable
 
 import duckdb
 
@@ -57,6 +58,24 @@ _FIRST_CALL = """SELECT pid, correlation_id, call_start,
 def native_table_name(table: str) -> str:
     """How data_issues names a profile's own table whose cells a reader changed (as sql_query names it)."""
     return f"native.{quote_ident(table)}"
+
+
+def native_table_of(shown: str) -> str | None:
+    """The profile's own table a data_issues table_name names (native_table_name's inverse); None for a model table."""
+    if len(shown) > 9 and shown.startswith('native."') and shown.endswith('"'):
+        return shown[8:-1].replace('""', '"')
+    return None
+
+
+def read_from(fmt: str, model_tables: Iterable[str]) -> Callable[[str], bool]:
+    """Whether a profile's own table (its name in the file) is one that the `fmt` reader reads any of `model_tables`
+    from: its module's NATIVE_SOURCES, by the table's name less a rocpd process suffix. A cell the reader repaired in
+    such a table stands behind those tables' rows (a kernel's name of invalid UTF-8 comes from StringIds)."""
+    from .detect import unsuffixed
+
+    sources = getattr(importlib.import_module(f"{__package__}.readers.{fmt}"), "NATIVE_SOURCES", {})  # Kineto: none
+    wanted = {s for t in model_tables for s in sources.get(t, ())}
+    return lambda native: unsuffixed(native) in wanted
 
 
 def record(con: duckdb.DuckDBPyConnection, rows: Iterable[tuple[str, str, int, str]]) -> None:

@@ -44,6 +44,22 @@ COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA
 MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static", 7: "Unknown"}
 NVTX_KINDS = {34: "mark", 59: "push_pop", 70: "push_pop", 60: "start_end", 71: "start_end"}
 
+# The export's tables each model table is read from (names, kinds and links included): a cell the reader repaired in
+# one (data_issues 'native."T"') stands behind that table's rows, and the tools that read them say so.
+_NCCL = ("NVTX_EVENTS", "NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES", "NVTX_PAYLOAD_ENUMS", "NVTX_PAYLOAD_ENUM_ENTRIES")
+NATIVE_SOURCES = {
+    "kernels": (KERNEL, GRAPH_TRACE, "StringIds"),  # the communicators NCCL's payloads give kernels: with nccl_calls
+    "memops": (MEMCPY, MEMSET, "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND"),
+    "api_calls": (RUNTIME, "StringIds", CUDA_EVENT, SYNC),
+    "markers": ("NVTX_EVENTS", "StringIds"),
+    "nccl_calls": ("StringIds", *_NCCL),
+    "memory_events": (MEMORY_USAGE, MEMORY_POOL, "ENUM_CUDA_MEM_KIND", RUNTIME, "StringIds"),
+    "os_memory_levels": tuple(table for table, _ in OS_MEMORY.values()),
+    "devices": ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU", "TARGET_INFO_CUDA_DEVICE"),
+    "processes": ("PROCESSES", "MPI_RANKS", "TARGET_INFO_SYSTEM_ENV"),
+    "threads": ("ThreadNames", "StringIds"),
+}
+
 PID = "(({g} >> 24) & 16777215)"
 TID = "({g} & 16777215)"
 

@@ -57,6 +57,21 @@ MARK_CATEGORIES = ("MARKER_CORE_API",)
 UNKNOWN_AGENT = "names an agent that rocpd_info_agent does not list"
 NO_MARKER_TEXT = "marker has no text (no message in rocpd_event.extdata, no name string)"
 
+# The tables (rocpd's unsuffixed names) each model table is read from: every event row names its category and name in
+# rocpd_event / rocpd_string and its process and thread in the info tables. A cell the reader repaired in one
+# (data_issues 'native."T"') stands behind that table's rows, and the tools that read them say so.
+_EVENT = ("rocpd_event", "rocpd_string", "rocpd_info_process", "rocpd_info_thread")
+NATIVE_SOURCES = {
+    "kernels": ("rocpd_kernel_dispatch", "rocpd_info_kernel_symbol", "rocpd_info_agent", *_EVENT),
+    "memops": ("rocpd_memory_copy", "rocpd_info_agent", *_EVENT),
+    "api_calls": ("rocpd_region", *_EVENT),
+    "markers": ("rocpd_region", "rocpd_sample", "rocpd_track", *_EVENT),
+    "memory_events": ("rocpd_memory_allocate", "rocpd_info_agent", *_EVENT),
+    "devices": ("rocpd_info_agent",),
+    "processes": ("rocpd_info_process", "rocpd_info_node"),
+    "threads": ("rocpd_info_thread", "rocpd_info_process"),
+}
+
 COPY_KINDS = {
     "MEMORY_COPY_HOST_TO_DEVICE": "HtoD", "MEMORY_COPY_DEVICE_TO_HOST": "DtoH",
     "MEMORY_COPY_DEVICE_TO_DEVICE": "DtoD", "MEMORY_COPY_HOST_TO_HOST": "HtoH",

@@ -38,6 +38,18 @@ FILL_OPS = ("FillBuffer",)
 WORKITEM_GRID_APIS = ("hipExtModuleLaunchKernel", "hipHccModuleLaunchKernel")
 API_FAMILY = "CASE WHEN {n} LIKE 'hip%' THEN 'hip' WHEN {n} LIKE 'hsa\\_%' ESCAPE '\\' THEN 'hsa' WHEN {n} LIKE 'nccl%' OR {n} LIKE 'rccl%' THEN 'rccl' END"
 MARKER_API = "({n} = 'UserMarker' OR {n} LIKE 'roctx%')"
+# The tables each model table is read from: a cell the reader repaired in one (data_issues 'native."T"') stands behind
+# that table's rows, and the tools that read them say so.
+_OPS = ("rocpd_op", "rocpd_api_ops", "rocpd_api", "rocpd_string")
+NATIVE_SOURCES = {
+    "kernels": (*_OPS, "rocpd_kernelapi", "rocpd_kernelcodeobject"),
+    "memops": (*_OPS, "rocpd_copyapi"),
+    "api_calls": ("rocpd_api", "rocpd_string"),
+    "markers": ("rocpd_api", "rocpd_string"),
+    "devices": ("rocpd_op",),
+    "processes": ("rocpd_api",),
+    "threads": ("rocpd_api",),
+}
 # Times present and a device to put the op on; a row failing them is counted in data_issues, never dropped silently.
 GPU_OK = """start IS NOT NULL AND "end" IS NOT NULL AND gpuId IS NOT NULL"""
 HOST_OK = """start IS NOT NULL AND "end" IS NOT NULL"""
