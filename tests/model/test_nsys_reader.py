@@ -597,3 +597,22 @@ def test_a_lenient_copy_keeps_a_blob_column_of_numbers(tmp_path, monkeypatch, ch
     got = sqlite_source.copy_lenient(con, sqlite_source.open_sqlite(path), "u", "copy_u")
     assert got == [('native."u"', "repaired", 1, f'"payload": {sqlite_source.NUMBER_AS_BLOB}')]
     assert con.execute("SELECT payload FROM copy_u ORDER BY id").fetchall() == [(b"\x01",), (b"\x02",), (b"1.0e+20",)]
+
+
+def test_ten_million_kernels_build_under_a_128_mib_limit(tmp_path, monkeypatch):
+    """10,000,000 kernels, each launched by its own cudaLaunchKernel, build under GPUSCOPE_MEMORY_LIMIT=128MiB: every
+    kernel kept and linked, per-name figures equal to the generator's. The kernels insert joins every kernel with its
+    launching call; DuckDB hashed the side it estimates smaller, the scanned kernels (their max rowid - 1, one below
+    the calls' count), every column of them, and ran out of memory here (112 MiB is enough for the calls' side)."""
+    truth = writer.write_scale(tmp_path / "scale.sqlite", n_kernels=10_000_000)
+    monkeypatch.setenv("GPUSCOPE_MEMORY_LIMIT", "128MiB")
+    monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    trace = load_trace(tmp_path / "scale.sqlite", store_now=True)
+    try:
+        got = trace.sql("SELECT name, count(*), sum(dur_ns)::BIGINT, min(dur_ns), max(dur_ns), count(*) FILTER (WHERE launched) "
+                        "FROM kernels GROUP BY 1")
+        assert {r[0]: tuple(r[1:]) for r in got} == {
+            name: (v["count"], v["total_ns"], v["min_ns"], v["max_ns"], v["count"]) for name, v in truth["per_name"].items()}
+        assert sum(v["count"] for v in truth["per_name"].values()) == truth["n_kernels"]
+    finally:
+        trace.close()

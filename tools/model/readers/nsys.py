@@ -214,12 +214,16 @@ class _Reader:
         rel = self.src.relation(table)
 
         def insert(launch: str) -> int:
-            return self.con.execute(
-                f"""INSERT INTO {model}
-                    SELECT {select}, k.correlationId, {graph} {PID.format(g='k.globalPid')}, {TID.format(g='l.globalTid')},
-                           l.globalTid IS NOT NULL{whole}
-                    FROM {rel} k LEFT JOIN {launch} l ON l.globalTid >> 24 = k.globalPid >> 24 AND l.correlationId = k.correlationId
-                    {joins} WHERE k.start IS NOT NULL AND k."end" IS NOT NULL AND k.deviceId IS NOT NULL""").fetchone()[0]
+            # The calls are the hash side, as written. DuckDB would pick the side it estimates smaller, and the scanner
+            # estimates the GPU table at its max rowid - 1: with one launch per kernel it built on the GPU rows, every
+            # column of them, and a 10 M-kernel export ran out of a 128 MiB limit where the two join columns fit.
+            with setting(self.con, "disabled_optimizers", "build_side_probe_side"):
+                return self.con.execute(
+                    f"""INSERT INTO {model}
+                        SELECT {select}, k.correlationId, {graph} {PID.format(g='k.globalPid')}, {TID.format(g='l.globalTid')},
+                               l.globalTid IS NOT NULL{whole}
+                        FROM {rel} k LEFT JOIN {launch} l ON l.globalTid >> 24 = k.globalPid >> 24 AND l.correlationId = k.correlationId
+                        {joins} WHERE k.start IS NOT NULL AND k."end" IS NOT NULL AND k.deviceId IS NOT NULL""").fetchone()[0]
 
         # CUPTI makes (process, correlationId) unique among API calls; should an export break that, the
         # join would duplicate GPU rows, so redo it against one call per pair. Exports are written
