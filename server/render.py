@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from gpuscope.tools.model.limits import memory_limit_bytes
+from gpuscope.tools.model.limits import memory_limit_now
 
 MAX_CELL = 80        # table cells: kernel names and signatures can run to thousands of characters
 MAX_SENTENCE = 1000  # notes, reasons, hints: explanations are cut only when pathological
@@ -28,7 +28,7 @@ PROSE = ("note", "notes", "reason", "why", "hint", "caveat", "message", "warning
 def out_of_memory_advice() -> str:
     """What to do after running out of memory, with the limit in force (GPUSCOPE_MEMORY_LIMIT, or its default)."""
     return ("Narrow the request: pass a time window, one device or a smaller limit; or give gpuscope more memory: raise "
-            f"GPUSCOPE_MEMORY_LIMIT (now {memory_limit_bytes() // 2**20} MiB) in the server's environment (see the README).")
+            f"{memory_limit_now()} in the server's environment (see the README).")
 
 
 def out_of_memory(exc: BaseException) -> str:

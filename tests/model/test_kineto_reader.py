@@ -485,11 +485,12 @@ def test_running_out_of_memory_while_building_says_so(tmp_path, monkeypatch):
 
     monkeypatch.setattr(kineto, "_build", out_of_memory)
     monkeypatch.setenv("GPUSCOPE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("GPUSCOPE_MEMORY_LIMIT", "80MiB")
     path = writer.write(_scenario("oom"), tmp_path / "oom.pt.trace.json")
     with pytest.raises(ProfileError) as err:
         load_trace(path)
     text = str(err.value)
-    assert "ran out of memory" in text and "building the trace model" in text and "GPUSCOPE_MEMORY_LIMIT" in text
+    assert "ran out of memory" in text and "building the trace model" in text and "GPUSCOPE_MEMORY_LIMIT (now 80 MiB)" in text
     assert "layout" not in text
 
 

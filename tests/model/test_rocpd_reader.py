@@ -448,7 +448,7 @@ def test_rocpd_mistyped_cells_fall_back_to_lenient_read(tmp_path):
 def test_running_out_of_memory_is_not_retried_through_sqlite3(tmp_path, monkeypatch):
     """DuckDB out of memory while reading (a 10 M-kernel database at the default limit) is not a cell the scanner
     refused: the reader does not start over on sqlite3 copies, which held whole tables in Python (13 GB of RSS for
-    that database, then the same failure). The error names the memory and its setting."""
+    that database, then the same failure). The error names the memory and its setting, with the limit in force."""
     import duckdb
 
     from gpuscope.tools.model.readers import rocpd as reader
@@ -460,11 +460,12 @@ def test_running_out_of_memory_is_not_retried_through_sqlite3(tmp_path, monkeypa
         raise duckdb.OutOfMemoryException("Out of Memory Error: failed to pin block of size 256.0 KiB")
 
     monkeypatch.setattr(reader, "_load", out_of_memory)
+    monkeypatch.setenv("GPUSCOPE_MEMORY_LIMIT", "96MiB")
     path = writer.write(rich_scenario(), tmp_path / "oom.db")
     with pytest.raises(ProfileError) as err:
         load_trace(path)
     assert tries == [False]
-    assert "more memory" in str(err.value) and "GPUSCOPE_MEMORY_LIMIT" in str(err.value)
+    assert "more memory" in str(err.value) and "GPUSCOPE_MEMORY_LIMIT (now 96 MiB)" in str(err.value)
 
 
 def test_rpd_running_out_of_memory_is_not_retried_through_sqlite3(tmp_path, monkeypatch):

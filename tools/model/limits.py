@@ -89,6 +89,11 @@ def memory_limit_bytes() -> int:
     return _size_setting("GPUSCOPE_MEMORY_LIMIT", min(physical_memory_bytes() // 8, 8 * 10**8))
 
 
+def memory_limit_now() -> str:
+    """'GPUSCOPE_MEMORY_LIMIT (now 800 MiB)': the limit in force, set or default, for advice after running out."""
+    return f"GPUSCOPE_MEMORY_LIMIT (now {memory_limit_bytes() // 2**20} MiB)"
+
+
 def preview_memory_limit_bytes() -> int:
     """DuckDB memory_limit of a preview's in-memory model (model/trace.py), five eighths of the limit (500 MB by
     default): at half of 800 MB the 1.25 M-event Kineto trace's preview spilled and answered 0.16 s later."""

@@ -28,7 +28,7 @@ from .detect import FORMAT_NAMES, GZIP_MAGIC, Detected, detect, regular_file
 from .errors import NoPreview, ProfileError, shown_path
 from .hub import ModelConnection, hub
 from .quality import check_model
-from .limits import connect, duckdb_config, preview_memory_limit_bytes
+from .limits import connect, duckdb_config, memory_limit_now, preview_memory_limit_bytes
 from .quote import quote_ident
 from .sqlite_source import SQLITE_FORMATS, scanner_config
 from .store import Lease, NativeCatalog, Store, disk_problem, lock_down, open_store, store_exists, store_key
@@ -401,8 +401,8 @@ def _ingest(con: duckdb.DuckDBPyConnection, path: Path, found: Detected, progres
     except ProfileError:
         raise
     except duckdb.OutOfMemoryException:
-        raise ProfileError(f"{shown_path(path)} needs more memory to read than gpuscope may use. Raise GPUSCOPE_MEMORY_LIMIT "
-                           "(e.g. GPUSCOPE_MEMORY_LIMIT=16GB) or analyse a shorter capture.") from None
+        raise ProfileError(f"{shown_path(path)} needs more memory to read than gpuscope may use: raise {memory_limit_now()} "
+                           "in the server's environment, e.g. to twice that, or analyse a shorter capture.") from None
     except duckdb.Error as exc:
         if disk_problem(exc):
             raise  # the store's folder, not the profile: the store falls back to memory

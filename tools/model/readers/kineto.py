@@ -44,7 +44,7 @@ import pandas as pd
 
 from ..detect import GZIP_MAGIC, detect
 from ..errors import NoPreview, ProfileError, shown_path
-from ..limits import max_decompressed_bytes, memory_limit_bytes, scratch_dir, setting
+from ..limits import max_decompressed_bytes, memory_limit_bytes, memory_limit_now, scratch_dir, setting
 from ..names import create_short_names
 from ..quote import quote_literal
 from ..quality import check_model, count_sql, record_query
@@ -423,9 +423,8 @@ def _too_deep(path: Path, what: str) -> str:
 
 def _out_of_memory(path: Path, where: str) -> str:
     return (f"gpuscope ran out of memory reading {shown_path(path)} ({where}); nothing was loaded and the server keeps "
-            "running. Close other profiles or programs and open it again, or set GPUSCOPE_MEMORY_LIMIT (the memory one "
-            "profile may use, e.g. GPUSCOPE_MEMORY_LIMIT=4GB) to what this machine can spare so that files too large "
-            "for it are refused up front.")
+            f"running. Close other profiles or programs and open it again, or set {memory_limit_now()}, the memory one "
+            "profile may use, to what this machine can spare so that files too large for it are refused up front.")
 
 
 def _stage(path: Path, detected, tmp: Path, threads: int) -> tuple[list[Path], dict]:
