@@ -201,8 +201,8 @@ def test_tools_carry_the_counts_of_the_tables_they_read(damaged):
 
     def notes(*tables):
         """The notes of the model tables' rows, and of the cells repaired in the profile's tables they are read from:
-        rocpd's kernels come from rocpd_kernel_dispatch, its copies from rocpd_memory_copy, its calls from rocpd_region;
-        RPD's GPU ops from rocpd_op, with their launching calls from rocpd_api."""
+        rocpd's kernels come from rocpd_kernel_dispatch, its copies from rocpd_memory_copy, its calls (the GPU ops'
+        launching calls too) from rocpd_region; RPD's GPU ops from rocpd_op, with their launching calls from rocpd_api."""
         natives = {native for t in tables for native in SOURCES.get(fmt, {}).get(t, ())}
         return sorted(f"{n} {NOUN[t][n != 1]} {a}: {r}" if t in NOUN else f"{n} {t} row{'s' * (n != 1)} {a}: {r}"
                       for t, a, n, r in issues if t in tables or t in natives)
@@ -217,10 +217,11 @@ def test_tools_carry_the_counts_of_the_tables_they_read(damaged):
     assert sum(d.kernel_count for d in top.devices) == kept
 
 
+_REGION = f"native.{rocpd._table('bad_values', 'rocpd_region')}"
 SOURCES = {
-    "rocpd": {"kernels": [f"native.{rocpd._table('bad_values', 'rocpd_kernel_dispatch')}"],
-              "memops": [f"native.{rocpd._table('bad_values', 'rocpd_memory_copy')}"],
-              "api_calls": [f"native.{rocpd._table('bad_values', 'rocpd_region')}"]},
+    "rocpd": {"kernels": [f"native.{rocpd._table('bad_values', 'rocpd_kernel_dispatch')}", _REGION],
+              "memops": [f"native.{rocpd._table('bad_values', 'rocpd_memory_copy')}", _REGION],
+              "api_calls": [_REGION]},
     "rpd": {t: ['native."rocpd_op"', 'native."rocpd_api"'] for t in ("kernels", "memops")} | {"api_calls": ['native."rocpd_api"']},
 }
 NOUN = {"kernels": ("kernel", "kernels"), "memops": ("memory copy/set", "memory copies/sets"),

@@ -48,8 +48,10 @@ NVTX_KINDS = {34: "mark", 59: "push_pop", 70: "push_pop", 60: "start_end", 71: "
 # one (data_issues 'native."T"') stands behind that table's rows, and the tools that read them say so.
 _NCCL = ("NVTX_EVENTS", "NVTX_PAYLOAD_SCHEMAS", "NVTX_PAYLOAD_SCHEMA_ENTRIES", "NVTX_PAYLOAD_ENUMS", "NVTX_PAYLOAD_ENUM_ENTRIES")
 NATIVE_SOURCES = {
-    "kernels": (KERNEL, GRAPH_TRACE, "StringIds"),  # the communicators NCCL's payloads give kernels: with nccl_calls
-    "memops": (MEMCPY, MEMSET, "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND"),
+    # a GPU op's launching call (its thread, its launch delays) is a RUNTIME row; the communicators NCCL's payloads give
+    # kernels are named with nccl_calls
+    "kernels": (KERNEL, GRAPH_TRACE, "StringIds", RUNTIME),
+    "memops": (MEMCPY, MEMSET, "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND", RUNTIME),
     "api_calls": (RUNTIME, "StringIds", CUDA_EVENT, SYNC),
     "markers": ("NVTX_EVENTS", "StringIds"),
     "nccl_calls": ("StringIds", *_NCCL),

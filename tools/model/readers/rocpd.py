@@ -62,8 +62,9 @@ NO_MARKER_TEXT = "marker has no text (no message in rocpd_event.extdata, no name
 # (data_issues 'native."T"') stands behind that table's rows, and the tools that read them say so.
 _EVENT = ("rocpd_event", "rocpd_string", "rocpd_info_process", "rocpd_info_thread")
 NATIVE_SOURCES = {
-    "kernels": ("rocpd_kernel_dispatch", "rocpd_info_kernel_symbol", "rocpd_info_agent", *_EVENT),
-    "memops": ("rocpd_memory_copy", "rocpd_info_agent", *_EVENT),
+    # a GPU op's launching call is a rocpd_region row
+    "kernels": ("rocpd_kernel_dispatch", "rocpd_info_kernel_symbol", "rocpd_info_agent", "rocpd_region", *_EVENT),
+    "memops": ("rocpd_memory_copy", "rocpd_info_agent", "rocpd_region", *_EVENT),
     "api_calls": ("rocpd_region", *_EVENT),
     "markers": ("rocpd_region", "rocpd_sample", "rocpd_track", *_EVENT),
     "memory_events": ("rocpd_memory_allocate", "rocpd_info_agent", *_EVENT),
