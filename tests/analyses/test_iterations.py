@@ -196,26 +196,34 @@ from gpuscope.tools.analyses.gpu_timeline import gpu_timeline
 from gpuscope.tools.analyses.iterations import iterations
 from gpuscope.tools.analyses.marker_summary import marker_summary
 from gpuscope.tools.analyses.phases import phases
+from gpuscope.tools.analyses.api_summary import api_summary
+from gpuscope.tools.analyses.critical_path import critical_path
 from gpuscope.tools.model.cache import open_trace
 t = open_trace(sys.argv[1])
 it = iterations(t, limit=3)
 ms = marker_summary(t, limit=50)
 ph = phases(t)
 tl = gpu_timeline(t).timelines[0]
+dev = api_summary(t).launches[0]
+critical_path(t)
 print(json.dumps({"timeline": [tl.ops, tl.busy_ns],"steps": it.summaries[0].steps, "wall_ns": it.summaries[0].wall_total_ns,
                   "listed_projected": [s.projected_kernels for s in it.steps],
                   "ranges": ms.ranges, "projected_ops": ms.projection.projected_ops,
                   "per_name": {m.name: [m.count, m.gpu_kernels] for m in ms.markers},
-                  "phase_markers": ph.iteration_markers.count}))
+                  "phase_markers": ph.iteration_markers.count,
+                  "launches": [dev.stream_id, dev.kernels, dev.launch_calls, dev.unlinked_kernels]}))
 """
 
 
-def test_step_tools_and_gpu_timeline_fit_a_small_memory_limit(tmp_path):
-    """2 M kernels with an NVTX range around every 8 launches (250,000 steps), iterations, marker_summary, phases
-    and gpu_timeline under DuckDB's smallest limit (64 MiB) over the built store: they spill. When the GPU ops met
-    their launching calls and those calls their threads in one statement, that ran the first three out of memory here
-    (and iterations at 190 MiB); so did iterations' per-step unions, a window over the step/op pairs straight from
-    their join, and gpu_timeline's launch lookup of the idle gaps in batches of 4 M op positions whatever the limit."""
+def test_heavy_tools_fit_a_small_memory_limit(tmp_path):
+    """2 M kernels with an NVTX range around every 8 launches (250,000 steps), iterations, marker_summary, phases,
+    gpu_timeline, api_summary and critical_path under DuckDB's smallest limit (64 MiB) over the built
+    store: they spill. When the GPU ops met their launching calls and those calls their threads in one statement, that
+    ran the first three out of memory here (and iterations at 190 MiB); so did iterations' per-step unions, a window
+    over the step/op pairs straight from their join, and gpu_timeline's launch lookup of the idle gaps in batches of
+    4 M op positions whatever the limit. api_summary and critical_path ran out of it on two DuckDB threads (each
+    statement's per-thread buffers), and answer on the one thread a 64 MiB limit now gets: all kernels linked to
+    their launches."""
     import json
 
     from gpuscope.fixtures.writers import nsys
@@ -230,4 +238,5 @@ def test_step_tools_and_gpu_timeline_fit_a_small_memory_limit(tmp_path):
         "ranges": steps, "projected_ops": n,
         # range j is 'layer_<j % 16>' around launches 8j .. 8j + 7
         "per_name": {f"layer_{i}": [len(range(i, steps, 16)), 8 * len(range(i, steps, 16))] for i in range(16)},
-        "phase_markers": steps}
+        "phase_markers": steps,
+        "launches": [None, n, n, 0]}

@@ -3,7 +3,8 @@
 Settings come from the environment so that an MCP host can set them in its server entry:
   GPUSCOPE_CACHE_DIR            cache folder (default $XDG_CACHE_HOME/gpuscope, else ~/.cache/gpuscope)
   GPUSCOPE_MEMORY_LIMIT         DuckDB memory of the process's analysis instance (all open profiles together) and of
-                                each ingest, e.g. '4GB' (default an eighth of RAM, <= 800 MB); beyond it DuckDB spills
+                                each ingest, e.g. '4GB' (default an eighth of RAM, <= 800 MB); beyond it DuckDB spills.
+                                Each instance gets one thread per 64 MiB of it, at most one per core
   GPUSCOPE_SQL_MEMORY_LIMIT     memory of the process that runs sql_query, e.g. '2GB' (default an eighth of RAM, <= 4 GB)
   GPUSCOPE_MAX_DECOMPRESSED_GB  largest decompressed .json.gz accepted, GB (default half of RAM)
   GPUSCOPE_CACHE_GB             size of the trace-store cache before least recently used stores go, GB (default 20)
@@ -131,10 +132,24 @@ def cache_bytes() -> int:
     return int(value * 1e9)
 
 
+# Memory each DuckDB thread gets: a statement's hash tables and sort buffers cost per thread before any data spills.
+# With 2 threads, ops_summary, api_summary and critical_path ran out of a 64 MiB limit within 0.2-0.5 s at 2 M
+# kernels, whatever their joins (and ops_summary out of 96 MiB at 2, 5 and 10 M); on one thread all three answer there.
+THREAD_MEMORY_BYTES = 64 * 2**20
+
+
+def duckdb_threads(memory_limit: int) -> int:
+    """Threads of a DuckDB instance under `memory_limit`: one per THREAD_MEMORY_BYTES of it, at most one per core."""
+    return max(1, min(os.cpu_count() or 1, memory_limit // THREAD_MEMORY_BYTES))
+
+
 def duckdb_config(memory_limit: int | None = None, spill: bool = True) -> dict[str, str]:
-    """Settings every gpuscope DuckDB instance starts with: bounded memory, spill to the private cache."""
+    """Settings every gpuscope DuckDB instance starts with: bounded memory, threads that fit in it, spill to the
+    private cache."""
+    memory_limit = memory_limit or memory_limit_bytes()
     config = {
-        "memory_limit": f"{(memory_limit or memory_limit_bytes()) // 2**20}MiB",
+        "memory_limit": f"{memory_limit // 2**20}MiB",
+        "threads": str(duckdb_threads(memory_limit)),
         "autoinstall_known_extensions": "false",
         "autoload_known_extensions": "false",
         # A join on two inequalities (the op tree's "inside the same thread's op" keys) is an IEJoin whatever the
