@@ -266,6 +266,21 @@ def test_small_memory_limit_spills_instead_of_failing(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "(3000000, True)"
 
 
+def test_duckdb_gets_a_thread_per_64_mib_of_the_limit(tmp_path):
+    """The analysis instance runs one DuckDB thread per 64 MiB of GPUSCOPE_MEMORY_LIMIT, at most DuckDB's own count: two
+    threads' buffers did not fit in 64 MiB (tests/analyses/test_iterations.py runs the heavy tools there)."""
+    import duckdb
+
+    code = ("from gpuscope.tools.model.hub import hub; "
+            "print(hub().con.execute(\"SELECT current_setting('threads')\").fetchone()[0])")
+    own = duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]
+    for limit, threads in (("64MiB", 1), ("127MiB", 1), ("128MiB", min(2, own)), ("800MB", min(11, own))):
+        out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "cache", GPUSCOPE_MEMORY_LIMIT=limit),
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert int(out.stdout.strip().splitlines()[-1]) == threads, limit
+
+
 def test_no_instance_draws_duckdb_s_progress_bar_where_python_counts_as_interactive(tmp_path):
     """DuckDB's Python client turns its progress bar on for a connection made where __main__ has no file (python -c,
     as here) and draws it on fd 1, a stdio server's protocol stream: the analysis instance and every instance made by

@@ -4,7 +4,7 @@ Settings come from the environment so that an MCP host can set them in its serve
   GPUSCOPE_CACHE_DIR            cache folder (default $XDG_CACHE_HOME/gpuscope, else ~/.cache/gpuscope)
   GPUSCOPE_MEMORY_LIMIT         DuckDB memory of the process's analysis instance (all open profiles together) and of
                                 each ingest, e.g. '4GB' (default an eighth of RAM, <= 800 MB); beyond it DuckDB spills.
-                                Each instance gets one thread per 64 MiB of it, at most one per core
+                                Each instance gets one thread per 64 MiB of it, at most DuckDB's own count
   GPUSCOPE_SQL_MEMORY_LIMIT     memory of the process that runs sql_query, e.g. '2GB' (default an eighth of RAM, <= 4 GB)
   GPUSCOPE_MAX_DECOMPRESSED_GB  largest decompressed .json.gz accepted, GB (default half of RAM)
   GPUSCOPE_CACHE_GB             size of the trace-store cache before least recently used stores go, GB (default 20)
@@ -13,6 +13,7 @@ Sizes accept a plain number of bytes or a number with KB/MB/GB/TB (powers of 100
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -139,8 +140,18 @@ THREAD_MEMORY_BYTES = 64 * 2**20
 
 
 def duckdb_threads(memory_limit: int) -> int:
-    """Threads of a DuckDB instance under `memory_limit`: one per THREAD_MEMORY_BYTES of it, at most one per core."""
-    return max(1, min(os.cpu_count() or 1, memory_limit // THREAD_MEMORY_BYTES))
+    """Threads of a DuckDB instance under `memory_limit`: one per THREAD_MEMORY_BYTES of it, at most as many as DuckDB
+    would start with (its count of the cores this process may use)."""
+    return max(1, min(_duckdb_default_threads(), memory_limit // THREAD_MEMORY_BYTES))
+
+
+@functools.cache
+def _duckdb_default_threads() -> int:
+    con = duckdb.connect()
+    try:
+        return int(con.execute("SELECT current_setting('threads')").fetchone()[0])
+    finally:
+        con.close()
 
 
 def duckdb_config(memory_limit: int | None = None, spill: bool = True) -> dict[str, str]:
