@@ -439,3 +439,13 @@ def test_the_model_checks_of_a_build_fit_a_small_memory_limit():
     finally:
         con.close()
     assert rows == [("kernels", "repaired", (n - 1) // 10)]
+
+
+def test_read_from_maps_each_reader_s_own_tables():
+    """The native sources of a model table: Nsight's kernels come from StringIds (their names) and not from NVTX_EVENTS;
+    a rocpd table is matched without its process suffix; Kineto and a name that is no reader have none."""
+    from gpuscope.tools.model.quality import read_from
+
+    assert read_from("nsys", ["kernels"])("StringIds") and not read_from("nsys", ["kernels"])("NVTX_EVENTS")
+    assert read_from("rocpd", ["kernels"])("rocpd_string_87a57b49_b7b5_512f_aeaa_44e3938b648e")
+    assert not read_from("kineto", ["kernels"])("StringIds") and not read_from("job", ["kernels"])("StringIds")

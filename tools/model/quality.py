@@ -71,9 +71,11 @@ def read_from(fmt: str, model_tables: Iterable[str]) -> Callable[[str], bool]:
     """Whether a profile's own table (its name in the file) is one that the `fmt` reader reads any of `model_tables`
     from: its module's NATIVE_SOURCES, by the table's name less a rocpd process suffix. A cell the reader repaired in
     such a table stands behind those tables' rows (a kernel's name of invalid UTF-8 comes from StringIds)."""
-    from .detect import unsuffixed
+    from .detect import FORMAT_NAMES, unsuffixed
 
-    sources = getattr(importlib.import_module(f"{__package__}.readers.{fmt}"), "NATIVE_SOURCES", {})  # Kineto: none
+    # Kineto's reader declares none (no native tables); a name that is no reader (a caller's mistake) reads nothing
+    reader = importlib.import_module(f"{__package__}.readers.{fmt}") if fmt in FORMAT_NAMES else None
+    sources = getattr(reader, "NATIVE_SOURCES", {})
     wanted = {s for t in model_tables for s in sources.get(t, ())}
     return lambda native: unsuffixed(native) in wanted
 
