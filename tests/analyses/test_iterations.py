@@ -198,6 +198,7 @@ from gpuscope.tools.analyses.marker_summary import marker_summary
 from gpuscope.tools.analyses.phases import phases
 from gpuscope.tools.analyses.api_summary import api_summary
 from gpuscope.tools.analyses.critical_path import critical_path
+from gpuscope.tools.analyses.ops_summary import ops_summary
 from gpuscope.tools.model.cache import open_trace
 t = open_trace(sys.argv[1])
 it = iterations(t, limit=3)
@@ -206,7 +207,9 @@ ph = phases(t)
 tl = gpu_timeline(t).timelines[0]
 dev = api_summary(t).launches[0]
 cp = critical_path(t)
-print(json.dumps({"critical_path": [cp.path_ns > 0, cp.path_ns == cp.window_span_ns, sum(x.ns for x in cp.split) == cp.path_ns],
+ops = ops_summary(t, limit=16)
+print(json.dumps({"ops": [ops.attribution, ops.totals.gpu_ops, ops.totals.unattributed_gpu_ops, ops.totals.gpu_busy_ns,
+                          ops.totals.summed_kernel_time_ns, {r.name: [r.count, r.gpu_op_count] for r in ops.rows}],"critical_path": [cp.path_ns > 0, cp.path_ns == cp.window_span_ns, sum(x.ns for x in cp.split) == cp.path_ns],
                   "timeline": [tl.ops, tl.busy_ns],"steps": it.summaries[0].steps, "wall_ns": it.summaries[0].wall_total_ns,
                   "listed_projected": [s.projected_kernels for s in it.steps],
                   "ranges": ms.ranges, "projected_ops": ms.projection.projected_ops,
@@ -218,13 +221,14 @@ print(json.dumps({"critical_path": [cp.path_ns > 0, cp.path_ns == cp.window_span
 
 def test_heavy_tools_fit_a_small_memory_limit(tmp_path):
     """2 M kernels with an NVTX range around every 8 launches (250,000 steps), iterations, marker_summary, phases,
-    gpu_timeline, api_summary and critical_path under DuckDB's smallest limit (64 MiB) over the built
+    gpu_timeline, api_summary, critical_path and ops_summary under DuckDB's smallest limit (64 MiB) over the built
     store: they spill. When the GPU ops met their launching calls and those calls their threads in one statement, that
     ran the first three out of memory here (and iterations at 190 MiB); so did iterations' per-step unions, a window
     over the step/op pairs straight from their join, and gpu_timeline's launch lookup of the idle gaps in batches of
     4 M op positions whatever the limit. api_summary and critical_path ran out of it on two DuckDB threads (each
     statement's per-thread buffers), and answer on the one thread a 64 MiB limit now gets: all kernels linked to
-    their launches."""
+    their launches. ops_summary's projection met the GPU ops with their calls again after its frame's launcher rows
+    had, and ran out of a 128 MiB limit here: those rows are now written once and read by both."""
     import json
 
     from gpuscope.fixtures.writers import nsys
@@ -241,6 +245,9 @@ def test_heavy_tools_fit_a_small_memory_limit(tmp_path):
         "per_name": {f"layer_{i}": [len(range(i, steps, 16)), 8 * len(range(i, steps, 16))] for i in range(16)},
         "phase_markers": steps,
         "launches": [None, n, n, 0],
+        # every kernel's launching call lies in one range: each range owns its 8 kernels
+        "ops": ["range", n, 0, truth["kernel_busy_ns"], sum(v["total_ns"] for v in truth["per_name"].values()),
+                {f"layer_{i}": [len(range(i, steps, 16)), 8 * len(range(i, steps, 16))] for i in range(16)}],
         # the path reproduces the measured window and its split by kind sums to it (critical_path's own invariants:
         # its window is cut at the node cap, so no writer figure gives its length)
         "critical_path": [True, True, True]}

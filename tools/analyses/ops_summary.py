@@ -55,7 +55,7 @@ from .common import (ALL_TABLES, CONTAINS_SQL, Window, clip_name, contains_patte
 from .comm_patterns import comm_patterns
 from .graph_summary import GRAPH_KERNELS_CTE, graph_kernel_count
 from .intervals import unions_on
-from .op_tree import Kept, gop_kinds_sql, gops_sql, launchers, linked_sql, names as name_table
+from .op_tree import Kept, gop_kinds_sql, gops_sql, launchers, names as name_table
 from .projection import INNERMOST, RANGE_KINDS_SQL, calls_unique, tables as projection_tables
 from .requirements import require
 from .stacked import union_stats_sql
@@ -409,19 +409,24 @@ def _build_frame(trace: Trace) -> Frame:
         _frame_table(cur, kept.names["frame"], "", src)
     else:
         attribution = "range"
-        # Without an op tree each GPU op is classified by its own name, and the frame is the one reader of the launcher
-        # rows (op_tree.gops_sql): they are read as a subquery, not written as a table first. The projection reads the
-        # GPU ops linked as there (op_tree.linked_sql); without ranges there is none to make.
+        # Without an op tree each GPU op is classified by its own name. Without ranges the frame is the one reader of the
+        # launcher rows (op_tree.gops_sql): they are read as a subquery, not written as a table first. With ranges the
+        # projection reads them too, so they are written once (_ops_gops) and read by both: the GPU ops met their calls
+        # once per reader before, and the projection's meeting ran out of a 128 MiB limit at 2 M ops and 250,000 ranges.
         n = name_table(trace)
-        names, keep, src = n.table, n, f"({gops_sql(n.table, unique=calls_unique([trace]))})"
+        names, keep = n.table, n
         match = _categories(cur, f"({gop_kinds_sql(names)})", ("name_id", "is_comm", "op", "whole_graph"), kernel_category, "g",
                             names, ("name_id",))
         ranged = trace.scalar(f"SELECT EXISTS (SELECT 1 FROM markers WHERE kind IN ({RANGE_KINDS_SQL}))")
+        src = f"({gops_sql(n.table, unique=calls_unique([trace]))})"
+        if ranged:
+            cur.execute(f"CREATE OR REPLACE TEMP TABLE _ops_gops AS {src[1:-1]}")
+            src = "_ops_gops"
         # per projected GPU op, its innermost range
         inner = (f"WITH inn AS ({INNERMOST}) SELECT inn.gop_id, r.rid, r.name, r.start_ns, r.end_ns FROM inn JOIN _proj_rng r USING (rid)"
                  if ranged else "SELECT NULL::BIGINT AS gop_id, NULL::BIGINT AS rid, NULL::VARCHAR AS name, NULL::BIGINT AS start_ns, "
                                 "NULL::BIGINT AS end_ns WHERE false")
-        with projection_tables(cur, trace, gops=linked_sql(calls_unique([trace]))) if ranged else nullcontext():
+        with projection_tables(cur, trace, gops=src) if ranged else nullcontext():
             _frame_table(cur, kept.names["frame"], "", f"""(
                 SELECT {common},
                     CASE WHEN r.rid IS NOT NULL THEN 'range' WHEN g.launcher_kind IN ('runtime', 'graph') THEN 'kernel'
@@ -436,7 +441,7 @@ def _build_frame(trace: Trace) -> Frame:
                     _ops_cat.category
                 FROM {src} g LEFT JOIN ({inner}) r USING (gop_id)
                 LEFT JOIN {names} rn ON rn.name = r.name JOIN _ops_cat ON {match})""")
-    for t in ("_ops_base", "_ops_ic", "_ops_cat", "_ops_graph"):
+    for t in ("_ops_base", "_ops_ic", "_ops_cat", "_ops_graph", "_ops_gops"):
         cur.execute(f"DROP TABLE IF EXISTS temp.main.{t}")
     return Frame(table=kept.names["frame"], names=names, subtree=L.subtree if has_ops else None, attribution=attribution,
                  keep=(kept, keep))

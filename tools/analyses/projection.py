@@ -98,8 +98,10 @@ def with_sql(trace: Trace, gops: str | None = None) -> str:
            linked GPU ops (kernel/copy/set) with the keys of their launching API call; read from `gops`, an
            op_tree.Launchers table (the same ops and calls), where the caller has one, instead of grouping every API
            call by correlation id again; from `gops`, only those launched on a thread with ranges (the others are in
-           no pair: an export without ranges copies none of its millions of GPU ops). Without `gops` it joins the
-           temp table _proj_call (`call`, made first by `tables`).
+           no pair: an export without ranges copies none of its millions of GPU ops) and keyed by the temp table
+           _proj_thr (`thr`, made first by `tables`: as a CTE, DuckDB guessed its few threads larger than the GPU
+           ops and hashed the ops, out of a 64 MiB limit at 2 M). Without `gops` it joins the temp table _proj_call
+           (`call`, made first by `tables`).
     A containment join of rng and gop below this clause is planned without IEJoin, quadratic in the ranges of a
     thread (containment.py): join them as `tables` does, over temp tables."""
     keys = cross_thread(trace).keys
@@ -132,7 +134,7 @@ def _gop_sql(gops: str | None) -> str:
         return f"""
         SELECT g.gop_id AS op_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.pid,
                thr.k * {SHIFT} + g.call_start_ns AS ks, thr.k * {SHIFT} + g.call_end_ns AS ke
-        FROM {gops} g JOIN thr ON thr.pid = g.pid AND thr.tid = g.call_tid
+        FROM {gops} g JOIN _proj_thr thr ON thr.pid = g.pid AND thr.tid = g.call_tid
         SEMI JOIN (SELECT DISTINCT pid, tid FROM markers WHERE kind IN ({RANGE_KINDS_SQL})) r ON r.pid = g.pid AND r.tid = g.call_tid
         WHERE g.linked"""
     # No `correlation_id IS NOT NULL` on the ops (the join drops NULL ids): with it DuckDB guesses the ops at a fifth
@@ -168,7 +170,7 @@ def tables(cur: duckdb.DuckDBPyConnection, trace: Trace, want: tuple[str, ...] =
         if "rng" in want or "prj" in want:
             made.enter_context(temp_tables(cur, w, {"_proj_rng": "rng"}))
         if "gop" in want or "prj" in want:
-            made.enter_context(temp_table_after(cur, w, "_proj_gop", "gop", {"_proj_call": "call"} if gops is None else {}))
+            made.enter_context(temp_table_after(cur, w, "_proj_gop", "gop", {"_proj_call": "call"} if gops is None else {"_proj_thr": "thr"}))
         if "prj" in want:
             made.enter_context(temp_tables(cur, PAIRS, {"_proj_prj": "prj"}))
         yield
