@@ -28,7 +28,7 @@ first step that fails the test ends the warm-up. Steady-state statistics exclude
 
 from __future__ import annotations
 
-import statistics
+import math
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
+from . import exact
 from .common import Window, clip_name, data_issue_notes, data_issues_field, pct, resolve_selection, ToolResult
 from .containment import temp_tables
 from .marker_summary import ANNOTATE
@@ -384,6 +385,16 @@ def _step_figures(cur: duckdb.DuckDBPyConnection, rids: pd.DataFrame, device: in
         {c: "int64" for c in per.columns if c not in ("rid", "device_id")})
 
 
+def _mean_busy_pct(busy: np.ndarray, has: np.ndarray, walls: np.ndarray, single: bool, gpu: bool) -> float | None:
+    """The mean over a series' steps of each step's GPU busy time in its window as a percentage of its wall time, each
+    rounded as `pct` rounds it; None where a step has no such figure (a series on several devices, a profile without
+    GPU data, a step of zero wall time)."""
+    if not single or not walls.size or not walls.all() or not (gpu or has.all()):
+        return None
+    rounded = exact.pcts(np.where(has, busy, 0), walls)
+    return round(math.fsum(rounded.tolist()) / walls.size, 2)
+
+
 def _assemble(steps_df: pd.DataFrame, per: pd.DataFrame, projected: bool, gpu: bool, limit: int | None
               ) -> tuple[list[Step], list[Summary]]:
     """The first `limit` steps (None: all) as models, and every series' summary, from the steps (one row each, in
@@ -399,35 +410,32 @@ def _assemble(steps_df: pd.DataFrame, per: pd.DataFrame, projected: bool, gpu: b
     wall = (st["end_ns"] - st["start_ns"]).to_numpy()
     has = st["win_busy"].notna().to_numpy()
     busy = st["win_busy"].fillna(0).to_numpy().astype("int64")
-    # gpu_busy_in_window_ns: a single-device series' step states its device's (0 without any op, given GPU data at all)
-    in_window = [(int(b) if h else 0 if gpu else None) if one else None for b, h, one in zip(busy, has, single)]
     steps: list[Step] = []
     warm_of: dict[tuple, set] = {}
     summaries = []
+    # Per series, numpy over its steps (exact.py: the statistics module's figures); Python objects only for the
+    # warm-up rule, which looks at the first few steps.
     for (p, tid), idx in st.groupby(["pid", "tid"], sort=False).indices.items():
-        walls = [int(w) for w in wall[idx]]
-        warm, note = warmup(walls)
+        walls = wall[idx]
+        warm, note = warmup(walls.tolist())
         warm_of[(p, tid)] = set(warm)
         steady = walls[len(warm):]
-        mean = statistics.fmean(walls)
-        std = statistics.stdev(walls) if len(walls) > 1 else None
-        smean = statistics.fmean(steady) if steady else None
-        sstd = statistics.stdev(steady) if len(steady) > 1 else None
-        slow = max(range(len(walls)), key=lambda i: (walls[i], -i))
-        fast = min(range(len(walls)), key=lambda i: (walls[i], i))
-        busy_pct = [pct(in_window[i], walls[k]) for k, i in enumerate(idx)]
+        mean = exact.fmean(walls)
+        std = exact.stdev(walls) if len(walls) > 1 else None
+        smean = exact.fmean(steady) if len(steady) else None
+        sstd = exact.stdev(steady) if len(steady) > 1 else None
+        slow, fast = int(np.argmax(walls)), int(np.argmin(walls))  # the first of equal walls
         summaries.append(Summary(
-            pid=int(p), tid=int(tid), steps=len(walls), wall_total_ns=sum(walls), wall_mean_ns=round(mean, 1),
-            wall_median_ns=float(statistics.median(walls)), wall_min_ns=min(walls), wall_max_ns=max(walls),
+            pid=int(p), tid=int(tid), steps=len(walls), wall_total_ns=exact.total(walls), wall_mean_ns=round(mean, 1),
+            wall_median_ns=float(exact.median(walls)), wall_min_ns=int(walls[fast]), wall_max_ns=int(walls[slow]),
             wall_std_ns=None if std is None else round(std, 1), wall_cv=None if std is None or not mean else round(std / mean, 4),
-            slowest=Extreme(index=slow, wall_ns=walls[slow]), fastest=Extreme(index=fast, wall_ns=walls[fast]),
+            slowest=Extreme(index=slow, wall_ns=int(walls[slow])), fastest=Extreme(index=fast, wall_ns=int(walls[fast])),
             warmup_steps=warm, warmup_note=note, steady_steps=len(steady),
             steady_mean_ns=None if smean is None else round(smean, 1),
-            steady_median_ns=float(statistics.median(steady)) if steady else None,
+            steady_median_ns=float(exact.median(steady)) if len(steady) else None,
             steady_std_ns=None if sstd is None else round(sstd, 1),
             steady_cv=None if sstd is None or not smean else round(sstd / smean, 4),
-            mean_gpu_busy_in_window_pct_of_wall=(round(statistics.fmean(busy_pct), 2)
-                                                 if busy_pct and all(b is not None for b in busy_pct) else None)))
+            mean_gpu_busy_in_window_pct_of_wall=_mean_busy_pct(busy[idx], has[idx], walls, bool(single[idx[0]]), gpu)))
     shown = st if limit is None else st.head(limit)
     devs = per[per["rid"].isin(shown["rid"])].sort_values(["rid", "device_id"])
     wall_of = dict(zip(shown["rid"].tolist(), (shown["end_ns"] - shown["start_ns"]).tolist()))
