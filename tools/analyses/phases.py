@@ -186,7 +186,7 @@ def phases(
     cuts = cuts_by_k[k - 1]
 
     iters = _iterations(trace, dev, t0, t1)
-    iter_starts = np.array(sorted(iters[1]), dtype=np.int64) if iters else np.zeros(0, dtype=np.int64)
+    iter_starts = iters[1] if iters else np.zeros(0, dtype=np.int64)
     bounds, sources = [t0], ["first GPU op"]
     seg_idle = [float(feats[a:b, -1].mean()) for a, b in zip([0] + cuts, cuts + [nbins])]
     near = _near_events(trace, dev_acts, dev_params, [int(edges[c]) for c in cuts], width)
@@ -428,8 +428,8 @@ def _snap(t: int, width: int, iters: np.ndarray, near: tuple, right_idle: bool, 
     return t, f"bin edge (no op starts or ends within {SNAP_BINS} bins)"
 
 
-def _iterations(trace: Trace, dev: int, t0: int, t1: int) -> tuple[str, list[int], int] | None:
-    """(pattern, GPU start of each iteration on device `dev`, number of steps) for the steps the `iterations`
+def _iterations(trace: Trace, dev: int, t0: int, t1: int) -> tuple[str, np.ndarray, int] | None:
+    """(pattern, GPU start of each iteration on device `dev` (sorted, distinct), number of steps) for the steps the `iterations`
     tool chooses (its rule: ProfilerStep#N, else the best repeating range group), or None when it finds none.
     Steps overlapping [t0, t1] count; a step's first GPU op is the earliest op on `dev` projected into it
     (launched by an API call inside the step on the step's thread, as `iterations` projects GPU work).
@@ -437,25 +437,26 @@ def _iterations(trace: Trace, dev: int, t0: int, t1: int) -> tuple[str, list[int
     try:
         with chosen_step_tables(trace) as (cur, choice, chosen):
             chosen = chosen[(chosen["end_ns"] > t0) & (chosen["start_ns"] < t1)]
-            steps = len(set(zip(*(chosen[c].tolist() for c in ("pid", "tid", "start_ns", "end_ns")))))
+            steps = len(chosen[["pid", "tid", "start_ns", "end_ns"]].drop_duplicates())
             if not steps:
                 return None
             # the step choice's ranges and linked ops are temp tables, the step lookup a subquery: no CTE, so the
             # containment join is an IEJoin
             cur.register("phase_steps", chosen[["rid"]])
             try:
-                rows = cur.execute(
-                    """SELECT st.pid, st.tid, st.start_ns, min(g.start_ns) FROM (
-                           SELECT DISTINCT r.pid, r.tid, r.start_ns, r.ks, r.ke FROM _step_rng r SEMI JOIN phase_steps s USING (rid)
-                           WHERE NOT r.cross_thread) st
-                       JOIN _step_gop g ON st.ks <= g.ks AND g.ke <= st.ke
-                       WHERE g.device_id = ? AND g.end_ns > g.start_ns GROUP BY ALL""", [dev]).fetchall()
+                gpu = np.asarray(cur.execute(
+                    """SELECT DISTINCT first_ns FROM (
+                           SELECT st.pid, st.tid, st.start_ns, min(g.start_ns) AS first_ns FROM (
+                               SELECT DISTINCT r.pid, r.tid, r.start_ns, r.ks, r.ke FROM _step_rng r SEMI JOIN phase_steps s USING (rid)
+                               WHERE NOT r.cross_thread) st
+                           JOIN _step_gop g ON st.ks <= g.ks AND g.ke <= st.ke
+                           WHERE g.device_id = ? AND g.end_ns > g.start_ns GROUP BY ALL)
+                       WHERE first_ns BETWEEN ? AND ? ORDER BY 1""", [dev, t0, t1]).fetchnumpy()["first_ns"], dtype=np.int64)
             finally:
                 cur.unregister("phase_steps")
     except ProfileError:
         return None
-    gpu = sorted({int(g) for *_, g in rows if g is not None and t0 <= g <= t1})
-    if not gpu:  # steps that launched nothing on this device (a fallback choice of `iterations`) place no boundary
+    if not gpu.size:  # steps that launched nothing on this device (a fallback choice of `iterations`) place no boundary
         return None
     return choice.pattern, gpu, steps
 
