@@ -3,10 +3,12 @@ for every rank of a job at once (a fixed number of statements over the job's sta
 
 from __future__ import annotations
 
-import statistics
+import numpy as np
+import pandas as pd
 
 from ...model.errors import ProfileError
 from ...model.trace import Trace
+from .. import exact
 from ..common import capture_window, clip_name, resolve_selection
 from ..iterations import step_choice
 from ..marker_summary import ANNOTATE
@@ -17,6 +19,7 @@ from .result import IterationChoice
 
 Scope = tuple[int, "int | None"]  # (position of the profile in the job, process or None for every process)
 Span = tuple[int, int, "int | None", "int | None"]  # (ws, we, main thread or None, pid or None)
+SERIES = ("start_ns", "end_ns", "name", "pid", "tid")  # a series of steps, one row each in time order
 
 
 def choose_windows(traces: list[Trace], scopes: list[Scope], step, marker, start_ns, end_ns):
@@ -57,8 +60,7 @@ def _one(traces: list[Trace], part: int, pid, step, marker) -> tuple[Span, Itera
                 "for one step", w.source)
     steps = steps.sort_values(["pid", "tid", "start_ns", "rid"])
     s0 = steps.iloc[0]
-    series = [(int(r.start_ns), int(r.end_ns), r.name, int(r.pid), int(r.tid))
-              for r in steps[(steps["pid"] == s0["pid"]) & (steps["tid"] == s0["tid"])].itertuples()]
+    series = steps.loc[(steps["pid"] == s0["pid"]) & (steps["tid"] == s0["tid"]), list(SERIES)].reset_index(drop=True)
     if step is not None and not 0 <= step < len(series):
         raise ProfileError(f"step={step} does not exist: the series '{it.pattern}' (process {int(s0['pid'])}, thread "
                            f"{int(s0['tid'])}) has steps 0..{len(series) - 1}.")
@@ -68,22 +70,22 @@ def _one(traces: list[Trace], part: int, pid, step, marker) -> tuple[Span, Itera
     return (choice.start_ns, choice.end_ns, choice.tid, choice.pid), choice, note, f"iteration step {choice.index}"
 
 
-def _pick(series: list[tuple], step) -> IterationChoice:
-    """Step `step` of a series (start_ns, end_ns, name, pid, tid in time order), else its median-length steady step:
-    the iterations tool's warm-up rule leaves out the leading warm-up steps."""
-    walls = [e - s for s, e, *_ in series]
+def _pick(series: pd.DataFrame, step) -> IterationChoice:
+    """Step `step` of a series (columns SERIES, in time order), else its median-length steady step: the iterations
+    tool's warm-up rule leaves out the leading warm-up steps. Over arrays: a series may hold 250,000 steps."""
+    walls = (series["end_ns"] - series["start_ns"]).to_numpy(dtype=np.int64)
     if step is not None:
         index, how = step, f"caller (step={step})"
     else:
-        warm, _ = warmup(walls)
-        steady = [i for i in range(len(series)) if i not in warm] or list(range(len(series)))
-        ranked = sorted(steady, key=lambda i: (walls[i], i))
-        index = ranked[(len(ranked) - 1) // 2]
+        warm, _ = warmup(walls.tolist())
+        steady = np.arange(len(walls))[len(warm):] if len(warm) < len(walls) else np.arange(len(walls))  # warm-up leads
+        ranked = steady[np.argsort(walls[steady], kind="stable")]  # by (wall, index)
+        index = int(ranked[(len(ranked) - 1) // 2])
         how = (f"the median-length steady step ({len(steady)} steady of {len(series)}; warm-up "
-               f"{warm or 'none'}; median wall {statistics.median([walls[i] for i in steady]):.0f} ns)")
-    s, e, name, pid, tid = series[index]
-    return IterationChoice(index=index, name=clip_name(name), pid=pid, tid=tid, start_ns=s, end_ns=e, wall_ns=e - s,
-                           steps=len(series), how=how)
+               f"{warm or 'none'}; median wall {exact.median(walls[steady]):.0f} ns)")
+    s, e, name, pid, tid = series.iloc[index][list(SERIES)]
+    return IterationChoice(index=index, name=clip_name(name), pid=int(pid), tid=int(tid), start_ns=int(s), end_ns=int(e),
+                           wall_ns=int(e) - int(s), steps=len(series), how=how)
 
 
 def _others(traces: list[Trace], scopes: list[Scope], at, marker) -> list[Span]:
@@ -95,14 +97,15 @@ def _others(traces: list[Trace], scopes: list[Scope], at, marker) -> list[Span]:
     series: dict[Scope, list[tuple]] = {}
     for key, steps in scope_steps(traces, scopes, marker).items():
         first = (steps[0][1], steps[0][2])  # the first series (process, thread) of the scope
-        series[key] = [(int(s), int(e), name, int(pid), int(tid)) for _, pid, tid, _, s, e, name in steps if (pid, tid) == first]
+        series[key] = pd.DataFrame([(int(s), int(e), name, int(pid), int(tid)) for _, pid, tid, _, s, e, name in steps
+                                    if (pid, tid) == first], columns=list(SERIES))
     spans = []
     for part, pid in scopes:
-        mine = series.get((part, pid), [])
-        if mine and (at is None or 0 <= at < len(mine)):
+        mine = series.get((part, pid), pd.DataFrame(columns=list(SERIES)))
+        if len(mine) and (at is None or 0 <= at < len(mine)):
             c = _pick(mine, at)
             spans.append((c.start_ns, c.end_ns, c.tid, c.pid))
-        elif not mine and at is None and marker is None:  # no steps: the capture, as _one takes it
+        elif not len(mine) and at is None and marker is None:  # no steps: the capture, as _one takes it
             w = capture_window(traces[part])
             spans.append((w.start_ns, w.end_ns, None, pid))
         else:
