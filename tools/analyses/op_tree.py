@@ -224,16 +224,6 @@ def _launchers(trace: Trace) -> Launchers:
     return Launchers(table=gops, names=n.table, subtree=subtree, kept=(kept, n))
 
 
-def linked_sql(unique: bool = False) -> str:
-    """A subquery: every GPU op with its launching call as gops_sql finds it (gop_id, op, device_id, stream_id, start_ns,
-    end_ns, dur_ns, pid, call_tid, call_start_ns, call_end_ns, linked), without the names and the stream lag: what the
-    NVTX projection reads. `unique`: as with_sql's."""
-    return f"""({with_sql(unique)}
-        SELECT g.gop_id, g.op, g.device_id, g.stream_id, g.start_ns, g.end_ns, g.dur_ns, g.pid, l.call_tid, l.call_start_ns,
-               l.call_end_ns, l.call_tid IS NOT NULL AS linked
-        FROM gpu g LEFT JOIN launch l ON l.pid = g.pid AND l.correlation_id = g.correlation_id)"""
-
-
 def gop_kinds_sql(names: str) -> str:
     """The query of each distinct (name_id, is_comm, op, whole_graph) that gops_sql can give a GPU op, from the distinct
     kernel and copy/set rows (a few hundred), with gops_sql's definitions."""

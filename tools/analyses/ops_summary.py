@@ -418,9 +418,10 @@ def _build_frame(trace: Trace) -> Frame:
         match = _categories(cur, f"({gop_kinds_sql(names)})", ("name_id", "is_comm", "op", "whole_graph"), kernel_category, "g",
                             names, ("name_id",))
         ranged = trace.scalar(f"SELECT EXISTS (SELECT 1 FROM markers WHERE kind IN ({RANGE_KINDS_SQL}))")
-        src = f"({gops_sql(n.table, unique=calls_unique([trace]))})"
+        gops = gops_sql(n.table, unique=calls_unique([trace]))
+        src = f"({gops})"
         if ranged:
-            cur.execute(f"CREATE OR REPLACE TEMP TABLE _ops_gops AS {src[1:-1]}")
+            cur.execute(f"CREATE OR REPLACE TEMP TABLE _ops_gops AS {gops}")
             src = "_ops_gops"
         # per projected GPU op, its innermost range
         inner = (f"WITH inn AS ({INNERMOST}) SELECT inn.gop_id, r.rid, r.name, r.start_ns, r.end_ns FROM inn JOIN _proj_rng r USING (rid)"
