@@ -429,8 +429,8 @@ def _snap(t: int, width: int, iters: np.ndarray, near: tuple, right_idle: bool, 
 
 
 def _iterations(trace: Trace, dev: int, t0: int, t1: int) -> tuple[str, np.ndarray, int] | None:
-    """(pattern, GPU start of each iteration on device `dev` (sorted, distinct), number of steps) for the steps the `iterations`
-    tool chooses (its rule: ProfilerStep#N, else the best repeating range group), or None when it finds none.
+    """(pattern, GPU start of each iteration on device `dev` (sorted, distinct), number of steps) for the steps the
+    `iterations` tool chooses (its rule: ProfilerStep#N, else the best repeating range group), or None when it finds none.
     Steps overlapping [t0, t1] count; a step's first GPU op is the earliest op on `dev` projected into it
     (launched by an API call inside the step on the step's thread, as `iterations` projects GPU work).
     None as well when no step has such an op: those steps cannot place a boundary."""

@@ -94,7 +94,7 @@ def _others(traces: list[Trace], scopes: list[Scope], at, marker) -> list[Span]:
     the error its own choice gives."""
     if not scopes:
         return []
-    series: dict[Scope, list[tuple]] = {}
+    series: dict[Scope, pd.DataFrame] = {}
     for key, steps in scope_steps(traces, scopes, marker).items():
         first = (steps[0][1], steps[0][2])  # the first series (process, thread) of the scope
         series[key] = pd.DataFrame([(int(s), int(e), name, int(pid), int(tid)) for _, pid, tid, _, s, e, name in steps
