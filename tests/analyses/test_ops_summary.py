@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import csv
 import json
+import statistics
 
 import pytest
 
@@ -28,7 +29,7 @@ from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
 
 US = 1000
-OWN = {"ops_tree": SO.ops_tree}
+OWN = {"ops_tree": SO.ops_tree, "shared_stream_numbers": SO.shared_stream_numbers}
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +178,24 @@ def _csv(path):
 def tracelens_category(name, ours):
     return "other" if name in TRACELENS_UNMAPPED else ours
 
+
+
+@pytest.mark.parametrize("fmt", ["nsys", "rocpd"])
+def test_queue_free_delay_waits_on_the_process_own_stream(open_profile, fmt):
+    """Two processes' streams share the number 7 on one GPU: each kernel's queue-free delay (start - max(call end,
+    end of the previous op on its stream)) counts only its own process's previous kernel, as a stream is keyed
+    everywhere (device, process, stream)."""
+    S = SO.shared_stream_numbers()
+    calls = {(c.pid, c.correlation_id): c for c in S.api_calls}
+    prev, qf = {}, {}
+    for k in sorted(S.kernels, key=lambda k: (k.start_ns, k.end_ns)):
+        call_end = calls[(k.pid, k.correlation_id)].end_ns
+        key = (k.device_id, k.pid, k.stream_id)
+        qf.setdefault(k.short_name, []).append(k.start_ns - max(call_end, prev.get(key, call_end)))
+        prev[key] = k.end_ns
+    rows = by_name(ops_summary(open_profile("shared_stream_numbers", fmt, scenarios=OWN)))
+    assert {n: r.queue_free_delay_median_ns for n, r in rows.items()} == {n: statistics.median(v) for n, v in qf.items()}
+    assert qf == {"a_kernel": [10 * US, 60 * US], "b_kernel": [70 * US]}  # the scenario's own arithmetic
 
 def test_golden_ops_summary(golden):
     t, ref = golden

@@ -138,7 +138,7 @@ class Launchers:
     #          (kernels), is_comm (never for a whole-graph row), whole_graph, pid, linked, call_tid, call_start_ns,
     #          call_end_ns, call_name_id, launcher_kind ('cpu_op'|'runtime'|'graph'|'unlinked'), launcher_id (cpu_ops.rowid
     #          or -1), launcher_name_id, launcher_start_ns, launcher_end_ns,
-    #          prev_end_ns (end of the previous GPU op on the same device/stream)
+    #          prev_end_ns (end of the previous GPU op on the same stream: device, process, stream id)
     names: str    # columns: id, name: every GPU op, kernel base, API call, cpu_op and marker name, and UNATTRIBUTED
     subtree: str  # columns: op_id (cpu_ops.rowid, category cpu_op), gop_id, and the op's start_ns, dur_ns
     kept: tuple   # the tables (Kept, Names) live as long as this object
@@ -266,7 +266,7 @@ def gops_sql(names: str, tree: bool = False, unique: bool = False) -> str:
                      (g.op = 'kernel' AND NOT coalesce(g.whole_graph, false) AND gn.comm) AS is_comm,
                      coalesce(g.whole_graph, false) AS whole_graph, g.pid, l.call_tid, l.call_start_ns, l.call_end_ns,
                      l.call_name_id, {op_cols},
-                     lag(g.end_ns) OVER (PARTITION BY g.device_id, g.stream_id ORDER BY g.start_ns, g.end_ns, g.gop_id) AS prev_end_ns
+                     lag(g.end_ns) OVER (PARTITION BY g.device_id, g.pid, g.stream_id ORDER BY g.start_ns, g.end_ns, g.gop_id) AS prev_end_ns
               FROM gpu g {link}
               JOIN gname gn ON gn.name = g.name AND gn.short_name IS NOT DISTINCT FROM g.short_name {inner})
         SELECT gop_id, op, device_id, stream_id, start_ns, end_ns, dur_ns, name_id, short_name_id, is_comm, whole_graph, pid,

@@ -202,7 +202,8 @@ class OpRow(BaseModel):
     launch_delay_median_ns: float | None = Field(description="median of GPU start − launching call end, ns (includes queueing), "
                                                              "over the linked GPU ops not in delay_excluded_gpu_ops")
     queue_free_delay_median_ns: float | None = Field(
-        description="median of GPU start − max(call end, previous op end on the stream), ns (launch latency without queueing), "
+        description="median of GPU start − max(call end, previous op end on its stream: device, process, stream id), ns "
+                    "(launch latency without queueing), "
                     "over the same GPU ops")
     graph_gpu_ops: int | None = Field(None, description="GPU ops of the row that ran inside CUDA/HIP graph replays "
                                       "(graph_summary); null when the profile holds no graph replay")
