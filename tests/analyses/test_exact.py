@@ -32,6 +32,8 @@ def test_sums_and_squares_past_the_int64_range_stay_exact():
     v[1] = 2**62 - 1
     assert exact.total(v) == 4 * 2**62 - 1
     assert exact.stdev(v) == 0.5  # deviations 1/4, -3/4, 1/4, 1/4: variance (3/4) / 3
+    low = np.array([np.iinfo(np.int64).min, -1], dtype=np.int64)
+    assert exact.total(low) == -(2**63) - 1 and exact.fmean(low) == statistics.fmean(low.tolist())
 
 
 def test_square_roots_of_fractions_are_correctly_rounded():

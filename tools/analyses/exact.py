@@ -17,7 +17,7 @@ def total(values: np.ndarray) -> int:
     v = np.asarray(values, dtype=np.int64)
     if not v.size:
         return 0
-    if v.size * int(np.abs(v).max()) <= _INT64_MAX:
+    if v.size * max(-int(v.min()), int(v.max())) <= _INT64_MAX:  # Python ints: np.abs(INT64_MIN) stays negative
         return int(v.sum())
     return int(v.astype(object).sum())
 
