@@ -281,35 +281,37 @@ def test_duckdb_gets_a_thread_per_64_mib_of_the_limit(tmp_path):
         assert int(out.stdout.strip().splitlines()[-1]) == threads, limit
 
 
+def _instance_settings(tmp_path, *names: str) -> dict[str, list[str]]:
+    """For each DuckDB setting in `names`, its value in a plain duckdb.connect(), in the analysis instance and in an
+    instance limits.connect makes (builds, previews, sql_query's worker), read in a new process run as python -c."""
+    q = "SELECT " + ", ".join(f"current_setting('{n}')" for n in names)
+    code = ("import duckdb\n"
+            "from gpuscope.tools.model.hub import hub\n"
+            "from gpuscope.tools.model.limits import connect, duckdb_config\n"
+            f"q = {q!r}\n"
+            "for con in (duckdb.connect(), hub().con, connect(':memory:', duckdb_config())):\n"
+            "    print(*con.execute(q).fetchone(), sep='|')")
+    out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "cache"), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split("|") for line in out.stdout.strip().splitlines()[-3:]]
+    return {n: [r[i] for r in rows] for i, n in enumerate(names)}
+
+
 def test_every_instance_hands_freed_memory_back_to_the_os(tmp_path):
     """jemalloc's background threads purge freed pages, and a bulk free of 64 MiB or more flushes them at once: in the
     analysis instance and in every instance limits.connect makes (builds, previews). Without them a 10 M-kernel store
     build peaked anywhere from 1.22 to 1.55 GB; the README's memory figures rely on them."""
-    code = ("from gpuscope.tools.model.hub import hub\n"
-            "from gpuscope.tools.model.limits import connect, duckdb_config\n"
-            "q = \"SELECT current_setting('allocator_background_threads'), "
-            "current_setting('allocator_bulk_deallocation_flush_threshold')\"\n"
-            "print(*hub().con.execute(q).fetchone(), *connect(':memory:', duckdb_config()).execute(q).fetchone(), sep='|')")
-    out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "cache"), capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1].split("|") == ["True", "64.0 MiB"] * 2
+    got = _instance_settings(tmp_path, "allocator_background_threads", "allocator_bulk_deallocation_flush_threshold")
+    assert got["allocator_background_threads"][1:] == ["True", "True"]
+    assert got["allocator_bulk_deallocation_flush_threshold"][1:] == ["64.0 MiB", "64.0 MiB"]
 
 
 def test_no_instance_draws_duckdb_s_progress_bar_where_python_counts_as_interactive(tmp_path):
     """DuckDB's Python client turns its progress bar on for a connection made where __main__ has no file (python -c,
     as here) and draws it on fd 1, a stdio server's protocol stream: the analysis instance and every instance made by
     limits.connect (builds, previews, sql_query's worker) have it off."""
-    code = ("import duckdb\n"
-            "from gpuscope.tools.model.hub import hub\n"
-            "from gpuscope.tools.model.limits import connect, duckdb_config\n"
-            "q = \"SELECT current_setting('enable_progress_bar')\"\n"
-            "print(duckdb.connect().execute(q).fetchone()[0], hub().con.execute(q).fetchone()[0],\n"
-            "      connect(':memory:', duckdb_config()).execute(q).fetchone()[0])")
-    out = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path / "cache"), capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    plain, analysis, built = out.stdout.split()
+    plain, analysis, built = _instance_settings(tmp_path, "enable_progress_bar")["enable_progress_bar"]
     if plain != "True":
         pytest.skip("this DuckDB client does not turn the progress bar on under python -c")
     assert (analysis, built) == ("False", "False")
