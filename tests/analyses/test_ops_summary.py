@@ -179,7 +179,6 @@ def tracelens_category(name, ours):
     return "other" if name in TRACELENS_UNMAPPED else ours
 
 
-
 @pytest.mark.parametrize("fmt", ["nsys", "rocpd"])
 def test_queue_free_delay_waits_on_the_process_own_stream(open_profile, fmt):
     """Two processes' streams share the number 7 on one GPU: each kernel's queue-free delay (start - max(call end,
@@ -196,6 +195,7 @@ def test_queue_free_delay_waits_on_the_process_own_stream(open_profile, fmt):
     rows = by_name(ops_summary(open_profile("shared_stream_numbers", fmt, scenarios=OWN)))
     assert {n: r.queue_free_delay_median_ns for n, r in rows.items()} == {n: statistics.median(v) for n, v in qf.items()}
     assert qf == {"a_kernel": [10 * US, 60 * US], "b_kernel": [70 * US]}  # the scenario's own arithmetic
+
 
 def test_golden_ops_summary(golden):
     t, ref = golden
