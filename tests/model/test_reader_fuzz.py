@@ -246,11 +246,15 @@ def _dumps(value, ws: str) -> str:
 @given(before=st.dictionaries(_key, _plain, max_size=3), after=st.dictionaries(_key, _plain, max_size=3),
        events=st.lists(st.dictionaries(_text, _plain, max_size=3), min_size=1, max_size=5),
        ws=_ws, bom=st.booleans(), cuts=st.lists(st.integers(0, 10**6), max_size=4), gz=st.booleans(),
-       threads=st.integers(1, 4))
-def test_staging_finds_the_events_array(before, after, events, ws, bom, cuts, gz, threads, work, monkeypatch):
+       threads=st.integers(1, 4), block=st.sampled_from([1, 3, 16, 8 << 20]))
+def test_staging_finds_the_events_array(before, after, events, ws, bom, cuts, gz, threads, block, work, monkeypatch):
     """The staged parts (any size may be cut here) hold the events in order, each part a JSON array - or a cut fell
-    inside a string, which leaves a part that is not JSON (the reader then stages the array as one part)."""
+    inside a string, which leaves a part that is not JSON (the reader then stages the array as one part). A .json.gz
+    is cut while it streams, in blocks of `block` bytes: a boundary between events may straddle two blocks, and its
+    trailer (the last member's size) may put a cut past the array."""
     monkeypatch.setattr(kineto, "PART_BYTES", 1)
+    monkeypatch.setattr(kineto, "_CHUNK", block)
+    monkeypatch.setattr(kineto, "_HEAD_BYTES", 64)  # the stream goes on past the head
     assume(not set(before) & set(after))
     body = ", ".join(f'{_dumps(k, ws)}:{ws}{_dumps(v, ws)}' for k, v in before.items())
     body += (", " if before else "") + f'"traceEvents":{ws}{_dumps(events, ws)}'
@@ -274,6 +278,28 @@ def test_staging_finds_the_events_array(before, after, events, ws, bom, cuts, gz
         staged, top = kineto._stage(path, Detected("kineto", compressed=gz), tmp, 1)
         got = json.loads(staged[0].read_bytes())
     assert got == want and top == {**before, **after}
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_a_gzip_trailer_past_the_array_leaves_no_empty_part(threads, work, monkeypatch):
+    """A second gzip member of padding makes the trailer (the last member's size) overstate the array: the cuts
+    aimed at its shares fall in the keys after it, whose list of objects holds the boundary a cut looks for. The
+    part holding the array's end stops there and the parts past it go, so every event is staged once and the keys
+    after the array are read whole."""
+    monkeypatch.setattr(kineto, "PART_BYTES", 1)
+    events = [{"ph": "X", "name": f"k{i}", "ts": i, "dur": 1} for i in range(50)]
+    after = {"deviceProperties": [{"id": i, "name": "GPU"} for i in range(400)]}
+    raw = json.dumps({"traceEvents": events, **after}).encode()
+    array_end = raw.index(b"]") + 1
+    pad = 2 * len(raw)  # the trailer's size: every share's cut falls past the array
+    assert array_end < pad // threads
+    path = _fresh(work, "t.json.gz")
+    path.write_bytes(gzip.compress(raw, mtime=0) + gzip.compress(b" " * pad, mtime=0))
+    tmp = path.parent / "stage"
+    tmp.mkdir()
+    staged, top = kineto._stage(path, Detected("kineto", compressed=True), tmp, threads)
+    assert [e for part in staged for e in json.loads(part.read_bytes())] == events
+    assert top == after and sorted(tmp.iterdir()) == sorted(staged)
 
 
 @_budget(60)

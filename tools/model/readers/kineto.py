@@ -437,7 +437,8 @@ def _stage(path: Path, detected, tmp: Path, threads: int) -> tuple[list[Path], d
     with _open(path) as fh:
         try:
             if _is_gzip(fh, detected):
-                return _stage_gzip(_gzip_reader(path, fh), tmp, threads)
+                size = _gzip_size(fh)
+                return _stage_gzip(_gzip_reader(path, fh), tmp, threads, size)
             return _stage_plain(fh, tmp, threads)
         except OSError:
             raise _Fallback from None
@@ -616,35 +617,86 @@ def _stage_plain(fh, tmp: Path, threads: int) -> tuple[list[Path], dict]:
     return _write_parts(fh.fileno(), _split(fh.fileno(), start, end, threads), tmp), top
 
 
-def _stage_gzip(read, tmp: Path, threads: int) -> tuple[list[Path], dict]:
+def _stage_gzip(read, tmp: Path, threads: int, size_hint: int) -> tuple[list[Path], dict]:
+    """Decompress the traceEvents array straight into its parts (see _split): each is cut at the first boundary
+    between two events after its equal share of `size_hint`, the decompressed size the gzip trailer states (only the
+    parts' balance depends on it). One thread writes each block while this one decompresses the next: both leave the
+    GIL, and staging runs on one core otherwise (the 245 MB bench trace: 0.11 s to decompress, 0.1-0.5 s to write).
+    Staging the whole array first and copying the parts out of it wrote every byte after the first part twice."""
     head, top, start, array_doc = _read_head(read)
+    n = _parts(max(size_hint - start, 0), threads)
+    targets = [start + (size_hint - start) * k // n for k in range(n - 1, 0, -1)]  # popped from the end: ascending
+    starts = [start]  # the stream offset of each part's first byte: the array's '[', then an event's '{'
+    files = [tmp / "events-000.json"]
     recent, recent_len, recent_start = [head], len(head), 0  # the last >= _TAIL_BYTES bytes read
-    out = tmp / "whole.json"
-    with open(out, "w+b") as dst:
-        dst.write(memoryview(head)[start:])
-        while True:
-            block = read(_CHUNK)
-            if not block:
-                break
-            dst.write(block)
-            recent.append(block)
-            recent_len += len(block)
-            while recent_len - len(recent[0]) >= _TAIL_BYTES:
-                recent_start += len(recent[0])
-                recent_len -= len(recent.pop(0))
-        end, keys = _tail(b"".join(recent), recent_start, start, array_doc)
-        top.update(keys)
-        dst.truncate(end + 1 - start)
-        dst.flush()
-        ranges = _split(dst.fileno(), 0, end - start, threads)
-        if len(ranges) == 1:
-            return [out], top
-        # The first part stays where it is: the others are copied out, then it is cut short and closed.
-        parts = _write_parts(dst.fileno(), ranges, tmp, first=1)
-        dst.truncate(ranges[0][1])
-        dst.seek(ranges[0][1])
-        dst.write(b"]")
-    return [out, *parts], top
+    with ThreadPoolExecutor(1, thread_name_prefix="gpuscope-stage") as pool:
+        out = [os.open(files[0], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)]
+        pending: list = []
+
+        def put(*chunks) -> None:
+            pending.append(pool.submit(_write_all, out[-1], *chunks))
+            while len(pending) > 2:  # bounds what waits in memory
+                pending.pop(0).result()
+
+        try:
+            block, pos = memoryview(head)[start:], start  # pos: the stream offset of block[0]
+            while True:
+                while targets and targets[-1] < pos + len(block):
+                    m = _BOUNDARY.search(block, max(targets[-1] - pos, 0))
+                    if m is None:
+                        break  # looked for again from the next block's start
+                    targets.pop()
+                    put(block[:m.start() + 1], b"]")
+                    block, pos = block[m.end() - 1:], pos + m.end() - 1
+                    starts.append(pos)
+                    files.append(tmp / f"events-{len(files):03d}.json")
+                    out.append(os.open(files[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                    put(b"[")
+                put(block)
+                pos += len(block)
+                block = read(_CHUNK)
+                if not block:
+                    break
+                recent.append(block)
+                recent_len += len(block)
+                while recent_len - len(recent[0]) >= _TAIL_BYTES:
+                    recent_start += len(recent[0])
+                    recent_len -= len(recent.pop(0))
+                block = memoryview(block)
+            for done in pending:
+                done.result()
+        finally:
+            for done in pending:
+                done.cancel()
+            pool.shutdown(wait=True)
+            for fd in out:
+                os.close(fd)
+    end, keys = _tail(b"".join(recent), recent_start, start, array_doc)
+    top.update(keys)
+    # The part holding the array's ']' ends there: a cut after it (in the keys that follow, where a trailer overstated
+    # the size) leaves parts that hold no events, removed here.
+    last = max(i for i, s in enumerate(starts) if s <= end)
+    os.truncate(files[last], (1 if last else 0) + end + 1 - starts[last])
+    for gone in files[last + 1:]:
+        gone.unlink()
+    return files[:last + 1], top
+
+
+def _write_all(fd: int, *chunks) -> None:
+    for chunk in chunks:
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view):]
+
+
+def _gzip_size(fh) -> int:
+    """What a .json.gz decompresses to as its trailer says: ISIZE, the last member's size modulo 4 GiB. Below the
+    compressed size it has wrapped (no trace compresses that badly): 4 GiB more is then the nearest guess."""
+    size = os.fstat(fh.fileno()).st_size
+    fh.seek(max(size - 4, 0))
+    isize = int.from_bytes(fh.read(4), "little")
+    fh.seek(0)
+    return isize if isize >= size else isize + (1 << 32)
 
 
 # Each part of the array at least this large: below it a second thread costs more than it gains. At most PART_MAX
