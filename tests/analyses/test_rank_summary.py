@@ -18,7 +18,8 @@ import pytest
 from conftest import DATA, FORMATS
 from gpuscope.fixtures import truth as T
 from gpuscope.fixtures.catalog import SCENARIOS
-from gpuscope.fixtures.scenarios_rank_summary import rank_idle, rank_straggler
+from gpuscope.fixtures.scenarios_rank_summary import (REPEATED_STEP, REPEATED_WALLS_US, rank_idle, rank_repeated_steps,
+                                                       rank_straggler)
 from gpuscope.tools.analyses.gpu_timeline import gpu_timeline
 from gpuscope.tools.analyses.rank_summary import rank_summary
 from gpuscope.tools.model.errors import ProfileError
@@ -31,6 +32,7 @@ BUILD = {
     "rank_straggler_async": lambda: rank_straggler(lockstep=False),
     "rank_straggler_unranked": lambda: rank_straggler(ranked=False),
     "rank_idle": rank_idle,
+    "rank_repeated_steps": rank_repeated_steps,
     "two_gpus_one_process": SCENARIOS["two_gpus_one_process"],
 }
 FIGURES = ("gpu_span_ns", "busy_ns", "idle_in_gpu_span_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "exposed_memcpy_ns")
@@ -237,6 +239,32 @@ def test_limit_keeps_the_straggler(profiles):
     res = rank_summary(profiles("rank_straggler", "nsys"), limit=1)
     assert res.truncated and res.hint and [r.rank for r in res.ranks] == [1]
     assert res.ranks_found == 2 and res.straggler.rank == 1
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_steps_of_one_name_on_two_threads(profiles, fmt):
+    """Every step bears the same long name: the iterations table keys them by clipped name and number. A second
+    thread holds fewer of those ranges: the main thread's series is used, and each rank says so. With limit 3 of
+    5 steps, the first 3 are compared and the answer says it is cut."""
+    res = rank_summary(profiles("rank_repeated_steps", fmt), marker=REPEATED_STEP, limit=3)
+    clipped = REPEATED_STEP[:159] + "…"
+    assert len(REPEATED_STEP) > 160
+    for row, pid, walls in zip(res.ranks, (7200, 7201), REPEATED_WALLS_US):
+        assert row.pid == pid and row.steps == len(walls)
+        assert row.step_names == f"caller: {clipped} [1] .. {clipped} [5] (5 ranges)"
+        assert row.mean_step_ns == round(sum(walls) * 1000 / len(walls), 1)
+        assert (row.min_step_ns, row.max_step_ns) == (min(walls) * 1000, max(walls) * 1000)
+        assert f"step ranges on 2 threads; thread {pid} (most steps) is used" in row.notes
+    want = []
+    for i in range(3):
+        vals = [w[i] * 1000 for w in REPEATED_WALLS_US]
+        lo, hi = min(vals), max(vals)
+        want.append((f"{clipped} [{i + 1}]", lo, hi, sum(vals) / 2, ratio(vals),
+                     vals.index(hi) if hi > lo else None, vals.index(lo) if hi > lo else None))
+    assert [(i.step, i.min_wall_ns, i.max_wall_ns, i.mean_wall_ns, i.imbalance_ratio, i.slowest_rank, i.fastest_rank)
+            for i in res.iterations] == want
+    assert res.truncated and "only the first 3 iterations are listed" in res.hint
+    assert len(rank_summary(profiles("rank_repeated_steps", fmt), marker=REPEATED_STEP).iterations) == 5
 
 
 # -- the real 2-rank pair ----------------------------------------------------------------------------

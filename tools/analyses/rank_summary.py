@@ -35,13 +35,16 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+import pandas as pd
 from pydantic import BaseModel, Field
 
 from ..model.errors import ProfileError
 from ..model.trace import Trace
 from .comm_patterns import comm_patterns as active_patterns
 from .comm_patterns import is_comm_sql
-from .common import WHOLE_GRAPH_ADVICE, ToolResult, clip_name, data_issue_notes, data_issues_field, pct
+from . import exact
+from .common import NAME_CHARS, WHOLE_GRAPH_ADVICE, ToolResult, clip_name, data_issue_notes, data_issues_field, pct
 from .gpu_timeline import COMM, COMP, GRAPH, MEMCPY, ROCM_COPY_KERNEL
 from .owners import unowned_join, unowned_sql
 from .requirements import left_out
@@ -207,14 +210,14 @@ def rank_summary(
         notes.append(f"{len(units)} of {world_size} ranks are compared; imbalance and straggler refer to these ranks only")
 
     active_patterns(comm_patterns)  # a bad user pattern is refused here, before any work
-    rows, step_maps = rank_rows(traces, units, marker, comm_patterns)
-    if marker is not None and not step_maps:
+    rows, step_series = rank_rows(traces, units, marker, comm_patterns)
+    if marker is not None and not step_series:
         raise ProfileError(f"no rank has step ranges matching marker {marker!r} (an exact name, a name with its number "
                            "written as <N> such as 'ProfilerStep#<N>', or a glob such as 'iter*'). " + _marker_suggestions(traces))
     rows.sort(key=lambda r: r.rank)
 
     imbalance = [_imbalance(m, rows) for m in METRICS]
-    iterations, it_note = _iterations(rows, step_maps)
+    iterations, steps_compared, it_note = _iterations(rows, step_series, limit)
     if it_note:
         notes.append(it_note)
     straggler = _straggler(rows, {m.metric: m for m in imbalance}, notes)
@@ -231,9 +234,8 @@ def rank_summary(
         rows = [r for r in rows if r.rank in keep]
         hint = (f"{len(units)} ranks; the table shows {len(rows)} (the straggler, the ranks holding each metric's min and "
                 f"max, then the lowest ranks). Imbalance figures cover all ranks. Raise limit (max {MAX_LIMIT}) for all.")
-    if iterations is not None and len(iterations) > limit:
+    if iterations is not None and steps_compared > limit:
         truncated = True
-        iterations = iterations[:limit]
         hint = (hint + " " if hint else "") + f"only the first {limit} iterations are listed; raise limit to see more."
     return RankSummaryResult(
         data_issues=[f"{t.path.name}: {note}" if len(traces) > 1 else note for t in traces
@@ -406,23 +408,23 @@ def _kernel_counts(traces: list[Trace], patterns: list[str] | None) -> dict[int,
 
 
 def rank_rows(traces: list[Trace], units: list[_Unit], marker: str | None,
-              comm_patterns: list[str] | None) -> tuple[list[RankRow], dict[int, dict[str, int]]]:
-    """Every rank's row, in `units` order, and {rank: {step name: wall ns}} of the ranks with steps: a fixed number
-    of statements over all stores (compare_traces reads a job's ranks through this too)."""
+              comm_patterns: list[str] | None) -> tuple[list[RankRow], dict[int, _Steps]]:
+    """Every rank's row, in `units` order, and the step series of the ranks with steps: a fixed number of statements
+    over all stores (compare_traces reads a job's ranks through this too)."""
     figs = _device_figures(traces, units, comm_patterns)
     counts = _kernel_counts(traces, comm_patterns)
     series = _steps(traces, units, marker)
     rows: list[RankRow] = []
-    step_maps: dict[int, dict[str, int]] = {}
+    step_series: dict[int, _Steps] = {}
     for u in units:  # one small row per rank from the results above: no query per rank
         row, steps = _rank_row(u, figs, counts, series)
         rows.append(row)
-        if steps:
-            step_maps[u.rank] = steps
-    return rows, step_maps
+        if steps is not None:
+            step_series[u.rank] = steps
+    return rows, step_series
 
 
-def _rank_row(u: _Unit, figs: dict, counts: dict, series: dict) -> tuple[RankRow, dict[str, int]]:
+def _rank_row(u: _Unit, figs: dict, counts: dict, series: dict) -> tuple[RankRow, _Steps | None]:
     t = u.trace
     mine = figs.get((u.order, None), []) if u.whole else figs.get((u.order, u.pid), [])
     have = [c for c in counts.get(u.order, []) if u.whole or c[0] == u.pid]
@@ -452,7 +454,8 @@ def _rank_row(u: _Unit, figs: dict, counts: dict, series: dict) -> tuple[RankRow
     if vals.get("whole_graph_ns"):
         notes.append(f"compute_ns includes {vals['whole_graph_ns']} ns of CUDA graph replays traced whole (whole_graph_ns): "
                      f"their kernels, possibly communication, are not in the export; {WHOLE_GRAPH_ADVICE}")
-    steps, step_names, wall = _series(series.get((u.order, _scope_pid(u)), []), notes)
+    steps = _series(series.get((u.order, _scope_pid(u))), notes)
+    wall = steps.walls if steps is not None else None
     span, busy = vals["gpu_span_ns"], vals["busy_ns"]
     comm, exposed = vals["comm_ns"], vals["exposed_comm_ns"]
     row = RankRow(
@@ -460,9 +463,9 @@ def _rank_row(u: _Unit, figs: dict, counts: dict, series: dict) -> tuple[RankRow
         devices=devices, kernels=int(kernels), comm_kernels=int(comm_kernels), **vals,
         busy_pct_of_gpu_span=pct(busy, span),
         comm_overlapped_pct_of_comm=pct(comm - exposed, comm) if comm else None,
-        steps=len(wall) or None, step_names=step_names,
-        mean_step_ns=round(sum(wall) / len(wall), 1) if wall else None,
-        min_step_ns=min(wall) if wall else None, max_step_ns=max(wall) if wall else None,
+        steps=len(wall) if steps else None, step_names=steps.described if steps else None,
+        mean_step_ns=round(exact.total(wall) / len(wall), 1) if steps else None,
+        min_step_ns=int(wall.min()) if steps else None, max_step_ns=int(wall.max()) if steps else None,
         per_device=mine if len(mine) > 1 else None, notes=notes,
     )
     return row, steps
@@ -475,29 +478,41 @@ def _scope_pid(u: _Unit) -> int | None:
     return None if u.whole and u.pid is None else u.pid
 
 
-def _steps(traces: list[Trace], units: list[_Unit], marker: str | None) -> dict[tuple, list[tuple]]:
-    """(part, scope pid) -> the scope's steps as (how, pid, tid, index, start_ns, end_ns, name) (step_choice.scope_steps)."""
+def _steps(traces: list[Trace], units: list[_Unit], marker: str | None) -> dict[tuple, pd.DataFrame]:
+    """(part, scope pid) -> the scope's steps (step_choice.scope_steps)."""
     return scope_steps(traces, [(u.order, _scope_pid(u)) for u in units], marker)
 
 
-def _series(found: list[tuple], notes: list[str]) -> tuple[dict[str, int], str | None, list[int]]:
-    """{step name: wall ns}, a description of the step ranges, and the wall times in time order, from the scope's
-    steps: the thread with the most steps (iterations' series)."""
-    by_tid: dict[int, list] = {}
-    for st in found:
-        by_tid.setdefault(st[2], []).append(st)
-    if not by_tid:
-        return {}, None, []
-    tid = max(by_tid, key=lambda k: (len(by_tid[k]), -k))
-    if len(by_tid) > 1:
-        notes.append(f"step ranges on {len(by_tid)} threads; thread {tid} (most steps) is used")
-    series = sorted(by_tid[tid], key=lambda st: st[3])
-    names = [clip_name(st[6]) for st in series]
-    unique = len(set(names)) == len(names)
-    out = {(n if unique else f"{n} [{st[3] + 1}]"): int(st[5] - st[4]) for n, st in zip(names, series)}
-    keys = list(out)
-    desc = (f"{series[0][0]}: " + (keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]} ({len(keys)} ranges)"))
-    return out, desc, [int(st[5] - st[4]) for st in series]
+@dataclass
+class _Steps:
+    """A rank's step series: each step's name as the iterations table keys it, and its wall time (ns), in time order."""
+    keys: np.ndarray  # object: str
+    walls: np.ndarray  # int64
+    described: str  # the step ranges in a few words
+
+    def __len__(self) -> int:
+        return len(self.walls)
+
+
+def _series(found: pd.DataFrame | None, notes: list[str]) -> _Steps | None:
+    """The scope's steps on the thread with the most of them (iterations' series; the lowest thread, then process,
+    on ties), over columns: a rank may run 250,000 steps."""
+    if found is None or not len(found):
+        return None
+    counts = found.groupby(["pid", "tid"], sort=False).size().reset_index(name="n")
+    best = counts.sort_values(["n", "tid", "pid"], ascending=[False, True, True], kind="stable").iloc[0]
+    if len(counts) > 1:
+        notes.append(f"step ranges on {len(counts)} threads; thread {int(best['tid'])} (most steps) is used")
+    series = found[(found["pid"] == best["pid"]) & (found["tid"] == best["tid"])].sort_values("idx", kind="stable")
+    names = series["name"]
+    long = names.str.len() > NAME_CHARS
+    if long.any():
+        names = names.where(~long, names[long].map(clip_name))
+    keys = names if names.nunique(dropna=False) == len(names) else names.astype(str) + " [" + (series["idx"] + 1).astype(str) + "]"
+    keys = keys.to_numpy(dtype=object)
+    walls = (series["end_ns"] - series["start_ns"]).to_numpy(dtype=np.int64)
+    described = f"{series['how'].iloc[0]}: " + (keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]} ({len(keys)} ranges)")
+    return _Steps(keys, walls, described)
 
 
 def _marker_suggestions(traces: list[Trace]) -> str:
@@ -526,30 +541,31 @@ def _imbalance(metric: str, rows: list[RankRow]) -> MetricImbalance:
     )
 
 
-def _iterations(rows: list[RankRow], steps: dict[int, dict[str, int]]) -> tuple[list[IterationImbalance] | None, str | None]:
+def _iterations(rows: list[RankRow], steps: dict[int, _Steps], limit: int) -> tuple[list[IterationImbalance] | None, int, str | None]:
+    """The first `limit` steps compared across the ranks, the number of steps compared, and why none are."""
     if len(rows) < 2:
-        return None, None
+        return None, 0, None
     if not steps:
-        return None, "no rank has step ranges (ProfilerStep#N): per-step comparison and step times are unavailable; pass marker= to name the step ranges"
+        return None, 0, "no rank has step ranges (ProfilerStep#N): per-step comparison and step times are unavailable; pass marker= to name the step ranges"
     missing = [r.rank for r in rows if r.rank not in steps]
     if missing:
-        return None, f"rank(s) {_ranks(missing)} have no step ranges: iterations are not compared"
-    keys = [list(steps[r.rank]) for r in rows]
-    if any(k != keys[0] for k in keys[1:]):
-        diff = [r.rank for r, k in zip(rows, keys) if k != keys[0]]
-        return None, (f"ranks do not have the same steps (rank {rows[0].rank}: {len(keys[0])} steps, differing ranks: "
-                      f"{_ranks(diff)}): iterations are not compared step by step")
+        return None, 0, f"rank(s) {_ranks(missing)} have no step ranges: iterations are not compared"
+    first = steps[rows[0].rank].keys
+    diff = [r.rank for r in rows[1:] if len(steps[r.rank]) != len(first) or not (steps[r.rank].keys == first).all()]
+    if diff:
+        return None, 0, (f"ranks do not have the same steps (rank {rows[0].rank}: {len(first)} steps, differing ranks: "
+                         f"{_ranks(diff)}): iterations are not compared step by step")
+    shown = np.stack([steps[r.rank].walls[:limit] for r in rows], axis=1).tolist()  # one row of rank walls per step
     out = []
-    for key in keys[0]:
-        walls = [(r.rank, steps[r.rank][key]) for r in rows]
-        vals = [w for _, w in walls]
+    for key, vals in zip(first[:limit].tolist(), shown):
+        walls = list(zip((r.rank for r in rows), vals))
         lo, hi, mean = min(vals), max(vals), sum(vals) / len(vals)
         out.append(IterationImbalance(
             step=key, min_wall_ns=lo, max_wall_ns=hi, mean_wall_ns=round(mean, 1),
             imbalance_ratio=round((hi - lo) / mean, 4) if mean else None,
             slowest_rank=next(r for r, w in walls if w == hi) if hi > lo else None,
             fastest_rank=next(r for r, w in walls if w == lo) if hi > lo else None))
-    return out, None
+    return out, len(first), None
 
 
 def _straggler(rows: list[RankRow], imb: dict[str, MetricImbalance], notes: list[str]) -> Straggler | None:

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import duckdb
+import pandas as pd
 
 from ..model.trace import Trace
 from .containment import temp_table_after, temp_tables
@@ -36,6 +37,7 @@ from .stacked import cursor, run, stack, values
 
 MIN_COVERAGE = 0.5  # an automatic step group receives at least this share of its process's launched GPU work
 WARMUP_FACTOR = 1.5
+STEP_COLUMNS = ("how", "pid", "tid", "idx", "start_ns", "end_ns", "name")  # scope_steps' frames
 WARMUP_RULE = (f"leading steps are warm-up while wall_ns > {WARMUP_FACTOR} x median wall_ns of the steps after it and at "
                "least 2 steps follow; the first step failing the test ends the warm-up")
 
@@ -196,12 +198,12 @@ def choice_tables(traces: list[Trace], scopes: list[tuple[int, int | None]], pro
 
 
 def run_choice(traces: list[Trace], scopes: list[tuple[int, int | None]], projected: list[int], marker: bool,
-               globbed: bool, select: str, params: dict | None) -> list[tuple]:
-    """Rows of `select` (a statement reading choice_sql's CTEs) over the step choice of `scopes` (choice_tables'
-    arguments; marker, globbed: choice_sql's)."""
+               globbed: bool, select: str, params: dict | None) -> pd.DataFrame:
+    """The rows of `select` (a statement reading choice_sql's CTEs) over the step choice of `scopes` (choice_tables'
+    arguments; marker, globbed: choice_sql's), as one frame: a job's steps may number millions."""
     with choice_tables(traces, scopes, projected) as cur:
         sql = choice_sql(marker, globbed) + select
-        return (cur.execute(sql, params) if params else cur.execute(sql)).fetchall()
+        return (cur.execute(sql, params) if params else cur.execute(sql)).df()
 
 
 def marker_params(traces: list[Trace], marker: str | None, parts: set[int] | None = None) -> dict:
@@ -217,19 +219,20 @@ def marker_params(traces: list[Trace], marker: str | None, parts: set[int] | Non
     return params
 
 
-def scope_steps(traces: list[Trace], scopes: list[tuple[int, int | None]], marker: str | None) -> dict[tuple, list[tuple]]:
-    """(part, scope pid) -> the scope's steps as (how, pid, tid, index, start_ns, end_ns, name) in time order per
-    (process, thread), chosen by the iterations tool's rules for every scope in one statement (plus, for a glob marker,
-    one for the range names it matches). A scope whose profile has no capture span has no steps (as iterations)."""
+def scope_steps(traces: list[Trace], scopes: list[tuple[int, int | None]], marker: str | None) -> dict[tuple, pd.DataFrame]:
+    """(part, scope pid) -> the scope's steps, one row each (STEP_COLUMNS) in time order per (process, thread), chosen by
+    the iterations tool's rules for every scope in one statement (plus, for a glob marker, one for the range names it
+    matches). A scope whose profile has no capture span, or without steps, has no entry (as iterations)."""
     timed = sorted({(part, pid) for part, pid in scopes if traces[part].meta_int("capture_start_ns") is not None
                     and traces[part].meta_int("capture_end_ns") is not None}, key=lambda k: (k[0], -1 if k[1] is None else k[1]))
     if not timed:
         return {}
     projected = sorted({part for part, _ in timed if projection_absent_reason(traces[part]) is None})
     params = marker_params(traces, marker)
-    out: dict[tuple, list[tuple]] = {}
-    for part, upid, *step in run_choice(traces, timed, projected, bool(marker), "names" in params, """
-            SELECT part, upid, how, pid, tid, idx, start_ns, end_ns, name FROM stepped ORDER BY part, upid, pid, tid, start_ns, rid""",
-            params or None):
-        out.setdefault((part, upid), []).append(tuple(step))
-    return out
+    # Each step carries its scope's position in `timed` (k): a scope of every process has no pid to key it by.
+    steps = run_choice(traces, timed, projected, bool(marker), "names" in params, f"""
+            SELECT sc.k, {', '.join(f's.{c}' for c in STEP_COLUMNS)}
+            FROM stepped s JOIN ({values([(k, part, pid) for k, (part, pid) in enumerate(timed)], ('BIGINT', 'BIGINT', 'BIGINT'))})
+                 sc(k, part, pid) ON sc.part = s.part AND sc.pid IS NOT DISTINCT FROM s.upid
+            ORDER BY sc.k, s.pid, s.tid, s.start_ns, s.rid""", params or None)
+    return {timed[k]: rows.drop(columns="k").reset_index(drop=True) for k, rows in steps.groupby("k", sort=False)}

@@ -96,9 +96,8 @@ def _others(traces: list[Trace], scopes: list[Scope], at, marker) -> list[Span]:
         return []
     series: dict[Scope, pd.DataFrame] = {}
     for key, steps in scope_steps(traces, scopes, marker).items():
-        first = (steps[0][1], steps[0][2])  # the first series (process, thread) of the scope
-        series[key] = pd.DataFrame([(int(s), int(e), name, int(pid), int(tid)) for _, pid, tid, _, s, e, name in steps
-                                    if (pid, tid) == first], columns=list(SERIES))
+        first = steps.iloc[0]  # the first series (process, thread) of the scope
+        series[key] = steps.loc[(steps["pid"] == first["pid"]) & (steps["tid"] == first["tid"]), list(SERIES)].reset_index(drop=True)
     spans = []
     for part, pid in scopes:
         mine = series.get((part, pid), pd.DataFrame(columns=list(SERIES)))
