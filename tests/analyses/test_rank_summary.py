@@ -21,7 +21,9 @@ from gpuscope.fixtures.catalog import SCENARIOS
 from gpuscope.fixtures.scenarios_rank_summary import (REPEATED_STEP, REPEATED_WALLS_US, rank_idle, rank_repeated_steps,
                                                        rank_straggler)
 from gpuscope.tools.analyses.gpu_timeline import gpu_timeline
+from gpuscope.tools.analyses import step_choice
 from gpuscope.tools.analyses.rank_summary import rank_summary
+from gpuscope.tools.analyses.step_choice import scope_steps
 from gpuscope.tools.model.errors import ProfileError
 from gpuscope.tools.model.trace import load_trace
 
@@ -324,3 +326,32 @@ def test_real_pair_against_raw_json():
     finally:
         for t in traces:
             t.close()
+
+
+# -- the step choice over many scopes builds the automatic choice's inputs only where a scope makes it -------------
+
+def _marked(s, pid: int, prefix: str) -> list[tuple]:
+    return sorted((m.pid, m.tid, m.start_ns, m.end_ns, m.name) for m in s.markers if m.pid == pid and m.name.startswith(prefix))
+
+
+def test_scope_steps_makes_the_automatic_choice_only_where_needed(profiles, monkeypatch):
+    """The GPU work per range group (and the range depths) decide only the automatic choice. With a marker, or with
+    ProfilerStep ranges in every scope, they are not built (they were most of the statement's time); a scope without
+    either gets its automatic choice. The steps are the scenario's ranges in every case."""
+    built = []
+    make = step_choice.temp_table_after
+    monkeypatch.setattr(step_choice, "temp_table_after", lambda cur, sql, name, *a: built.append(name) or make(cur, sql, name, *a))
+    steps, auto = profiles("rank_straggler", "nsys"), profiles("rank_repeated_steps", "nsys")
+    s, r = rank_straggler(), rank_repeated_steps()
+    got = lambda found: sorted(map(tuple, found[["pid", "tid", "start_ns", "end_ns", "name"]].to_numpy().tolist()))  # noqa: E731
+    for marker, how in ((None, "ProfilerStep"), ("ProfilerStep#<N>", "caller")):
+        found = scope_steps(steps, [(0, 7000), (0, 7001)], marker)
+        assert built == []
+        for pid in (7000, 7001):
+            assert got(found[(0, pid)]) == _marked(s, pid, "ProfilerStep#") and set(found[(0, pid)]["how"]) == {how}
+    found = scope_steps(steps + auto, [(0, 7000), (1, 7200)], None)
+    assert built == ["_step_gop"]
+    assert got(found[(0, 7000)]) == _marked(s, 7000, "ProfilerStep#")
+    # on the chosen process, only the chosen thread (the main one: more ranges)
+    assert got(found[(1, 7200)]) == [m for m in _marked(r, 7200, REPEATED_STEP) if m[1] == 7200]
+    assert set(found[(1, 7200)]["how"]) == {"auto"}
