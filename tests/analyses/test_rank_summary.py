@@ -22,6 +22,7 @@ from gpuscope.fixtures.scenarios_rank_summary import (REPEATED_STEP, REPEATED_WA
                                                        rank_straggler)
 from gpuscope.tools.analyses.gpu_timeline import gpu_timeline
 from gpuscope.tools.analyses import step_choice
+from gpuscope.tools.analyses.critical_path import critical_path
 from gpuscope.tools.analyses.rank_summary import rank_summary
 from gpuscope.tools.analyses.step_choice import scope_steps
 from gpuscope.tools.model.errors import ProfileError
@@ -336,8 +337,9 @@ def _marked(s, pid: int, prefix: str) -> list[tuple]:
 
 def test_scope_steps_makes_the_automatic_choice_only_where_needed(profiles, monkeypatch):
     """The GPU work per range group (and the range depths) decide only the automatic choice. With a marker, or with
-    ProfilerStep ranges in every scope, they are not built (they were most of the statement's time); a scope without
-    either gets its automatic choice. The steps are the scenario's ranges in every case."""
+    ProfilerStep ranges in every scope, they are not built for the steps of rank_summary and critical_path (they were
+    most of the statement's time); a scope without either gets its automatic choice. The steps are the scenario's
+    ranges in every case."""
     built = []
     make = step_choice.temp_table_after
     monkeypatch.setattr(step_choice, "temp_table_after", lambda cur, sql, name, *a: built.append(name) or make(cur, sql, name, *a))
@@ -349,6 +351,8 @@ def test_scope_steps_makes_the_automatic_choice_only_where_needed(profiles, monk
         assert built == []
         for pid in (7000, 7001):
             assert got(found[(0, pid)]) == _marked(s, pid, "ProfilerStep#") and set(found[(0, pid)]["how"]) == {how}
+    # critical_path's step (iterations' step_choice) is chosen the same way
+    assert critical_path(steps, step=1).iteration.name == "ProfilerStep#6" and built == []
     found = scope_steps(steps + auto, [(0, 7000), (1, 7200)], None)
     assert built == ["_step_gop"]
     assert got(found[(0, 7000)]) == _marked(s, 7000, "ProfilerStep#")

@@ -245,17 +245,18 @@ def _stepping(trace: Trace, pid: int | None, marker: str | None, absent: str | N
 
 
 def step_choice(traces: list[Trace], part: int, pid: int | None, marker: str | None,
-                absent: str | None) -> tuple[Choice, pd.DataFrame, pd.DataFrame]:
-    """(choice, range groups, step ranges) of one scope: profile `part` of `traces` (one profile, or a job read through
-    its stacked store), process `pid` (None: every process); `absent`: why the profile has no GPU projection (None: it
-    has one). Raises ProfileError as iterations does when no range can be the step."""
-    with _choosing(traces, part, pid, marker, absent) as (_, choice, groups, steps_df):
-        return choice, groups, steps_df
+                absent: str | None) -> tuple[Choice, pd.DataFrame]:
+    """(choice, step ranges) of one scope: profile `part` of `traces` (one profile, or a job read through its stacked
+    store), process `pid` (None: every process); `absent`: why the profile has no GPU projection (None: it has one).
+    Raises ProfileError as iterations does when no range can be the step. The range groups' GPU work is figured only
+    where the choice is automatic (step_choice.choice_tables' steps_only): no group is returned."""
+    with _choosing(traces, part, pid, marker, absent, steps_only=True) as (_, choice, _, steps_df):
+        return choice, steps_df
 
 
 @contextmanager
-def _choosing(traces: list[Trace], part: int, pid: int | None, marker: str | None, absent: str | None, detail: bool = False
-            ) -> Iterator[tuple[duckdb.DuckDBPyConnection, Choice, pd.DataFrame, pd.DataFrame]]:
+def _choosing(traces: list[Trace], part: int, pid: int | None, marker: str | None, absent: str | None, detail: bool = False,
+              steps_only: bool = False) -> Iterator[tuple[duckdb.DuckDBPyConnection, Choice, pd.DataFrame, pd.DataFrame]]:
     """step_choice's answer, and the cursor holding the choice's temp tables (step_choice.choice_tables; `detail`: its
     _step_gop with each op's device and times) for the block: the steps' figures reuse its ranges and launched ops.
     Two statements after the temp tables."""
@@ -270,7 +271,7 @@ def _choosing(traces: list[Trace], part: int, pid: int | None, marker: str | Non
     gcols = ["pid", "tid", "domain", "pattern", "instances", "min_depth", "example", "coverage", "picked", "how", "best",
              "any_eligible"]
     scols = ["rid", "pid", "tid", "start_ns", "end_ns", "name", "domain", "pattern"]
-    with choice_tables(traces, [(part, pid)], [part] if absent is None else [], detail) as cur:
+    with choice_tables(traces, [(part, pid)], [part] if absent is None else [], detail, steps_only, bool(marker)) as cur:
         sql = choice_sql(bool(marker), "names" in params)
         found = cur.execute(sql + f"""
             SELECT list(({', '.join(f'g_.{c}' for c in gcols)}) ORDER BY g_.first_rid) FROM (

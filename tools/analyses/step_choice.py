@@ -133,9 +133,10 @@ def choice_tables(traces: list[Trace], scopes: list[tuple[int, int | None]], pro
        _step_depth(part, rid, depth)  the enclosing ranges of a range (same thread, enclosing, earlier rid; a range
                                without any has no row);
        _step_cgrp(part, pid, tid, domain, pattern, work)  GPU work launched inside a range group's ranges.
-    With `steps_only` (the caller reads the chosen steps alone), the last three, which only the automatic choice reads,
-    are left empty where no scope makes that choice: with a `marker`, or with ProfilerStep ranges in every scope. They
-    were most of the statement's work (4 ranks of 250,000 steps and 2 M kernels: 5.4 of 6.2 s).
+    With `steps_only` (the caller reads the chosen steps, not the groups' GPU work or depth), the last three, which only
+    the automatic choice reads, are left empty where no scope makes that choice: with a `marker`, or with ProfilerStep
+    ranges in every scope. They were most of the statement's work (4 ranks of 250,000 steps and 2 M kernels: 5.4 of
+    6.2 s).
     The two containment joins (depth, cgrp) read temp tables in statements that name no CTE, so DuckDB runs them
     as IEJoins (containment.py): near-linear in the ranges of a thread, not quadratic.
     scopes: (part, pid) with pid None for 'every process of the profile'; projected: parts with a GPU projection."""

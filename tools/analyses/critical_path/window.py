@@ -48,7 +48,7 @@ def _one(traces: list[Trace], part: int, pid, step, marker) -> tuple[Span, Itera
     try:
         require(trace, "iterations", "Steps are taken from repeating ranges. " + ANNOTATE)
         _, cap = resolve_selection(trace, None, None, None, None)
-        it, _, steps = step_choice(traces, part, pid, marker, projection_absent_reason(trace))
+        it, steps = step_choice(traces, part, pid, marker, projection_absent_reason(trace))
         if steps.empty:
             raise ProfileError(f"no step of '{it.pattern}' starts inside the time window [{cap.start_ns}, {cap.end_ns}) ns.")
     except ProfileError as exc:
