@@ -27,6 +27,15 @@ def unsuffixed(name: str) -> str:
     return m.group(1) if m else name
 GZIP_MAGIC = b"\x1f\x8b"
 
+
+def gzip_isize(fh) -> int:
+    """ISIZE, the last 4 bytes of a gzip file open in `fh`: what its last member decompresses to, modulo 4 GiB (all a
+    trailer states; a file shorter than 4 bytes gives what it has). Leaves `fh` at its start."""
+    fh.seek(max(os.fstat(fh.fileno()).st_size - 4, 0))
+    isize = int.from_bytes(fh.read(4), "little")
+    fh.seek(0)
+    return isize
+
 # What each format is called in outputs.
 FORMAT_NAMES = {
     "nsys": "Nsight Systems SQLite export",

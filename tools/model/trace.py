@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import duckdb
 
-from .detect import FORMAT_NAMES, GZIP_MAGIC, Detected, detect, regular_file
+from .detect import FORMAT_NAMES, GZIP_MAGIC, Detected, detect, gzip_isize, regular_file
 from .errors import NoPreview, ProfileError, shown_path
 from .hub import ModelConnection, hub
 from .quality import check_model
@@ -354,8 +354,7 @@ def _large_kineto(path: Path) -> bool:
             size = os.fstat(fh.fileno()).st_size
             if fh.read(2) != GZIP_MAGIC or size >= PREVIEW_MIN_BYTES:
                 return size >= PREVIEW_MIN_BYTES
-            fh.seek(-4, os.SEEK_END)
-            return int.from_bytes(fh.read(4), "little") >= PREVIEW_MIN_BYTES
+            return gzip_isize(fh) >= PREVIEW_MIN_BYTES
     except OSError:  # the build says what
         return False
 

@@ -42,7 +42,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from ..detect import GZIP_MAGIC, detect
+from ..detect import GZIP_MAGIC, detect, gzip_isize
 from ..errors import NoPreview, ProfileError, shown_path
 from ..limits import max_decompressed_bytes, memory_limit_bytes, memory_limit_now, scratch_dir, setting
 from ..names import create_short_names
@@ -690,13 +690,10 @@ def _write_all(fd: int, *chunks) -> None:
 
 
 def _gzip_size(fh) -> int:
-    """What a .json.gz decompresses to as its trailer says: ISIZE, the last member's size modulo 4 GiB. Below the
-    compressed size it has wrapped (no trace compresses that badly): 4 GiB more is then the nearest guess."""
-    size = os.fstat(fh.fileno()).st_size
-    fh.seek(max(size - 4, 0))
-    isize = int.from_bytes(fh.read(4), "little")
-    fh.seek(0)
-    return isize if isize >= size else isize + (1 << 32)
+    """What a .json.gz decompresses to as its trailer says (detect.gzip_isize: modulo 4 GiB). Below the compressed size
+    it has wrapped (no trace compresses that badly): 4 GiB more is then the nearest guess."""
+    isize = gzip_isize(fh)
+    return isize if isize >= os.fstat(fh.fileno()).st_size else isize + (1 << 32)
 
 
 # Each part of the array at least this large: below it a second thread costs more than it gains. At most PART_MAX
