@@ -363,15 +363,20 @@ def _large_kineto(path: Path) -> bool:
 PREVIEW_GATES: dict[str, Callable[[Path], bool]] = {"nsys": _large_nsys, "kineto": _large_kineto}
 
 
+def preview_connection(fmt: str) -> duckdb.DuckDBPyConnection:
+    """The in-memory DuckDB instance a preview of a `fmt` profile is read into. Less than the usual limit (the rest
+    spills to the private cache): top_kernels' interval union then fetches the kernels beside it, and a 10 M-kernel
+    preview at the full limit took the process past 1.8 GB."""
+    return connect(":memory:", {**duckdb_config(preview_memory_limit_bytes()), **scanner_config(fmt)})
+
+
 def _preview_trace(path: Path, fmt: str, progress: Progress, names: bool = True, streams: bool = True) -> Trace | None:
     """A Trace over an in-memory preview model of `path` (its reader's `preview`), or None where there is none.
     Without `names` or `streams` the reader may leave kernels.name or stream_id out (the one question reads neither)."""
     preview = importlib.import_module(f"{__package__}.readers.{fmt}").preview
 
     progress(0.0, "answering from the export while its store is built")
-    # Less than the usual limit (the rest spills to the private cache): top_kernels' interval union then fetches the
-    # kernels beside it, and a 10 M-kernel preview at the full limit took the process past 1.8 GB.
-    con = connect(":memory:", {**duckdb_config(preview_memory_limit_bytes()), **scanner_config(fmt)})
+    con = preview_connection(fmt)
     try:
         con.execute(SCHEMA_SQL)
         preview(con, path, names, streams)
