@@ -18,8 +18,8 @@ import pytest
 from conftest import DATA, FORMATS
 from gpuscope.fixtures import truth as T
 from gpuscope.fixtures.catalog import SCENARIOS
-from gpuscope.fixtures.scenarios_rank_summary import (REPEATED_STEP, REPEATED_WALLS_US, rank_idle, rank_repeated_steps,
-                                                       rank_straggler)
+from gpuscope.fixtures.scenarios_rank_summary import (FIRST_STEP, REPEATED_STEP, REPEATED_WALLS_US, rank_idle,
+                                                       rank_repeated_steps, rank_straggler)
 from gpuscope.tools.analyses.gpu_timeline import gpu_timeline
 from gpuscope.tools.analyses import step_choice
 from gpuscope.tools.analyses.critical_path import critical_path
@@ -352,7 +352,7 @@ def test_scope_steps_makes_the_automatic_choice_only_where_needed(profiles, monk
         for pid in (7000, 7001):
             assert got(found[(0, pid)]) == _marked(s, pid, "ProfilerStep#") and set(found[(0, pid)]["how"]) == {how}
     # critical_path's step (iterations' step_choice) is chosen the same way
-    assert critical_path(steps, step=1).iteration.name == "ProfilerStep#6" and built == []
+    assert critical_path(steps, step=1).iteration.name == f"ProfilerStep#{FIRST_STEP + 1}" and built == []
     found = scope_steps(steps + auto, [(0, 7000), (1, 7200)], None)
     assert built == ["_step_gop"]
     assert got(found[(0, 7000)]) == _marked(s, 7000, "ProfilerStep#")
